@@ -1,0 +1,223 @@
+//! `deployd bench core`: the store and sweeper figures the engine-core issue asks for.
+//!
+//! It builds a fleet of `--nodes` nodes, all in `wait call-back`, on a manual clock that
+//! gives node *i* the deadline `T + i µs`, so a sweep at `T + (k − 1) µs` finds exactly *k*
+//! expired. Then it measures:
+//!
+//! - a sweep with nothing expired (many samples; median and p99);
+//! - sweeps that each fail exactly `--expired` nodes (includes the one flush per sweep);
+//! - touches per second on one thread (durable as the store makes them: flushed in the
+//!   background every `flush_every_ms`);
+//! - resident memory and disk per node.
+//!
+//! Run `deployd bench core --nodes 10000` and `--nodes 1000000` to see the sweep cost not
+//! depend on fleet size.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::clock::{Clock, Timestamp};
+use crate::node::NewNode;
+use crate::state_machine::{Event, Timeouts};
+use crate::store::{Store, StoreConfig};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct CoreBench {
+    /// Nodes in wait call-back.
+    #[arg(long, default_value_t = 100_000)]
+    pub nodes: usize,
+    /// Nodes that expire in each "expired" sweep sample.
+    #[arg(long, default_value_t = 1000)]
+    pub expired: usize,
+    /// Touches to time.
+    #[arg(long, default_value_t = 500_000)]
+    pub touches: usize,
+    /// Directory for the store (a temporary one by default).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(1800);
+const START: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
+
+pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
+    let tmp = tempfile_dir(args.data_dir.as_deref())?;
+    let clock = Clock::manual(START);
+    let (store, _) = Store::open(
+        &tmp.join("store"),
+        &StoreConfig::default(),
+        Timeouts::uniform(TIMEOUT),
+        clock.clone(),
+    )?;
+
+    let t = Instant::now();
+    let uuids = populate(&store, &clock, args.nodes)?;
+    println!(
+        "fleet: {} nodes in wait call-back, built in {:.1} s",
+        uuids.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let rss = rss_bytes();
+    store.flush()?;
+    let disk = dir_size(&tmp)?;
+    println!(
+        "memory: {:.1} MiB resident ({:.0} B/node); disk: {:.1} MiB ({:.0} B/node; sled reports {:.1} MiB)",
+        mib(rss),
+        rss as f64 / args.nodes as f64,
+        mib(disk),
+        disk as f64 / args.nodes as f64,
+        mib(store.size_on_disk()?),
+    );
+
+    // Nothing expired: the front of the index is 1 s in the future.
+    let first_deadline = START.add(TIMEOUT);
+    let quiet = first_deadline.add(Duration::ZERO).as_micros() - 1_000_000;
+    let samples = sample(10_000, || {
+        let failed = store
+            .fail_expired(Timestamp::from_micros(quiet), 1 << 20)
+            .expect("sweep");
+        assert!(failed.is_empty());
+    });
+    report("sweep, nothing expired", &samples);
+
+    // k expired per sweep: window j covers nodes [j*k, (j+1)*k).
+    let k = args.expired.max(1);
+    let windows = (args.nodes / k).min(20).saturating_sub(1);
+    let mut j = 0;
+    let samples = sample(windows, || {
+        j += 1;
+        let now = first_deadline.add(Duration::from_micros((j * k - 1) as u64));
+        let failed = store.fail_expired(now, 1 << 20).expect("sweep");
+        assert_eq!(failed.len(), k, "window {j}");
+    });
+    if !samples.is_empty() {
+        report(&format!("sweep, {k} expired (one flush)"), &samples);
+        let med = median(&samples);
+        println!(
+            "  = {:.2} µs per expired node",
+            med.as_secs_f64() * 1e6 / k as f64
+        );
+    }
+
+    // Touches on one thread, over the nodes no sweep window reached.
+    let alive = &uuids[(windows + 1) * k..];
+    anyhow::ensure!(!alive.is_empty(), "no nodes left to touch; raise --nodes");
+    let t = Instant::now();
+    for i in 0..args.touches {
+        clock.advance(Duration::from_micros(1));
+        store.touch_provisioning(alive[(i * 7919) % alive.len()])?;
+    }
+    let elapsed = t.elapsed();
+    println!(
+        "touches: {} in {:.2} s = {:.0}/s on one thread ({:.2} µs each)",
+        args.touches,
+        elapsed.as_secs_f64(),
+        args.touches as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e6 / args.touches as f64
+    );
+    Ok(())
+}
+
+fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>> {
+    let mut uuids = Vec::with_capacity(n);
+    for chunk in 0..n.div_ceil(10_000) {
+        let count = 10_000.min(n - chunk * 10_000);
+        let batch = (0..count)
+            .map(|_| NewNode {
+                driver: "fake".into(),
+                ..Default::default()
+            })
+            .collect();
+        for node in store.create_nodes(batch)? {
+            uuids.push(node?.uuid());
+        }
+    }
+    let path = [
+        Event::Manage,
+        Event::Done,
+        Event::Provide,
+        Event::Done,
+        Event::Deploy,
+    ];
+    for event in path {
+        for result in store.apply_events(uuids.iter().map(|&u| (u, event)))? {
+            result?;
+        }
+    }
+    // Node i enters wait call-back at START + i µs, so its deadline is START + timeout + i µs.
+    let results = store.apply_events(uuids.iter().enumerate().map(|(i, &u)| {
+        if i > 0 {
+            clock.advance(Duration::from_micros(1));
+        }
+        (u, Event::Wait)
+    }))?;
+    for r in results {
+        r?;
+    }
+    Ok(uuids)
+}
+
+fn sample(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    let mut out: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn median(sorted: &[Duration]) -> Duration {
+    sorted[sorted.len() / 2]
+}
+
+fn report(what: &str, sorted: &[Duration]) {
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    println!(
+        "{what}: median {:.2} µs, p99 {:.2} µs ({} samples)",
+        median(sorted).as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        sorted.len()
+    );
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn dir_size(path: &std::path::Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+fn tempfile_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
+    let dir = match given {
+        Some(d) => d.to_path_buf(),
+        None => std::env::temp_dir().join(format!("deployd-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,245 @@
+//! Engine configuration: built-in defaults, then a TOML file, then environment variables,
+//! then command-line flags (each later source wins).
+//!
+//! ```toml
+//! data_dir = "deployd-data"          # where sled keeps the node store
+//! listen = "127.0.0.1:6385"          # the API address (Ironic's port)
+//!
+//! [conductor]                        # seconds; 0 disables that check
+//! deploy_callback_timeout = 1800     # wait call-back
+//! clean_callback_timeout = 1800      # clean wait
+//! service_callback_timeout = 1800    # service wait
+//! rescue_callback_timeout = 1800     # rescue wait
+//! check_provision_state_interval = 60  # longest the sweeper sleeps; 0 turns it off
+//!
+//! [store]
+//! flush_every_ms = 500               # bound on touches lost in a crash
+//! cache_capacity_mb = 256            # sled page cache
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::state_machine::Timeouts;
+use crate::store::StoreConfig;
+use crate::sweeper::SweeperConfig;
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub conductor: Conductor,
+    pub store: Store,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Conductor {
+    pub deploy_callback_timeout: u64,
+    pub clean_callback_timeout: u64,
+    pub service_callback_timeout: u64,
+    pub rescue_callback_timeout: u64,
+    pub check_provision_state_interval: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Store {
+    pub flush_every_ms: u64,
+    pub cache_capacity_mb: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("deployd-data"),
+            listen: "127.0.0.1:6385".parse().expect("a valid address"),
+            conductor: Conductor::default(),
+            store: Store::default(),
+        }
+    }
+}
+
+impl Default for Conductor {
+    fn default() -> Self {
+        Conductor {
+            deploy_callback_timeout: 1800,
+            clean_callback_timeout: 1800,
+            service_callback_timeout: 1800,
+            rescue_callback_timeout: 1800,
+            check_provision_state_interval: 60,
+        }
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            flush_every_ms: 500,
+            cache_capacity_mb: 256,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+}
+
+/// Values given on the command line or in the environment; `None` keeps the file's value.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Overrides {
+    /// TOML configuration file.
+    #[arg(long, env = "DEPLOYD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// API listen address [default: 127.0.0.1:6385].
+    #[arg(long, env = "DEPLOYD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the sled store [default: deployd-data].
+    #[arg(long, env = "DEPLOYD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Seconds a node may wait in "wait call-back" without a heartbeat; 0 disables [default: 1800].
+    #[arg(long, env = "DEPLOYD_DEPLOY_CALLBACK_TIMEOUT")]
+    pub deploy_callback_timeout: Option<u64>,
+    /// Seconds for "clean wait"; 0 disables [default: 1800].
+    #[arg(long, env = "DEPLOYD_CLEAN_CALLBACK_TIMEOUT")]
+    pub clean_callback_timeout: Option<u64>,
+    /// Seconds for "service wait"; 0 disables [default: 1800].
+    #[arg(long, env = "DEPLOYD_SERVICE_CALLBACK_TIMEOUT")]
+    pub service_callback_timeout: Option<u64>,
+    /// Seconds for "rescue wait"; 0 disables [default: 1800].
+    #[arg(long, env = "DEPLOYD_RESCUE_CALLBACK_TIMEOUT")]
+    pub rescue_callback_timeout: Option<u64>,
+    /// Longest the sweeper sleeps, in seconds; 0 turns it off [default: 60].
+    #[arg(long, env = "DEPLOYD_CHECK_PROVISION_STATE_INTERVAL")]
+    pub check_provision_state_interval: Option<u64>,
+    /// How often sled flushes touches to disk, in ms [default: 500].
+    #[arg(long, env = "DEPLOYD_FLUSH_EVERY_MS")]
+    pub flush_every_ms: Option<u64>,
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// Defaults, then the file named by `overrides.config`, then the overrides.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut config = match &overrides.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        let c = &mut config.conductor;
+        let o = overrides;
+        set(&mut config.listen, o.listen);
+        set(&mut config.data_dir, o.data_dir.clone());
+        set(&mut c.deploy_callback_timeout, o.deploy_callback_timeout);
+        set(&mut c.clean_callback_timeout, o.clean_callback_timeout);
+        set(&mut c.service_callback_timeout, o.service_callback_timeout);
+        set(&mut c.rescue_callback_timeout, o.rescue_callback_timeout);
+        set(
+            &mut c.check_provision_state_interval,
+            o.check_provision_state_interval,
+        );
+        set(&mut config.store.flush_every_ms, o.flush_every_ms);
+        Ok(config)
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        let c = &self.conductor;
+        Timeouts {
+            deploy_callback: Duration::from_secs(c.deploy_callback_timeout),
+            clean_callback: Duration::from_secs(c.clean_callback_timeout),
+            service_callback: Duration::from_secs(c.service_callback_timeout),
+            rescue_callback: Duration::from_secs(c.rescue_callback_timeout),
+        }
+    }
+
+    pub fn store(&self) -> StoreConfig {
+        StoreConfig {
+            flush_every_ms: self.store.flush_every_ms,
+            cache_capacity: self.store.cache_capacity_mb * 1024 * 1024,
+        }
+    }
+
+    pub fn sweeper(&self) -> SweeperConfig {
+        SweeperConfig {
+            check_interval: Duration::from_secs(self.conductor.check_provision_state_interval),
+            ..SweeperConfig::default()
+        }
+    }
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_values_are_overridden_by_flags_and_the_rest_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deployd.toml");
+        std::fs::write(&path, "data_dir = \"/var/lib/deployd\"\n[conductor]\ndeploy_callback_timeout = 0\nclean_callback_timeout = 7\n").unwrap();
+        let overrides = Overrides {
+            config: Some(path),
+            clean_callback_timeout: Some(9),
+            ..Default::default()
+        };
+        let config = Config::load(&overrides).unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/var/lib/deployd"));
+        assert_eq!(config.conductor.deploy_callback_timeout, 0);
+        assert_eq!(config.conductor.clean_callback_timeout, 9);
+        assert_eq!(config.conductor.rescue_callback_timeout, 1800);
+        assert_eq!(config.listen, Config::default().listen);
+        assert_eq!(
+            config
+                .timeouts()
+                .for_state(crate::state_machine::ProvisionState::WaitCallBack),
+            None
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[conductor]\ndeploy_callback_timout = 5\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field `deploy_callback_timout`"),
+            "{err}"
+        );
+        std::fs::write(&path, "listen = \"not an address\"\n").unwrap();
+        assert!(Config::from_file(&path).is_err());
+        let missing = Config::from_file(&dir.path().join("nope.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.starts_with("cannot read config file"), "{missing}");
+    }
+}

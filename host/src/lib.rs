@@ -1,0 +1,21 @@
+//! deployd: a bare-metal deploy engine whose drivers are sandboxed WebAssembly components.
+//!
+//! Layout, from the bottom up:
+//!
+//! - [`clock`]: wall-clock timestamps driven by tokio's clock (pausable in tests).
+//! - [`state_machine`]: Ironic's provision states and events, a pure table.
+//! - [`node`]: what a node and a port are.
+//! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
+//! - [`sweeper`]: the task that fails nodes whose agent went silent.
+//! - [`config`]: the TOML file, environment and flags.
+//! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
+//! - [`bench`]: `deployd bench`, the measurements quoted in the README.
+
+pub mod bench;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod node;
+pub mod state_machine;
+pub mod store;
+pub mod sweeper;

@@ -1,0 +1,68 @@
+//! The `deployd` command line.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use deployd::clock::Clock;
+use deployd::config::{Config, Overrides};
+use deployd::engine::Engine;
+use deployd::sweeper::LogTimeouts;
+
+#[derive(Parser)]
+#[command(
+    name = "deployd",
+    version,
+    about = "A bare-metal deploy engine with WebAssembly drivers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the engine: the node store on sled and the timeout sweeper.
+    Serve(Overrides),
+    /// Measure the engine.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Sweep cost, touch throughput, memory and disk per node.
+    Core(deployd::bench::CoreBench),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(overrides) => serve(&Config::load(&overrides)?),
+        Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
+    }
+}
+
+fn serve(config: &Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let engine = Engine::start(config, Clock::new(), Arc::new(LogTimeouts))
+            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        let r = &engine.recovery;
+        tracing::info!(
+            data_dir = %config.data_dir.display(),
+            nodes = r.nodes,
+            waiting = r.waiting,
+            failed_on_restart = r.failed.len(),
+            "deployd is running"
+        );
+        tokio::signal::ctrl_c().await?;
+        tracing::info!("shutting down");
+        engine.shutdown().await?;
+        Ok(())
+    })
+}

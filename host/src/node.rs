@@ -1,0 +1,251 @@
+//! What a node and a port are, as stored and as the API shows them.
+//!
+//! A node is stored in two parts. Its [`Provision`] record (state, target and clock) is
+//! small and fixed-size, because heartbeats rewrite it thousands of times a second; the
+//! [`NodeBody`] (everything else, JSON maps included) is rewritten only when an operator or
+//! a driver changes it. [`Node`] is the two side by side, flattened into one JSON object.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::clock::Timestamp;
+use crate::state_machine::ProvisionState;
+
+pub type JsonMap = Map<String, Value>;
+
+/// Everything about a node except its provisioning clock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeBody {
+    pub uuid: Uuid,
+    pub name: Option<String>,
+    pub driver: String,
+    #[serde(default)]
+    pub driver_info: JsonMap,
+    #[serde(default)]
+    pub instance_info: JsonMap,
+    #[serde(default)]
+    pub properties: JsonMap,
+    /// Scratch space of the driver and of the agent protocol (agent url, token hash, …).
+    #[serde(default)]
+    pub driver_internal_info: JsonMap,
+    #[serde(default)]
+    pub extra: JsonMap,
+    pub last_error: Option<String>,
+    pub power_state: Option<String>,
+    pub target_power_state: Option<String>,
+    #[serde(default)]
+    pub maintenance: bool,
+    pub maintenance_reason: Option<String>,
+    /// Who holds the node for a long operation (a conductor task), if anyone.
+    pub reservation: Option<String>,
+    #[serde(with = "rfc3339")]
+    pub created_at: Timestamp,
+    #[serde(with = "rfc3339::option")]
+    pub updated_at: Option<Timestamp>,
+}
+
+/// Where a node is in its provisioning flow, and since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Provision {
+    #[serde(rename = "provision_state")]
+    pub state: ProvisionState,
+    #[serde(rename = "target_provision_state")]
+    pub target: Option<ProvisionState>,
+    /// Moved by every state change and by every touch (a live agent's heartbeat).
+    #[serde(rename = "provision_updated_at", with = "rfc3339")]
+    pub updated_at: Timestamp,
+    /// When the sweeper fails the node, if it is in a wait state with its timeout enabled.
+    #[serde(skip)]
+    pub deadline: Option<Timestamp>,
+}
+
+/// A node as the engine and its API see it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Node {
+    #[serde(flatten)]
+    pub body: NodeBody,
+    #[serde(flatten)]
+    pub provision: Provision,
+}
+
+impl Node {
+    pub fn uuid(&self) -> Uuid {
+        self.body.uuid
+    }
+
+    pub fn state(&self) -> ProvisionState {
+        self.provision.state
+    }
+}
+
+/// What an operator gives to enroll a node.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewNode {
+    pub uuid: Option<Uuid>,
+    pub name: Option<String>,
+    pub driver: String,
+    #[serde(default)]
+    pub driver_info: JsonMap,
+    #[serde(default)]
+    pub instance_info: JsonMap,
+    #[serde(default)]
+    pub properties: JsonMap,
+    #[serde(default)]
+    pub extra: JsonMap,
+}
+
+/// A network port of a node. The agent finds its node by the MACs of its ports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Port {
+    pub uuid: Uuid,
+    /// The MAC address, normalised to lower case `aa:bb:cc:dd:ee:ff`.
+    pub address: String,
+    pub node_uuid: Uuid,
+    #[serde(default)]
+    pub extra: JsonMap,
+    #[serde(default = "yes")]
+    pub pxe_enabled: bool,
+    #[serde(with = "rfc3339")]
+    pub created_at: Timestamp,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Why a node name or a MAC address is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidField {
+    #[error(
+        "invalid node name {0:?}: use 1 to 255 of the characters A-Z a-z 0-9 - . _ ~, and not the shape of a UUID"
+    )]
+    Name(String),
+    #[error("invalid MAC address {0:?}: expected six hex pairs separated by ':' or '-'")]
+    Mac(String),
+}
+
+/// Checks a node name the way Ironic does (hostname characters plus `._~`). A name shaped
+/// like a UUID is refused, since `GET /v1/nodes/{ident}` could not tell the two apart.
+pub fn validate_name(name: &str) -> Result<(), InvalidField> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
+    if name.is_empty() || name.len() > 255 || !ok_chars || Uuid::parse_str(name).is_ok() {
+        return Err(InvalidField::Name(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Normalises a MAC address to lower case with colons.
+pub fn normalize_mac(mac: &str) -> Result<String, InvalidField> {
+    let parts: Vec<&str> = mac.split([':', '-']).collect();
+    let valid = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !valid {
+        return Err(InvalidField::Mac(mac.to_owned()));
+    }
+    Ok(parts.join(":").to_ascii_lowercase())
+}
+
+/// Serde glue: timestamps on the wire are RFC 3339 in UTC, as Ironic's are.
+mod rfc3339 {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::clock::Timestamp;
+
+    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        t.to_datetime().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        DateTime::<Utc>::deserialize(d).map(Timestamp::from_datetime)
+    }
+
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+            t.map(Timestamp::to_datetime).serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+            Ok(Option::<DateTime<Utc>>::deserialize(d)?.map(Timestamp::from_datetime))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_ironic_rules() {
+        for good in ["node-1", "rack4.u12", "a_b~c", "x"] {
+            assert_eq!(validate_name(good), Ok(()), "{good}");
+        }
+        let long = "n".repeat(256);
+        for bad in [
+            "",
+            "has space",
+            "slash/",
+            "é",
+            long.as_str(),
+            "1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn macs_are_normalised_or_refused() {
+        assert_eq!(
+            normalize_mac("52-54-00-AB-cd-01").unwrap(),
+            "52:54:00:ab:cd:01"
+        );
+        for bad in ["52:54:00:ab:cd", "52:54:00:ab:cd:0g", "5254.00ab.cd01", ""] {
+            assert!(normalize_mac(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_node_serialises_as_one_flat_ironic_shaped_object() {
+        let t = Timestamp::from_micros(1_700_000_000_000_000);
+        let node = Node {
+            body: NodeBody {
+                uuid: Uuid::nil(),
+                name: Some("n1".into()),
+                driver: "fake".into(),
+                driver_info: JsonMap::new(),
+                instance_info: JsonMap::new(),
+                properties: JsonMap::new(),
+                driver_internal_info: JsonMap::new(),
+                extra: JsonMap::new(),
+                last_error: None,
+                power_state: None,
+                target_power_state: None,
+                maintenance: false,
+                maintenance_reason: None,
+                reservation: None,
+                created_at: t,
+                updated_at: None,
+            },
+            provision: Provision {
+                state: ProvisionState::WaitCallBack,
+                target: Some(ProvisionState::Active),
+                updated_at: t,
+                deadline: Some(t),
+            },
+        };
+        let json = serde_json::to_value(&node).unwrap();
+        assert_eq!(json["provision_state"], "wait call-back");
+        assert_eq!(json["target_provision_state"], "active");
+        assert_eq!(json["provision_updated_at"], "2023-11-14T22:13:20Z");
+        assert_eq!(json["name"], "n1");
+        assert!(json.get("deadline").is_none());
+    }
+}

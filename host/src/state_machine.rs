@@ -1,0 +1,329 @@
+//! Ironic's provision state machine, as a pure table: no I/O, no clock, no store.
+//!
+//! States and events carry Ironic's spelling on the wire (`"wait call-back"`, `"deploy
+//! failed"`), so the operator API and the `baremetal` CLI see what they see against Ironic.
+//! The table is `ironic/common/state_machine.py` (see `shared/reference`, §4.1); the tests
+//! check it row by row against a transcription of that reference.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $text)] $variant,)*
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)* }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                match s {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err(UnknownName { kind: stringify!($name), name: s.to_owned() }),
+                }
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// A node's provision state.
+    ProvisionState {
+        Enroll = "enroll",
+        Verifying = "verifying",
+        Manageable = "manageable",
+        Available = "available",
+        Deploying = "deploying",
+        WaitCallBack = "wait call-back",
+        DeployHold = "deploy hold",
+        DeployFailed = "deploy failed",
+        Active = "active",
+        Error = "error",
+        Deleting = "deleting",
+        Cleaning = "cleaning",
+        CleanWait = "clean wait",
+        CleanHold = "clean hold",
+        CleanFailed = "clean failed",
+        Inspecting = "inspecting",
+        InspectWait = "inspect wait",
+        InspectFailed = "inspect failed",
+        Adopting = "adopting",
+        AdoptFailed = "adopt failed",
+        Rescuing = "rescuing",
+        RescueWait = "rescue wait",
+        Rescue = "rescue",
+        RescueFailed = "rescue failed",
+        Unrescuing = "unrescuing",
+        UnrescueFailed = "unrescue failed",
+        Servicing = "servicing",
+        ServiceWait = "service wait",
+        ServiceHold = "service hold",
+        ServiceFailed = "service failed",
+    }
+}
+
+string_enum! {
+    /// What moves a node from one state to the next.
+    Event {
+        Manage = "manage",
+        Provide = "provide",
+        Clean = "clean",
+        Inspect = "inspect",
+        Adopt = "adopt",
+        Deploy = "deploy",
+        Rebuild = "rebuild",
+        Delete = "delete",
+        Wait = "wait",
+        Resume = "resume",
+        Done = "done",
+        Fail = "fail",
+        Abort = "abort",
+        Hold = "hold",
+        Unhold = "unhold",
+        Rescue = "rescue",
+        Unrescue = "unrescue",
+        Service = "service",
+    }
+}
+
+/// A name that is not a state or event we know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {name:?}")]
+pub struct UnknownName {
+    kind: &'static str,
+    name: String,
+}
+
+/// An event the current state does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event \"{event}\" is not allowed in provision state \"{state}\"")]
+pub struct IllegalTransition {
+    pub state: ProvisionState,
+    pub event: Event,
+}
+
+/// The timeout families of the wait states: which callback a waiting node expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    Deploy,
+    Clean,
+    Service,
+    Rescue,
+}
+
+impl WaitKind {
+    /// The configuration option that bounds this wait (as Ironic names it).
+    pub fn option_name(self) -> &'static str {
+        match self {
+            WaitKind::Deploy => "deploy_callback_timeout",
+            WaitKind::Clean => "clean_callback_timeout",
+            WaitKind::Service => "service_callback_timeout",
+            WaitKind::Rescue => "rescue_callback_timeout",
+        }
+    }
+}
+
+/// Callback timeouts for the wait states. `Duration::ZERO` disables a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub deploy_callback: Duration,
+    pub clean_callback: Duration,
+    pub service_callback: Duration,
+    pub rescue_callback: Duration,
+}
+
+impl Timeouts {
+    /// Every check at the same timeout (tests, and Ironic's uniform 1800 s default).
+    pub fn uniform(d: Duration) -> Self {
+        Timeouts {
+            deploy_callback: d,
+            clean_callback: d,
+            service_callback: d,
+            rescue_callback: d,
+        }
+    }
+
+    /// The timeout that applies in `state`, or `None` when the state has none or it is 0.
+    pub fn for_state(&self, state: ProvisionState) -> Option<Duration> {
+        let d = match state.wait_kind()? {
+            WaitKind::Deploy => self.deploy_callback,
+            WaitKind::Clean => self.clean_callback,
+            WaitKind::Service => self.service_callback,
+            WaitKind::Rescue => self.rescue_callback,
+        };
+        (!d.is_zero()).then_some(d)
+    }
+}
+
+impl ProvisionState {
+    /// Where `event` takes a node in this state.
+    pub fn next(self, event: Event) -> Result<ProvisionState, IllegalTransition> {
+        use Event as E;
+        use ProvisionState as S;
+        let to = match (self, event) {
+            (S::Enroll, E::Manage) => S::Verifying,
+            (S::Verifying, E::Done) => S::Manageable,
+            (S::Verifying, E::Fail) => S::Enroll,
+            (S::Manageable, E::Provide | E::Clean) => S::Cleaning,
+            (S::Manageable, E::Inspect) => S::Inspecting,
+            (S::Manageable, E::Adopt) => S::Adopting,
+            (S::Available, E::Deploy) => S::Deploying,
+            (S::Available, E::Manage) => S::Manageable,
+            (S::Deploying, E::Wait) => S::WaitCallBack,
+            (S::Deploying, E::Hold) => S::DeployHold,
+            (S::Deploying, E::Done) => S::Active,
+            (S::Deploying, E::Fail) => S::DeployFailed,
+            (S::WaitCallBack, E::Resume) => S::Deploying,
+            (S::WaitCallBack, E::Hold) => S::DeployHold,
+            (S::WaitCallBack, E::Fail | E::Abort) => S::DeployFailed,
+            (S::WaitCallBack, E::Delete) => S::Deleting,
+            (S::DeployHold, E::Unhold) => S::WaitCallBack,
+            (S::DeployHold, E::Abort) => S::DeployFailed,
+            (S::DeployFailed, E::Deploy | E::Rebuild) => S::Deploying,
+            (S::DeployFailed, E::Delete) => S::Deleting,
+            (S::Active, E::Rebuild) => S::Deploying,
+            (S::Active, E::Delete) => S::Deleting,
+            (S::Active, E::Rescue) => S::Rescuing,
+            (S::Active, E::Service) => S::Servicing,
+            (S::Error, E::Rebuild) => S::Deploying,
+            (S::Error, E::Delete) => S::Deleting,
+            (S::Deleting, E::Clean) => S::Cleaning,
+            (S::Deleting, E::Fail) => S::Error,
+            (S::Cleaning, E::Wait) => S::CleanWait,
+            (S::Cleaning, E::Hold) => S::CleanHold,
+            (S::Cleaning, E::Done) => S::Available,
+            (S::Cleaning, E::Manage) => S::Manageable,
+            (S::Cleaning, E::Fail) => S::CleanFailed,
+            (S::CleanWait, E::Resume) => S::Cleaning,
+            (S::CleanWait, E::Hold) => S::CleanHold,
+            (S::CleanWait, E::Fail | E::Abort) => S::CleanFailed,
+            (S::CleanHold, E::Unhold) => S::CleanWait,
+            (S::CleanHold, E::Abort) => S::CleanFailed,
+            (S::CleanFailed, E::Manage) => S::Manageable,
+            (S::Inspecting, E::Done) => S::Manageable,
+            (S::Inspecting, E::Wait) => S::InspectWait,
+            (S::Inspecting, E::Fail) => S::InspectFailed,
+            (S::InspectWait, E::Resume) => S::Inspecting,
+            (S::InspectWait, E::Done) => S::Manageable,
+            (S::InspectWait, E::Fail | E::Abort) => S::InspectFailed,
+            (S::InspectFailed, E::Manage) => S::Manageable,
+            (S::InspectFailed, E::Inspect) => S::Inspecting,
+            (S::Adopting, E::Done) => S::Active,
+            (S::Adopting, E::Fail) => S::AdoptFailed,
+            (S::AdoptFailed, E::Adopt) => S::Adopting,
+            (S::AdoptFailed, E::Manage) => S::Manageable,
+            (S::Rescuing, E::Wait) => S::RescueWait,
+            (S::Rescuing, E::Done) => S::Rescue,
+            (S::Rescuing, E::Fail) => S::RescueFailed,
+            (S::RescueWait, E::Resume) => S::Rescuing,
+            (S::RescueWait, E::Fail | E::Abort) => S::RescueFailed,
+            (S::RescueWait, E::Delete) => S::Deleting,
+            (S::Rescue | S::RescueFailed | S::UnrescueFailed, E::Rescue) => S::Rescuing,
+            (S::Rescue | S::RescueFailed | S::UnrescueFailed, E::Unrescue) => S::Unrescuing,
+            (S::Rescue | S::RescueFailed | S::UnrescueFailed, E::Delete) => S::Deleting,
+            (S::Unrescuing, E::Done) => S::Active,
+            (S::Unrescuing, E::Fail) => S::UnrescueFailed,
+            (S::Servicing, E::Done) => S::Active,
+            (S::Servicing, E::Wait) => S::ServiceWait,
+            (S::Servicing, E::Hold) => S::ServiceHold,
+            (S::Servicing, E::Fail) => S::ServiceFailed,
+            (S::ServiceWait, E::Resume) => S::Servicing,
+            (S::ServiceWait, E::Hold) => S::ServiceHold,
+            (S::ServiceWait, E::Fail | E::Abort) => S::ServiceFailed,
+            (S::ServiceWait, E::Delete) => S::Deleting,
+            (S::ServiceHold, E::Service) => S::Servicing,
+            (S::ServiceHold, E::Unhold) => S::ServiceWait,
+            (S::ServiceHold, E::Fail | E::Abort) => S::ServiceFailed,
+            (S::ServiceFailed, E::Service) => S::Servicing,
+            (S::ServiceFailed, E::Rescue) => S::Rescuing,
+            (S::ServiceFailed, E::Wait) => S::ServiceWait,
+            (S::ServiceFailed, E::Hold) => S::ServiceHold,
+            (S::ServiceFailed, E::Delete) => S::Deleting,
+            (S::ServiceFailed, E::Abort) => S::Active,
+            (state, event) => return Err(IllegalTransition { state, event }),
+        };
+        Ok(to)
+    }
+
+    /// Stable states are where a flow ends; a node in one has no target.
+    pub fn is_stable(self) -> bool {
+        use ProvisionState as S;
+        matches!(
+            self,
+            S::Enroll | S::Manageable | S::Available | S::Active | S::Error | S::Rescue
+        )
+    }
+
+    /// The state a transient state is heading for (`target_provision_state`).
+    pub fn target(self) -> Option<ProvisionState> {
+        use ProvisionState as S;
+        Some(match self {
+            S::Verifying => S::Manageable,
+            S::Deploying | S::WaitCallBack | S::DeployFailed | S::DeployHold => S::Active,
+            S::Adopting | S::AdoptFailed | S::Unrescuing | S::UnrescueFailed => S::Active,
+            S::Servicing | S::ServiceWait | S::ServiceFailed | S::ServiceHold => S::Active,
+            S::Cleaning | S::CleanWait | S::CleanFailed | S::CleanHold | S::Deleting => {
+                S::Available
+            }
+            S::Inspecting | S::InspectWait | S::InspectFailed => S::Manageable,
+            S::Rescuing | S::RescueWait | S::RescueFailed => S::Rescue,
+            S::Enroll | S::Manageable | S::Available | S::Active | S::Error | S::Rescue => {
+                return None;
+            }
+        })
+    }
+
+    /// Wait states in which a ramdisk agent calls back, each bounded by a callback timeout.
+    /// Only these accept a touch. (`inspect wait` is bounded by inspection start, not by
+    /// callbacks, and is not touched by heartbeats.)
+    pub fn wait_kind(self) -> Option<WaitKind> {
+        use ProvisionState as S;
+        match self {
+            S::WaitCallBack => Some(WaitKind::Deploy),
+            S::CleanWait => Some(WaitKind::Clean),
+            S::ServiceWait => Some(WaitKind::Service),
+            S::RescueWait => Some(WaitKind::Rescue),
+            _ => None,
+        }
+    }
+
+    /// States in which the engine itself is working. Nobody can resume them after a
+    /// restart, so recovery fails them (Ironic: `STUCK_STATES_TREATED_AS_FAIL`).
+    pub fn is_busy(self) -> bool {
+        use ProvisionState as S;
+        matches!(
+            self,
+            S::Deploying
+                | S::Cleaning
+                | S::Verifying
+                | S::Inspecting
+                | S::Adopting
+                | S::Rescuing
+                | S::Unrescuing
+                | S::Deleting
+                | S::Servicing
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

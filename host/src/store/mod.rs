@@ -1,0 +1,524 @@
+//! Durable node state on sled.
+//!
+//! Trees:
+//!
+//! | tree         | key                    | value                                  |
+//! |--------------|------------------------|----------------------------------------|
+//! | `nodes`      | node uuid              | [`NodeBody`] as JSON                   |
+//! | `provision`  | node uuid              | the 19-byte provision record (`record`) |
+//! | `names`      | node name              | node uuid                              |
+//! | `ports`      | port uuid              | [`Port`] as JSON                       |
+//! | `macs`       | normalised MAC         | port uuid                              |
+//! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |
+//! | `deadlines`  | deadline ‖ node uuid   | (empty)                                |
+//!
+//! The provision record is the truth about a node's state and clock; the deadline index is
+//! derived from it, so the sweeper reads the index from the front and re-checks the record
+//! before it acts. Every write to a node happens under that node's lock (`locks`).
+//!
+//! Durability: operator-visible changes (create, update, delete, every state transition)
+//! are flushed to disk before the call returns. A touch is not flushed by itself: sled
+//! flushes its log every `flush_every_ms` (default 500 ms), so a crash can lose at most that
+//! much of the touches, and a node can come back at most `flush_every_ms` older than it
+//! was — it times out at worst that much early, never late, and never in a busy state.
+
+mod locks;
+mod provision;
+mod record;
+mod recovery;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use uuid::Uuid;
+
+use crate::clock::Clock;
+use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Port, Provision};
+use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
+
+pub use provision::{SweeperWaker, TimedOut};
+pub use recovery::Recovery;
+
+/// Why a store operation did not happen. Each variant changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("node {0} could not be found")]
+    NodeNotFound(String),
+    #[error("port {0} could not be found")]
+    PortNotFound(String),
+    #[error("a node named {0:?} already exists")]
+    NameTaken(String),
+    #[error("a node with uuid {0} already exists")]
+    UuidTaken(Uuid),
+    #[error("MAC address {mac} is already used by port {port}")]
+    MacTaken { mac: String, port: Uuid },
+    #[error(transparent)]
+    Invalid(#[from] InvalidField),
+    #[error("node {node}: {source}")]
+    IllegalTransition {
+        node: Uuid,
+        source: IllegalTransition,
+    },
+    #[error(
+        "node {node} is in provision state \"{state}\"; only a node waiting for a callback (wait call-back, clean wait, service wait, rescue wait) can be touched"
+    )]
+    NotWaiting { node: Uuid, state: ProvisionState },
+    #[error(
+        "node {node} cannot be deleted in provision state \"{state}\"; delete it from enroll, manageable, available or adopt failed, or set maintenance first"
+    )]
+    DeleteRefused { node: Uuid, state: ProvisionState },
+    #[error("node {node} is no longer in provision state \"{expected}\" (it is in \"{actual}\")")]
+    StateChanged {
+        node: Uuid,
+        expected: ProvisionState,
+        actual: ProvisionState,
+    },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("storage error: {0}")]
+    Db(#[from] sled::Error),
+}
+
+impl From<TransactionError<StoreError>> for StoreError {
+    fn from(e: TransactionError<StoreError>) -> Self {
+        match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => StoreError::Db(e),
+        }
+    }
+}
+
+type TxResult<T> = Result<T, ConflictableTransactionError<StoreError>>;
+
+fn abort<T>(e: StoreError) -> TxResult<T> {
+    Err(ConflictableTransactionError::Abort(e))
+}
+
+/// How the store talks to sled.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// How often sled flushes its log in the background; bounds what a crash can lose of
+    /// touches (transitions are flushed before they are acknowledged).
+    pub flush_every_ms: u64,
+    /// sled's page cache, in bytes.
+    pub cache_capacity: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            flush_every_ms: 500,
+            cache_capacity: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// The node store. Cheap to share behind an `Arc`; every method is safe to call from many
+/// threads at once.
+pub struct Store {
+    db: sled::Db,
+    nodes: sled::Tree,
+    provision: sled::Tree,
+    names: sled::Tree,
+    ports: sled::Tree,
+    macs: sled::Tree,
+    node_ports: sled::Tree,
+    deadlines: sled::Tree,
+    locks: locks::NodeLocks,
+    timeouts: Timeouts,
+    clock: Clock,
+    waker: Arc<SweeperWaker>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path` and recovers it: nodes left in busy states
+    /// are failed, deadlines are re-derived for the timeouts now configured.
+    pub fn open(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+            .cache_capacity(config.cache_capacity)
+            .open()?;
+        let tree = |name: &str| db.open_tree(name);
+        let store = Store {
+            nodes: tree("nodes")?,
+            provision: tree("provision")?,
+            names: tree("names")?,
+            ports: tree("ports")?,
+            macs: tree("macs")?,
+            node_ports: tree("node_ports")?,
+            deadlines: tree("deadlines")?,
+            db,
+            locks: locks::NodeLocks::new(),
+            timeouts,
+            clock,
+            waker: Arc::new(SweeperWaker::default()),
+        };
+        let recovery = store.recover()?;
+        Ok((store, recovery))
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Flushes everything written so far to disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on).
+    pub fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        let node = self.insert_node(new)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Enrolls many nodes with one flush at the end. Each node is all-or-nothing; the
+    /// result says which ones were refused and why.
+    pub fn create_nodes(
+        &self,
+        new: Vec<NewNode>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        let results = new.into_iter().map(|n| self.insert_node(n)).collect();
+        self.flush()?;
+        Ok(results)
+    }
+
+    fn insert_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        if let Some(name) = &new.name {
+            node::validate_name(name)?;
+        }
+        let now = self.clock.now();
+        let body = NodeBody {
+            uuid: new.uuid.unwrap_or_else(Uuid::new_v4),
+            name: new.name,
+            driver: new.driver,
+            driver_info: new.driver_info,
+            instance_info: new.instance_info,
+            properties: new.properties,
+            driver_internal_info: Default::default(),
+            extra: new.extra,
+            last_error: None,
+            power_state: None,
+            target_power_state: None,
+            maintenance: false,
+            maintenance_reason: None,
+            reservation: None,
+            created_at: now,
+            updated_at: None,
+        };
+        let provision = Provision {
+            state: ProvisionState::Enroll,
+            target: None,
+            updated_at: now,
+            deadline: None,
+        };
+        let uuid = body.uuid;
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        let _owner = self.locks.lock(uuid);
+        (&self.nodes, &self.provision, &self.names).transaction(|(nodes, prov, names)| {
+            if nodes.get(uuid.as_bytes())?.is_some() {
+                return abort(StoreError::UuidTaken(uuid));
+            }
+            if let Some(name) = &body.name {
+                if names.insert(name.as_bytes(), uuid.as_bytes())?.is_some() {
+                    return abort(StoreError::NameTaken(name.clone()));
+                }
+            }
+            nodes.insert(uuid.as_bytes(), json.as_slice())?;
+            prov.insert(uuid.as_bytes(), &record::encode(&provision))?;
+            Ok(())
+        })?;
+        Ok(Node { body, provision })
+    }
+
+    /// A node by uuid.
+    pub fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        let body = self.body(uuid)?;
+        let provision = self.provision_of(uuid)?;
+        Ok(Node { body, provision })
+    }
+
+    /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
+    pub fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
+        let uuid = match Uuid::parse_str(ident) {
+            Ok(uuid) => uuid,
+            Err(_) => self
+                .names
+                .get(ident.as_bytes())?
+                .map(|v| uuid_from(&v))
+                .transpose()?
+                .ok_or_else(|| StoreError::NodeNotFound(ident.to_owned()))?,
+        };
+        self.node(uuid).map_err(|e| match e {
+            StoreError::NodeNotFound(_) => StoreError::NodeNotFound(ident.to_owned()),
+            e => e,
+        })
+    }
+
+    /// Up to `limit` nodes in uuid order, starting after `marker`.
+    pub fn list_nodes(&self, marker: Option<Uuid>, limit: usize) -> Result<Vec<Node>, StoreError> {
+        let start = match marker {
+            Some(m) => std::ops::Bound::Excluded(m.as_bytes().to_vec()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for item in self
+            .nodes
+            .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
+        {
+            if out.len() == limit {
+                break;
+            }
+            let (key, value) = item?;
+            let uuid = uuid_from(&key)?;
+            let body = parse_body(uuid, &value)?;
+            // A node deleted between the two reads is simply not listed.
+            match self.provision_of(uuid) {
+                Ok(provision) => out.push(Node { body, provision }),
+                Err(StoreError::NodeNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many nodes are enrolled.
+    pub fn node_count(&self) -> usize {
+        self.provision.len()
+    }
+
+    /// Changes a node's body (never its provision state: that is what events are for).
+    /// `change` may refuse; then nothing is written.
+    pub fn update_node(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
+    ) -> Result<Node, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let old = self.body(uuid)?;
+        let mut body = old.clone();
+        change(&mut body)?;
+        body.uuid = uuid;
+        if let Some(name) = &body.name {
+            node::validate_name(name)?;
+        }
+        body.updated_at = Some(self.clock.now());
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        (&self.nodes, &self.names).transaction(|(nodes, names)| {
+            if old.name != body.name {
+                if let Some(name) = &body.name {
+                    if names.insert(name.as_bytes(), uuid.as_bytes())?.is_some() {
+                        return abort(StoreError::NameTaken(name.clone()));
+                    }
+                }
+                if let Some(name) = &old.name {
+                    names.remove(name.as_bytes())?;
+                }
+            }
+            nodes.insert(uuid.as_bytes(), json.as_slice())?;
+            Ok(())
+        })?;
+        let provision = self.provision_of(uuid)?;
+        self.flush()?;
+        Ok(Node { body, provision })
+    }
+
+    /// Deletes a node and its ports, in the states where Ironic allows it.
+    pub fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+        use ProvisionState as S;
+        let _owner = self.locks.lock(uuid);
+        let body = self.body(uuid)?;
+        let provision = self.provision_of(uuid)?;
+        let deletable = matches!(
+            provision.state,
+            S::Enroll | S::Manageable | S::Available | S::AdoptFailed
+        );
+        if !deletable && !body.maintenance {
+            return Err(StoreError::DeleteRefused {
+                node: uuid,
+                state: provision.state,
+            });
+        }
+        let port_uuids = self.port_uuids_of(uuid)?;
+        let trees = (&self.nodes, &self.provision, &self.names, &self.deadlines);
+        let trees = (
+            trees.0,
+            trees.1,
+            trees.2,
+            trees.3,
+            &self.ports,
+            &self.macs,
+            &self.node_ports,
+        );
+        trees.transaction(|(nodes, prov, names, deadlines, ports, macs, node_ports)| {
+            nodes.remove(uuid.as_bytes())?;
+            prov.remove(uuid.as_bytes())?;
+            if let Some(name) = &body.name {
+                names.remove(name.as_bytes())?;
+            }
+            if let Some(d) = provision.deadline {
+                deadlines.remove(&record::deadline_key(d, uuid))?;
+            }
+            for port in &port_uuids {
+                if let Some(json) = ports.remove(port.as_bytes())? {
+                    let port: Port =
+                        parse_json("port", &json).map_err(ConflictableTransactionError::Abort)?;
+                    macs.remove(port.address.as_bytes())?;
+                }
+                node_ports.remove(&pair_key(uuid, *port))?;
+            }
+            Ok(())
+        })?;
+        self.flush()
+    }
+
+    /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
+    pub fn create_port(
+        &self,
+        node: Uuid,
+        mac: &str,
+        extra: node::JsonMap,
+    ) -> Result<Port, StoreError> {
+        let port = Port {
+            uuid: Uuid::new_v4(),
+            address: node::normalize_mac(mac)?,
+            node_uuid: node,
+            extra,
+            pxe_enabled: true,
+            created_at: self.clock.now(),
+        };
+        let json = serde_json::to_vec(&port).expect("a port serialises");
+        let _owner = self.locks.lock(node);
+        (&self.nodes, &self.ports, &self.macs, &self.node_ports).transaction(
+            |(nodes, ports, macs, node_ports)| {
+                if nodes.get(node.as_bytes())?.is_none() {
+                    return abort(StoreError::NodeNotFound(node.to_string()));
+                }
+                if let Some(existing) =
+                    macs.insert(port.address.as_bytes(), port.uuid.as_bytes())?
+                {
+                    let port_uuid =
+                        uuid_from(&existing).map_err(ConflictableTransactionError::Abort)?;
+                    return abort(StoreError::MacTaken {
+                        mac: port.address.clone(),
+                        port: port_uuid,
+                    });
+                }
+                ports.insert(port.uuid.as_bytes(), json.as_slice())?;
+                node_ports.insert(&pair_key(node, port.uuid), &[])?;
+                Ok(())
+            },
+        )?;
+        self.flush()?;
+        Ok(port)
+    }
+
+    pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+        let json = self
+            .ports
+            .get(uuid.as_bytes())?
+            .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
+        Ok(parse_json("port", &json)?)
+    }
+
+    /// The node that owns one of these MAC addresses, as agent lookup needs. Addresses that
+    /// are not MACs are ignored (Ironic drops them with a warning).
+    pub fn node_by_macs<'a>(
+        &self,
+        macs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Option<Uuid>, StoreError> {
+        for mac in macs {
+            let Ok(mac) = node::normalize_mac(mac) else {
+                continue;
+            };
+            if let Some(port) = self.macs.get(mac.as_bytes())? {
+                return Ok(Some(self.port(uuid_from(&port)?)?.node_uuid));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
+        self.port_uuids_of(node)?
+            .into_iter()
+            .map(|p| self.port(p))
+            .collect()
+    }
+
+    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let port = self.port(uuid)?;
+        let _owner = self.locks.lock(port.node_uuid);
+        (&self.ports, &self.macs, &self.node_ports).transaction(|(ports, macs, node_ports)| {
+            if ports.remove(uuid.as_bytes())?.is_none() {
+                return abort(StoreError::PortNotFound(uuid.to_string()));
+            }
+            macs.remove(port.address.as_bytes())?;
+            node_ports.remove(&pair_key(port.node_uuid, uuid))?;
+            Ok(())
+        })?;
+        self.flush()
+    }
+
+    fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        self.node_ports
+            .scan_prefix(node.as_bytes())
+            .map(|item| uuid_from(&item?.0[16..]))
+            .collect()
+    }
+
+    fn body(&self, uuid: Uuid) -> Result<NodeBody, StoreError> {
+        let json = self
+            .nodes
+            .get(uuid.as_bytes())?
+            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))?;
+        parse_body(uuid, &json)
+    }
+
+    fn provision_of(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+        let bytes = self
+            .provision
+            .get(uuid.as_bytes())?
+            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))?;
+        record::decode(uuid, &bytes)
+    }
+}
+
+fn pair_key(a: Uuid, b: Uuid) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(a.as_bytes());
+    key[16..].copy_from_slice(b.as_bytes());
+    key
+}
+
+fn uuid_from(bytes: &[u8]) -> Result<Uuid, StoreError> {
+    Uuid::from_slice(bytes).map_err(|_| StoreError::Corrupt(format!("uuid {bytes:02x?}")))
+}
+
+fn parse_body(uuid: Uuid, json: &[u8]) -> Result<NodeBody, StoreError> {
+    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("node {uuid}: {e}")))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! Provision-state changes: transitions, touches, and the sweeper's expiry step.
+//!
+//! All three are read-check-write sequences on one node's provision record, run under the
+//! node's lock, so they are totally ordered per node:
+//!
+//! - a **transition** applies an event through the state machine, stamps
+//!   `provision_updated_at`, derives the new deadline, and writes record, body and index
+//!   in one sled transaction, flushed before it returns;
+//! - a **touch** moves `provision_updated_at` and the deadline of a waiting node and
+//!   nothing else; it writes the new index entry, then the record, then removes the old
+//!   entry, so a crash between the steps leaves at worst a stale entry, never a missing one;
+//! - **expiry** takes the expired index entries from the front and fails a node only if its
+//!   record still carries that very deadline (the compare in compare-and-swap): a touch
+//!   that got the lock first has moved it, and the node lives on. Stale entries are removed.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use sled::transaction::Transactional;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::{Store, StoreError, abort, parse_body, record};
+use crate::clock::Timestamp;
+use crate::node::{Node, Provision};
+use crate::state_machine::{Event, ProvisionState};
+
+/// A node the sweeper failed because its agent went silent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedOut {
+    pub node: Uuid,
+    /// The wait state it was in.
+    pub waited_in: ProvisionState,
+    /// The failed state it is in now.
+    pub failed_to: ProvisionState,
+    /// The timeout that was in force.
+    pub timeout: Duration,
+    /// How long since its clock last moved.
+    pub silent_for: Duration,
+    pub last_error: String,
+}
+
+/// How writers tell a sleeping sweeper that a deadline earlier than the one it sleeps
+/// towards has appeared. The sweeper publishes its wake-up time, then re-reads the index;
+/// a writer inserts its entry, then compares. One of the two always sees the other.
+pub struct SweeperWaker {
+    sleeping_until: AtomicI64,
+    notify: Notify,
+}
+
+impl Default for SweeperWaker {
+    fn default() -> Self {
+        SweeperWaker {
+            sleeping_until: AtomicI64::new(i64::MIN),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl SweeperWaker {
+    pub(crate) fn sleep_until(&self, t: Timestamp) {
+        self.sleeping_until.store(t.as_micros(), Ordering::SeqCst);
+    }
+
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await
+    }
+
+    fn deadline_added(&self, d: Timestamp) {
+        if d.as_micros() < self.sleeping_until.load(Ordering::SeqCst) {
+            self.notify.notify_one();
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn waker(&self) -> &SweeperWaker {
+        &self.waker
+    }
+
+    /// Applies `event` to a node, flushed to disk before it returns. `last_error` replaces
+    /// the node's: a failure sets it, an operator's new action clears it with `None`.
+    pub fn apply_event(
+        &self,
+        uuid: Uuid,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let node = self.transition(uuid, None, event, last_error)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Like [`Store::apply_event`], but only if the node is still in `expected`; this is
+    /// how a caller that decided on an old read avoids acting on a node that moved on.
+    pub fn apply_event_from(
+        &self,
+        uuid: Uuid,
+        expected: ProvisionState,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let node = self.transition(uuid, Some(expected), event, last_error)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Applies many events with one flush at the end. Each event is all-or-nothing.
+    pub fn apply_events(
+        &self,
+        events: impl IntoIterator<Item = (Uuid, Event)>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        let results = events
+            .into_iter()
+            .map(|(uuid, e)| self.transition(uuid, None, e, None))
+            .collect();
+        self.flush()?;
+        Ok(results)
+    }
+
+    /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
+    /// its state alone. This is what every heartbeat of a live agent does.
+    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let old = self.provision_of(uuid)?;
+        if old.state.wait_kind().is_none() {
+            return Err(StoreError::NotWaiting {
+                node: uuid,
+                state: old.state,
+            });
+        }
+        let now = self.clock.now();
+        let new = Provision {
+            updated_at: now,
+            deadline: self.timeouts.for_state(old.state).map(|d| now.add(d)),
+            ..old
+        };
+        self.rewrite_clock(uuid, &old, &new)?;
+        Ok(new)
+    }
+
+    /// Replaces a record whose state is unchanged but whose clock or deadline moved, without
+    /// a transaction: new index entry, then record, then old entry out. The caller holds the
+    /// node's lock.
+    pub(super) fn rewrite_clock(
+        &self,
+        uuid: Uuid,
+        old: &Provision,
+        new: &Provision,
+    ) -> Result<(), StoreError> {
+        if let Some(d) = new.deadline.filter(|&d| Some(d) != old.deadline) {
+            self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
+            self.waker.deadline_added(d);
+        }
+        self.provision
+            .insert(uuid.as_bytes(), &record::encode(new))?;
+        if let Some(d) = old.deadline.filter(|&d| Some(d) != new.deadline) {
+            self.deadlines.remove(record::deadline_key(d, uuid))?;
+        }
+        Ok(())
+    }
+
+    /// The earliest deadline in the index (possibly stale; the sweep step checks).
+    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        match self.deadlines.iter().next() {
+            Some(item) => Ok(Some(record::parse_deadline_key(&item?.0)?.0)),
+            None => Ok(None),
+        }
+    }
+
+    /// Fails up to `limit` nodes whose deadline is at or before `now` and whose clock has
+    /// not moved since; returns them. Its cost grows with the entries it finds expired, not
+    /// with the fleet: it stops at the first deadline in the future.
+    pub fn fail_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<TimedOut>, StoreError> {
+        let mut expired = Vec::new();
+        for item in self.deadlines.iter().take(limit) {
+            let (deadline, uuid) = record::parse_deadline_key(&item?.0)?;
+            if deadline > now {
+                break;
+            }
+            expired.push((deadline, uuid));
+        }
+        let mut timed_out = Vec::new();
+        for (deadline, uuid) in expired {
+            if let Some(t) = self.fail_if_still_expired(uuid, deadline, now)? {
+                timed_out.push(t);
+            }
+        }
+        if !timed_out.is_empty() {
+            self.flush()?;
+        }
+        Ok(timed_out)
+    }
+
+    fn fail_if_still_expired(
+        &self,
+        uuid: Uuid,
+        deadline: Timestamp,
+        now: Timestamp,
+    ) -> Result<Option<TimedOut>, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let current = match self.provision_of(uuid) {
+            Ok(p) => Some(p),
+            Err(StoreError::NodeNotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let Some(p) =
+            current.filter(|p| p.deadline == Some(deadline) && p.state.wait_kind().is_some())
+        else {
+            // Touched, moved on or deleted since the entry was written: the entry is stale.
+            self.deadlines
+                .remove(record::deadline_key(deadline, uuid))?;
+            return Ok(None);
+        };
+        let kind = p.state.wait_kind().expect("filtered on wait states");
+        let timeout = deadline.since(p.updated_at);
+        let silent_for = now.since(p.updated_at);
+        let last_error = format!(
+            "Timeout reached while waiting for callback for node {uuid}: no callback for {:.1} s in \"{}\" ({} is {} s)",
+            silent_for.as_secs_f64(),
+            p.state,
+            kind.option_name(),
+            timeout.as_secs_f64(),
+        );
+        let node = self.transition_locked(uuid, p, Event::Fail, Some(last_error.clone()), now)?;
+        Ok(Some(TimedOut {
+            node: uuid,
+            waited_in: p.state,
+            failed_to: node.provision.state,
+            timeout,
+            silent_for,
+            last_error,
+        }))
+    }
+
+    /// One transition, not yet flushed.
+    pub(super) fn transition(
+        &self,
+        uuid: Uuid,
+        expected: Option<ProvisionState>,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let old = self.provision_of(uuid)?;
+        if let Some(expected) = expected.filter(|&e| e != old.state) {
+            return Err(StoreError::StateChanged {
+                node: uuid,
+                expected,
+                actual: old.state,
+            });
+        }
+        self.transition_locked(uuid, old, event, last_error, self.clock.now())
+    }
+
+    /// The transition itself; the caller holds the node's lock and has read `old`.
+    fn transition_locked(
+        &self,
+        uuid: Uuid,
+        old: Provision,
+        event: Event,
+        last_error: Option<String>,
+        now: Timestamp,
+    ) -> Result<Node, StoreError> {
+        let to = old
+            .state
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
+        let new = Provision {
+            state: to,
+            // A failed state keeps the target of its flow, as Ironic's does.
+            target: to.target(),
+            updated_at: now,
+            deadline: self.timeouts.for_state(to).map(|d| now.add(d)),
+        };
+        let trees = (&self.nodes, &self.provision, &self.deadlines);
+        let body = trees.transaction(|(nodes, prov, deadlines)| {
+            let Some(json) = nodes.get(uuid.as_bytes())? else {
+                return abort(StoreError::NodeNotFound(uuid.to_string()));
+            };
+            let mut body = parse_body(uuid, &json)
+                .map_err(sled::transaction::ConflictableTransactionError::Abort)?;
+            if body.last_error != last_error {
+                body.last_error = last_error.clone();
+                body.updated_at = Some(now);
+                nodes.insert(
+                    uuid.as_bytes(),
+                    serde_json::to_vec(&body).expect("a node body serialises"),
+                )?;
+            }
+            prov.insert(uuid.as_bytes(), &record::encode(&new))?;
+            if let Some(d) = old.deadline {
+                deadlines.remove(&record::deadline_key(d, uuid))?;
+            }
+            if let Some(d) = new.deadline {
+                deadlines.insert(&record::deadline_key(d, uuid), &[])?;
+            }
+            Ok(body)
+        })?;
+        if let Some(d) = new.deadline {
+            self.waker.deadline_added(d);
+        }
+        Ok(Node {
+            body,
+            provision: new,
+        })
+    }
+}

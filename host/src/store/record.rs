@@ -1,0 +1,139 @@
+//! Byte layouts of the provision record and of deadline-index keys.
+//!
+//! The provision record is what a heartbeat rewrites, so it is fixed-size and cheap to
+//! decode: `[version, state, target, updated_at: i64 BE, deadline: i64 BE]`, 19 bytes, with
+//! `target = 0xFF` for none and `deadline = i64::MIN` for none. A deadline key is
+//! `deadline: u64 BE ‖ uuid`, so sled's key order is deadline order and the sweeper reads
+//! the index from the front.
+
+use uuid::Uuid;
+
+use crate::clock::Timestamp;
+use crate::node::Provision;
+use crate::state_machine::ProvisionState;
+
+use super::StoreError;
+
+const VERSION: u8 = 1;
+pub(super) const RECORD_LEN: usize = 19;
+const NO_TARGET: u8 = 0xFF;
+const NO_DEADLINE: i64 = i64::MIN;
+
+fn state_code(s: ProvisionState) -> u8 {
+    ProvisionState::ALL
+        .iter()
+        .position(|&x| x == s)
+        .expect("state is in ALL") as u8
+}
+
+fn state_from_code(code: u8) -> Option<ProvisionState> {
+    ProvisionState::ALL.get(code as usize).copied()
+}
+
+pub(super) fn encode(p: &Provision) -> [u8; RECORD_LEN] {
+    let mut out = [0u8; RECORD_LEN];
+    out[0] = VERSION;
+    out[1] = state_code(p.state);
+    out[2] = p.target.map_or(NO_TARGET, state_code);
+    out[3..11].copy_from_slice(&p.updated_at.as_micros().to_be_bytes());
+    let deadline = p.deadline.map_or(NO_DEADLINE, Timestamp::as_micros);
+    out[11..19].copy_from_slice(&deadline.to_be_bytes());
+    out
+}
+
+pub(super) fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
+    let corrupt = || StoreError::Corrupt(format!("provision record of node {uuid}: {bytes:02x?}"));
+    if bytes.len() != RECORD_LEN || bytes[0] != VERSION {
+        return Err(corrupt());
+    }
+    let state = state_from_code(bytes[1]).ok_or_else(corrupt)?;
+    let target = match bytes[2] {
+        NO_TARGET => None,
+        code => Some(state_from_code(code).ok_or_else(corrupt)?),
+    };
+    let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let deadline = i64_at(11);
+    Ok(Provision {
+        state,
+        target,
+        updated_at: Timestamp::from_micros(i64_at(3)),
+        deadline: (deadline != NO_DEADLINE).then_some(Timestamp::from_micros(deadline)),
+    })
+}
+
+pub(super) fn deadline_key(deadline: Timestamp, uuid: Uuid) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    // Offset by 2^63 so that the byte order of the key is the numeric order of the i64.
+    key[..8].copy_from_slice(&((deadline.as_micros() as u64) ^ (1 << 63)).to_be_bytes());
+    key[8..].copy_from_slice(uuid.as_bytes());
+    key
+}
+
+pub(super) fn parse_deadline_key(key: &[u8]) -> Result<(Timestamp, Uuid), StoreError> {
+    let bytes: [u8; 24] = key
+        .try_into()
+        .map_err(|_| StoreError::Corrupt(format!("deadline key {key:02x?}")))?;
+    let micros = (u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+    let uuid = Uuid::from_bytes(bytes[8..].try_into().expect("16 bytes"));
+    Ok((Timestamp::from_micros(micros), uuid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_for_every_state() {
+        for (i, &state) in ProvisionState::ALL.iter().enumerate() {
+            let p = Provision {
+                state,
+                target: state.target(),
+                updated_at: Timestamp::from_micros(1_700_000_000_000_000 + i as i64),
+                deadline: (i % 2 == 0).then_some(Timestamp::from_micros(-5)),
+            };
+            assert_eq!(decode(Uuid::nil(), &encode(&p)).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn corrupt_records_are_errors_not_panics() {
+        let good = encode(&Provision {
+            state: ProvisionState::Active,
+            target: None,
+            updated_at: Timestamp::from_micros(1),
+            deadline: None,
+        });
+        for bad in [
+            &good[..5],
+            &[9u8; RECORD_LEN][..],
+            &[
+                VERSION, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ][..],
+        ] {
+            assert!(matches!(
+                decode(Uuid::nil(), bad),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn deadline_keys_sort_by_deadline_then_uuid() {
+        let a = Uuid::from_u128(2);
+        let b = Uuid::from_u128(1);
+        let keys = [
+            deadline_key(Timestamp::from_micros(-10), a),
+            deadline_key(Timestamp::from_micros(0), a),
+            deadline_key(Timestamp::from_micros(7), b),
+            deadline_key(Timestamp::from_micros(7), a),
+            deadline_key(Timestamp::from_micros(1 << 40), b),
+        ];
+        let mut sorted = keys;
+        sorted.sort();
+        assert_eq!(sorted, keys);
+        for k in keys {
+            let (t, u) = parse_deadline_key(&k).unwrap();
+            assert_eq!(deadline_key(t, u), k);
+        }
+    }
+}

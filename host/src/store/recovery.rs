@@ -1,0 +1,86 @@
+//! What opening the store does before anyone else may use it (Ironic's `init_host`).
+//!
+//! - Nodes left in a busy state (deploying, cleaning, deleting, …) were being worked on
+//!   by an engine that is gone; nobody can resume that work, so they are failed with a
+//!   `last_error` saying so.
+//! - Nodes in wait states keep waiting on their persisted clocks: an agent that is still
+//!   alive heartbeats again and the deploy goes on. Their deadlines are re-derived from
+//!   the timeouts configured *now* (a timeout changed to 0 takes them off the index).
+//! - Index entries that match no record (a crash between a touch's writes) are dropped,
+//!   and a wait-state record whose entry is missing gets it back.
+//!
+//! This is the one place that reads every record; it reads the 19-byte records, not the
+//! node bodies.
+
+use uuid::Uuid;
+
+use super::{Store, StoreError, record, uuid_from};
+use crate::node::Provision;
+use crate::state_machine::{Event, ProvisionState};
+
+/// What recovery found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub nodes: usize,
+    /// Busy nodes failed: (node, state it was in, state it is in now).
+    pub failed: Vec<(Uuid, ProvisionState, ProvisionState)>,
+    /// Nodes in wait states whose deadline is enabled.
+    pub waiting: usize,
+    /// Wait-state records whose deadline changed with the configuration.
+    pub rescheduled: usize,
+    /// Index entries that matched no record, removed.
+    pub stale_entries: usize,
+}
+
+impl Store {
+    pub(super) fn recover(&self) -> Result<Recovery, StoreError> {
+        let mut report = Recovery::default();
+        let mut busy = Vec::new();
+        for item in self.provision.iter() {
+            let (key, bytes) = item?;
+            let uuid = uuid_from(&key)?;
+            let p = record::decode(uuid, &bytes)?;
+            report.nodes += 1;
+            if p.state.is_busy() {
+                busy.push((uuid, p.state));
+                continue;
+            }
+            let deadline = self
+                .timeouts
+                .for_state(p.state)
+                .map(|d| p.updated_at.add(d));
+            if deadline.is_some() {
+                report.waiting += 1;
+            }
+            if deadline != p.deadline {
+                let _owner = self.locks.lock(uuid);
+                self.rewrite_clock(uuid, &p, &Provision { deadline, ..p })?;
+                report.rescheduled += 1;
+            } else if let Some(d) = deadline {
+                self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
+            }
+        }
+        for item in self.deadlines.iter() {
+            let (key, _) = item?;
+            let (deadline, uuid) = record::parse_deadline_key(&key)?;
+            let live = match self.provision.get(uuid.as_bytes())? {
+                Some(bytes) => record::decode(uuid, &bytes)?.deadline == Some(deadline),
+                None => false,
+            };
+            if !live {
+                self.deadlines.remove(&key)?;
+                report.stale_entries += 1;
+            }
+        }
+        for (uuid, state) in busy {
+            let failed = state.next(Event::Fail).expect("every busy state can fail");
+            let message = format!(
+                "deployd restarted while node {uuid} was in \"{state}\"; that operation cannot be resumed, so the node was moved to \"{failed}\""
+            );
+            self.transition(uuid, Some(state), Event::Fail, Some(message))?;
+            report.failed.push((uuid, state, failed));
+        }
+        self.flush()?;
+        Ok(report)
+    }
+}

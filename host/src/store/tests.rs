@@ -1,0 +1,351 @@
+//! Store behaviour on a real sled database in a temporary directory.
+
+use std::time::Duration;
+
+use super::*;
+use crate::clock::Timestamp;
+use crate::state_machine::Event;
+
+const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
+
+fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
+    let clock = Clock::manual(T0);
+    let (store, _) = Store::open(
+        &dir.path().join("store"),
+        &StoreConfig::default(),
+        Timeouts::uniform(Duration::from_secs(timeout_s)),
+        clock.clone(),
+    )
+    .unwrap();
+    (store, clock)
+}
+
+fn new_node(name: Option<&str>) -> NewNode {
+    NewNode {
+        name: name.map(str::to_owned),
+        driver: "fake".into(),
+        ..Default::default()
+    }
+}
+
+fn to_wait_call_back(store: &Store, uuid: Uuid) {
+    for e in [
+        Event::Manage,
+        Event::Done,
+        Event::Provide,
+        Event::Done,
+        Event::Deploy,
+        Event::Wait,
+    ] {
+        store.apply_event(uuid, e, None).unwrap();
+    }
+}
+
+#[test]
+fn nodes_are_found_by_uuid_and_name_and_names_are_unique() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let a = store.create_node(new_node(Some("rack1-u1"))).unwrap();
+    assert_eq!(a.state(), ProvisionState::Enroll);
+    assert_eq!(a.provision.updated_at, T0);
+    assert_eq!(store.find_node("rack1-u1").unwrap(), a);
+    assert_eq!(store.find_node(&a.uuid().to_string()).unwrap(), a);
+    assert!(
+        matches!(store.create_node(new_node(Some("rack1-u1"))), Err(StoreError::NameTaken(n)) if n == "rack1-u1")
+    );
+    assert!(matches!(
+        store.create_node(new_node(Some("bad name"))),
+        Err(StoreError::Invalid(_))
+    ));
+    let same_uuid = NewNode {
+        uuid: Some(a.uuid()),
+        ..new_node(None)
+    };
+    assert!(matches!(
+        store.create_node(same_uuid),
+        Err(StoreError::UuidTaken(_))
+    ));
+    assert!(matches!(store.find_node("nope"), Err(StoreError::NodeNotFound(n)) if n == "nope"));
+    assert_eq!(store.node_count(), 1);
+}
+
+#[test]
+fn renaming_moves_the_name_index_and_refuses_taken_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let a = store.create_node(new_node(Some("a"))).unwrap();
+    store.create_node(new_node(Some("b"))).unwrap();
+    let err = store.update_node(a.uuid(), |b| {
+        b.name = Some("b".into());
+        Ok(())
+    });
+    assert!(matches!(err, Err(StoreError::NameTaken(_))));
+    assert_eq!(
+        store.find_node("a").unwrap().uuid(),
+        a.uuid(),
+        "a refused rename changes nothing"
+    );
+    store
+        .update_node(a.uuid(), |b| {
+            b.name = Some("c".into());
+            b.driver_info
+                .insert("ipmi_address".into(), "127.0.0.1".into());
+            Ok(())
+        })
+        .unwrap();
+    assert!(store.find_node("a").is_err());
+    let c = store.find_node("c").unwrap();
+    assert_eq!(c.body.driver_info["ipmi_address"], "127.0.0.1");
+    assert!(c.body.updated_at.is_some());
+}
+
+#[test]
+fn listing_pages_by_marker_in_uuid_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let mut uuids: Vec<Uuid> = (0..5)
+        .map(|_| store.create_node(new_node(None)).unwrap().uuid())
+        .collect();
+    uuids.sort();
+    let page1 = store.list_nodes(None, 2).unwrap();
+    let page2 = store.list_nodes(Some(page1[1].uuid()), 2).unwrap();
+    let page3 = store.list_nodes(Some(page2[1].uuid()), 2).unwrap();
+    let listed: Vec<Uuid> = page1
+        .iter()
+        .chain(&page2)
+        .chain(&page3)
+        .map(Node::uuid)
+        .collect();
+    assert_eq!(listed, uuids);
+}
+
+#[test]
+fn an_illegal_event_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let node = store.create_node(new_node(None)).unwrap();
+    clock.advance(Duration::from_secs(5));
+    let err = store
+        .apply_event(node.uuid(), Event::Deploy, None)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "node {}: event \"deploy\" is not allowed in provision state \"enroll\"",
+            node.uuid()
+        )
+    );
+    assert_eq!(store.node(node.uuid()).unwrap(), node);
+}
+
+#[test]
+fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    clock.advance(Duration::from_secs(1));
+    to_wait_call_back(&store, uuid);
+    let node = store.node(uuid).unwrap();
+    let now = T0.add(Duration::from_secs(1));
+    assert_eq!(node.provision.state, ProvisionState::WaitCallBack);
+    assert_eq!(node.provision.target, Some(ProvisionState::Active));
+    assert_eq!(node.provision.updated_at, now);
+    assert_eq!(
+        node.provision.deadline,
+        Some(now.add(Duration::from_secs(60)))
+    );
+    assert_eq!(store.next_deadline().unwrap(), node.provision.deadline);
+    let active = store.apply_event(uuid, Event::Resume, None).unwrap();
+    assert_eq!(active.provision.deadline, None);
+    assert_eq!(
+        store.next_deadline().unwrap(),
+        None,
+        "leaving the wait state removes the entry"
+    );
+}
+
+#[test]
+fn apply_event_from_refuses_a_node_that_moved_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    let err = store
+        .apply_event_from(uuid, ProvisionState::Available, Event::Deploy, None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::StateChanged {
+                actual: ProvisionState::Enroll,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn touch_moves_the_clock_and_deadline_but_never_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    to_wait_call_back(&store, uuid);
+    clock.advance(Duration::from_secs(30));
+    let touched = store.touch_provisioning(uuid).unwrap();
+    let now = T0.add(Duration::from_secs(30));
+    assert_eq!(touched.state, ProvisionState::WaitCallBack);
+    assert_eq!(touched.updated_at, now);
+    assert_eq!(touched.deadline, Some(now.add(Duration::from_secs(60))));
+    assert_eq!(store.node(uuid).unwrap().provision, touched);
+    assert_eq!(store.deadlines.len(), 1, "the old entry is gone");
+    assert_eq!(store.next_deadline().unwrap(), touched.deadline);
+}
+
+#[test]
+fn touch_outside_a_wait_state_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let node = store.create_node(new_node(None)).unwrap();
+    clock.advance(Duration::from_secs(3));
+    let err = store.touch_provisioning(node.uuid()).unwrap_err();
+    assert!(
+        err.to_string().contains("is in provision state \"enroll\""),
+        "{err}"
+    );
+    assert_eq!(store.node(node.uuid()).unwrap(), node);
+    assert!(matches!(
+        store.touch_provisioning(Uuid::new_v4()),
+        Err(StoreError::NodeNotFound(_))
+    ));
+}
+
+#[test]
+fn expiry_fails_only_nodes_past_their_deadline_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let late = store.create_node(new_node(None)).unwrap().uuid();
+    let alive = store.create_node(new_node(None)).unwrap().uuid();
+    to_wait_call_back(&store, late);
+    to_wait_call_back(&store, alive);
+    clock.advance(Duration::from_secs(45));
+    store.touch_provisioning(alive).unwrap();
+    clock.advance(Duration::from_secs(15));
+    let failed = store.fail_expired(clock.now(), 100).unwrap();
+    assert_eq!(failed.len(), 1);
+    let t = &failed[0];
+    assert_eq!(
+        (t.node, t.waited_in, t.failed_to),
+        (
+            late,
+            ProvisionState::WaitCallBack,
+            ProvisionState::DeployFailed
+        )
+    );
+    assert_eq!(
+        (t.timeout, t.silent_for),
+        (Duration::from_secs(60), Duration::from_secs(60))
+    );
+    let node = store.node(late).unwrap();
+    assert_eq!(node.state(), ProvisionState::DeployFailed);
+    assert_eq!(node.provision.target, Some(ProvisionState::Active));
+    let err = node.body.last_error.unwrap();
+    assert!(
+        err.contains(&late.to_string())
+            && err.contains("deploy_callback_timeout is 60 s")
+            && err.contains("60.0 s"),
+        "{err}"
+    );
+    assert_eq!(
+        store.node(alive).unwrap().state(),
+        ProvisionState::WaitCallBack
+    );
+    assert!(
+        store.fail_expired(clock.now(), 100).unwrap().is_empty(),
+        "never failed twice"
+    );
+}
+
+#[test]
+fn clean_wait_times_out_to_clean_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 10);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    for e in [Event::Manage, Event::Done, Event::Provide, Event::Wait] {
+        store.apply_event(uuid, e, None).unwrap();
+    }
+    clock.advance(Duration::from_secs(10));
+    let failed = store.fail_expired(clock.now(), 100).unwrap();
+    assert_eq!(failed[0].failed_to, ProvisionState::CleanFailed);
+    assert!(failed[0].last_error.contains("clean_callback_timeout"));
+}
+
+#[test]
+fn deleting_follows_ironic_state_rules_and_frees_name_and_macs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let uuid = store.create_node(new_node(Some("gone"))).unwrap().uuid();
+    store
+        .create_port(uuid, "52:54:00:00:00:01", Default::default())
+        .unwrap();
+    to_wait_call_back(&store, uuid);
+    let err = store.delete_node(uuid).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::DeleteRefused {
+                state: ProvisionState::WaitCallBack,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    store
+        .update_node(uuid, |b| {
+            b.maintenance = true;
+            Ok(())
+        })
+        .unwrap();
+    store.delete_node(uuid).unwrap();
+    assert!(matches!(store.node(uuid), Err(StoreError::NodeNotFound(_))));
+    assert_eq!(store.next_deadline().unwrap(), None);
+    let again = store.create_node(new_node(Some("gone"))).unwrap().uuid();
+    store
+        .create_port(again, "52:54:00:00:00:01", Default::default())
+        .unwrap();
+}
+
+#[test]
+fn ports_are_unique_by_mac_and_find_their_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let a = store.create_node(new_node(None)).unwrap().uuid();
+    let b = store.create_node(new_node(None)).unwrap().uuid();
+    let port = store
+        .create_port(a, "52-54-00-AA-BB-CC", Default::default())
+        .unwrap();
+    assert_eq!(port.address, "52:54:00:aa:bb:cc");
+    let err = store
+        .create_port(b, "52:54:00:aa:bb:cc", Default::default())
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::MacTaken { port: p, .. } if *p == port.uuid),
+        "{err}"
+    );
+    assert!(matches!(
+        store.create_port(Uuid::new_v4(), "52:54:00:aa:bb:cd", Default::default()),
+        Err(StoreError::NodeNotFound(_))
+    ));
+    assert!(matches!(
+        store.create_port(a, "not-a-mac", Default::default()),
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(
+        store.node_by_macs(["junk", "52:54:00:AA:BB:CC"]).unwrap(),
+        Some(a)
+    );
+    assert_eq!(store.node_by_macs(["52:54:00:aa:bb:00"]).unwrap(), None);
+    assert_eq!(store.ports_of(a).unwrap(), vec![port.clone()]);
+    store.delete_port(port.uuid).unwrap();
+    assert_eq!(store.node_by_macs(["52:54:00:aa:bb:cc"]).unwrap(), None);
+    assert!(store.ports_of(a).unwrap().is_empty());
+}

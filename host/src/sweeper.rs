@@ -1,0 +1,137 @@
+//! The heartbeat-driven timeout sweeper: fails nodes whose agent went silent.
+//!
+//! It sleeps until the earliest deadline in the store's index, and no longer than
+//! `check_interval` (a safety net, like Ironic's `check_provision_state_interval`). A
+//! writer that adds an earlier deadline wakes it. On waking it asks the store to fail what
+//! has expired; the store re-checks each node under its lock, so a heartbeat that touched
+//! a node first always wins. Each failed node is handed to a [`TimeoutHook`] (the driver's
+//! clean-up), outside any lock.
+//!
+//! All waiting is on tokio's clock, so tests pause and advance time instead of sleeping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::{Store, TimedOut};
+
+/// What runs after the sweeper failed a node. It must not block: spawn long work.
+pub trait TimeoutHook: Send + Sync + 'static {
+    fn timed_out(&self, event: TimedOut);
+}
+
+/// A hook that only logs; the plugin host brings one that calls the driver's clean-up.
+pub struct LogTimeouts;
+
+impl TimeoutHook for LogTimeouts {
+    fn timed_out(&self, event: TimedOut) {
+        tracing::warn!(node = %event.node, from = %event.waited_in, to = %event.failed_to, "{}", event.last_error);
+    }
+}
+
+/// How the sweeper runs.
+#[derive(Clone, Copy, Debug)]
+pub struct SweeperConfig {
+    /// The longest the sweeper sleeps without looking (0 disables the sweeper entirely,
+    /// as Ironic's `check_provision_state_interval = 0` does).
+    pub check_interval: Duration,
+    /// The most nodes failed per pass before the sweeper yields to other tasks.
+    pub batch: usize,
+}
+
+impl Default for SweeperConfig {
+    fn default() -> Self {
+        SweeperConfig {
+            check_interval: Duration::from_secs(60),
+            batch: 1024,
+        }
+    }
+}
+
+/// A running sweeper. Dropping it stops the task.
+pub struct Sweeper {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Sweeper {
+    /// Starts the sweeper on the current tokio runtime. With a zero `check_interval` it
+    /// does nothing and returns a handle to a finished task.
+    pub fn spawn(store: Arc<Store>, config: SweeperConfig, hook: Arc<dyn TimeoutHook>) -> Sweeper {
+        let (stop, stopped) = watch::channel(false);
+        let task = (!config.check_interval.is_zero())
+            .then(|| tokio::spawn(run(store, config, hook, stopped)));
+        Sweeper { stop, task }
+    }
+
+    /// Stops the sweeper and waits for its current pass to end.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn run(
+    store: Arc<Store>,
+    config: SweeperConfig,
+    hook: Arc<dyn TimeoutHook>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let now = store.clock().now();
+        // sled is fast but synchronous; a pass is short (it stops at the first future
+        // deadline and fails at most `batch` nodes), so it runs inline on this task.
+        let passed = match store.fail_expired(now, config.batch) {
+            Ok(timed_out) => {
+                let full = timed_out.len() == config.batch;
+                for event in timed_out {
+                    hook.timed_out(event);
+                }
+                if full {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval");
+                false
+            }
+        };
+        // After a failed pass, wait the full interval rather than spin on a bad entry.
+        let mut wake_at = now.add(config.check_interval);
+        if passed {
+            match store.next_deadline() {
+                Ok(Some(next)) => wake_at = wake_at.min(next),
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "sweeper could not read the deadline index"),
+            }
+        }
+        // Publish, then re-read: a deadline added after the re-read wakes us via the waker.
+        store.waker().sleep_until(wake_at);
+        if let Ok(Some(next)) = store.next_deadline() {
+            if next < wake_at {
+                continue;
+            }
+        }
+        let sleep = wake_at.since(store.clock().now());
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = store.waker().woken() => {}
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
