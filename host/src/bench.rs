@@ -85,7 +85,8 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
 
     // k expired per sweep: window j covers nodes [j*k, (j+1)*k).
     let k = args.expired.max(1);
-    let windows = (args.nodes / k).min(20).saturating_sub(1);
+    // At most 20 samples, and never more than half the fleet, which is left for touches.
+    let windows = (args.nodes / k / 2).min(20);
     let mut j = 0;
     let samples = sample(windows, || {
         j += 1;
@@ -103,7 +104,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     }
 
     // Touches on one thread, over the nodes no sweep window reached.
-    let alive = &uuids[(windows + 1) * k..];
+    let alive = &uuids[windows * k..];
     anyhow::ensure!(!alive.is_empty(), "no nodes left to touch; raise --nodes");
     let t = Instant::now();
     for i in 0..args.touches {

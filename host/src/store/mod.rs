@@ -4,17 +4,20 @@
 //!
 //! | tree         | key                    | value                                  |
 //! |--------------|------------------------|----------------------------------------|
-//! | `nodes`      | node uuid              | [`NodeBody`] as JSON                   |
-//! | `provision`  | node uuid              | the 19-byte provision record (`record`) |
+//! | `nodes`      | node uuid              | provision record ‖ [`NodeBody`] JSON   |
 //! | `names`      | node name              | node uuid                              |
 //! | `ports`      | port uuid              | [`Port`] as JSON                       |
 //! | `macs`       | normalised MAC         | port uuid                              |
 //! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |
 //! | `deadlines`  | deadline ‖ node uuid   | (empty)                                |
 //!
-//! The provision record is the truth about a node's state and clock; the deadline index is
-//! derived from it, so the sweeper reads the index from the front and re-checks the record
-//! before it acts. Every write to a node happens under that node's lock (`locks`).
+//! A node is one value: its fixed-size provision record (state, target, clock, deadline;
+//! see `record`), then its body as JSON. Every write to a node is one insert of that value,
+//! made under the node's lock (`locks`), so it is atomic on disk and ordered with every
+//! other write to the node without a sled transaction. The record is the truth about a
+//! node's state and clock; the deadline index is derived from it, so the sweeper reads the
+//! index from the front and re-checks the record before it acts. Transactions are used
+//! only where several nodes' keys meet: the name and MAC indexes (create, rename, delete).
 //!
 //! Durability: operator-visible changes (create, update, delete, every state transition)
 //! are flushed to disk before the call returns. A touch is not flushed by itself: sled
@@ -119,7 +122,6 @@ impl Default for StoreConfig {
 pub struct Store {
     db: sled::Db,
     nodes: sled::Tree,
-    provision: sled::Tree,
     names: sled::Tree,
     ports: sled::Tree,
     macs: sled::Tree,
@@ -144,11 +146,11 @@ impl Store {
             .path(path)
             .flush_every_ms(Some(config.flush_every_ms.max(1)))
             .cache_capacity(config.cache_capacity)
+            .mode(sled::Mode::HighThroughput)
             .open()?;
         let tree = |name: &str| db.open_tree(name);
         let store = Store {
             nodes: tree("nodes")?,
-            provision: tree("provision")?,
             names: tree("names")?,
             ports: tree("ports")?,
             macs: tree("macs")?,
@@ -231,9 +233,12 @@ impl Store {
             deadline: None,
         };
         let uuid = body.uuid;
-        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        let value = record::join(
+            &provision,
+            &serde_json::to_vec(&body).expect("a node body serialises"),
+        );
         let _owner = self.locks.lock(uuid);
-        (&self.nodes, &self.provision, &self.names).transaction(|(nodes, prov, names)| {
+        (&self.nodes, &self.names).transaction(|(nodes, names)| {
             if nodes.get(uuid.as_bytes())?.is_some() {
                 return abort(StoreError::UuidTaken(uuid));
             }
@@ -242,8 +247,7 @@ impl Store {
                     return abort(StoreError::NameTaken(name.clone()));
                 }
             }
-            nodes.insert(uuid.as_bytes(), json.as_slice())?;
-            prov.insert(uuid.as_bytes(), &record::encode(&provision))?;
+            nodes.insert(uuid.as_bytes(), value.as_slice())?;
             Ok(())
         })?;
         Ok(Node { body, provision })
@@ -251,9 +255,8 @@ impl Store {
 
     /// A node by uuid.
     pub fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
-        let body = self.body(uuid)?;
-        let provision = self.provision_of(uuid)?;
-        Ok(Node { body, provision })
+        let value = self.value(uuid)?;
+        parse_node(uuid, &value)
     }
 
     /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
@@ -288,21 +291,14 @@ impl Store {
                 break;
             }
             let (key, value) = item?;
-            let uuid = uuid_from(&key)?;
-            let body = parse_body(uuid, &value)?;
-            // A node deleted between the two reads is simply not listed.
-            match self.provision_of(uuid) {
-                Ok(provision) => out.push(Node { body, provision }),
-                Err(StoreError::NodeNotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
+            out.push(parse_node(uuid_from(&key)?, &value)?);
         }
         Ok(out)
     }
 
     /// How many nodes are enrolled.
     pub fn node_count(&self) -> usize {
-        self.provision.len()
+        self.nodes.len()
     }
 
     /// Changes a node's body (never its provision state: that is what events are for).
@@ -313,7 +309,10 @@ impl Store {
         change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
     ) -> Result<Node, StoreError> {
         let _owner = self.locks.lock(uuid);
-        let old = self.body(uuid)?;
+        let Node {
+            body: old,
+            provision,
+        } = self.node(uuid)?;
         let mut body = old.clone();
         change(&mut body)?;
         body.uuid = uuid;
@@ -321,7 +320,10 @@ impl Store {
             node::validate_name(name)?;
         }
         body.updated_at = Some(self.clock.now());
-        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        let value = record::join(
+            &provision,
+            &serde_json::to_vec(&body).expect("a node body serialises"),
+        );
         (&self.nodes, &self.names).transaction(|(nodes, names)| {
             if old.name != body.name {
                 if let Some(name) = &body.name {
@@ -333,10 +335,9 @@ impl Store {
                     names.remove(name.as_bytes())?;
                 }
             }
-            nodes.insert(uuid.as_bytes(), json.as_slice())?;
+            nodes.insert(uuid.as_bytes(), value.as_slice())?;
             Ok(())
         })?;
-        let provision = self.provision_of(uuid)?;
         self.flush()?;
         Ok(Node { body, provision })
     }
@@ -345,8 +346,7 @@ impl Store {
     pub fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
         use ProvisionState as S;
         let _owner = self.locks.lock(uuid);
-        let body = self.body(uuid)?;
-        let provision = self.provision_of(uuid)?;
+        let Node { body, provision } = self.node(uuid)?;
         let deletable = matches!(
             provision.state,
             S::Enroll | S::Manageable | S::Available | S::AdoptFailed
@@ -358,19 +358,16 @@ impl Store {
             });
         }
         let port_uuids = self.port_uuids_of(uuid)?;
-        let trees = (&self.nodes, &self.provision, &self.names, &self.deadlines);
         let trees = (
-            trees.0,
-            trees.1,
-            trees.2,
-            trees.3,
+            &self.nodes,
+            &self.names,
+            &self.deadlines,
             &self.ports,
             &self.macs,
             &self.node_ports,
         );
-        trees.transaction(|(nodes, prov, names, deadlines, ports, macs, node_ports)| {
+        trees.transaction(|(nodes, names, deadlines, ports, macs, node_ports)| {
             nodes.remove(uuid.as_bytes())?;
-            prov.remove(uuid.as_bytes())?;
             if let Some(name) = &body.name {
                 names.remove(name.as_bytes())?;
             }
@@ -484,20 +481,10 @@ impl Store {
             .collect()
     }
 
-    fn body(&self, uuid: Uuid) -> Result<NodeBody, StoreError> {
-        let json = self
-            .nodes
+    fn value(&self, uuid: Uuid) -> Result<sled::IVec, StoreError> {
+        self.nodes
             .get(uuid.as_bytes())?
-            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))?;
-        parse_body(uuid, &json)
-    }
-
-    fn provision_of(&self, uuid: Uuid) -> Result<Provision, StoreError> {
-        let bytes = self
-            .provision
-            .get(uuid.as_bytes())?
-            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))?;
-        record::decode(uuid, &bytes)
+            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))
     }
 }
 
@@ -514,6 +501,14 @@ fn uuid_from(bytes: &[u8]) -> Result<Uuid, StoreError> {
 
 fn parse_body(uuid: Uuid, json: &[u8]) -> Result<NodeBody, StoreError> {
     serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("node {uuid}: {e}")))
+}
+
+fn parse_node(uuid: Uuid, value: &[u8]) -> Result<Node, StoreError> {
+    let (provision, json) = record::split(uuid, value)?;
+    Ok(Node {
+        body: parse_body(uuid, json)?,
+        provision,
+    })
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Result<T, StoreError> {

@@ -4,11 +4,14 @@
 //! node's lock, so they are totally ordered per node:
 //!
 //! - a **transition** applies an event through the state machine, stamps
-//!   `provision_updated_at`, derives the new deadline, and writes record, body and index
-//!   in one sled transaction, flushed before it returns;
+//!   `provision_updated_at` and derives the new deadline; the caller flushes before it
+//!   tells anyone;
 //! - a **touch** moves `provision_updated_at` and the deadline of a waiting node and
-//!   nothing else; it writes the new index entry, then the record, then removes the old
-//!   entry, so a crash between the steps leaves at worst a stale entry, never a missing one;
+//!   nothing else;
+//!
+//! Both write through [`Store::write_node`]: new index entry, node, old entry out, so a
+//! crash between the steps leaves at worst a stale entry, never a missing one.
+//!
 //! - **expiry** takes the expired index entries from the front and fails a node only if its
 //!   record still carries that very deadline (the compare in compare-and-swap): a touch
 //!   that got the lock first has moved it, and the node lives on. Stale entries are removed.
@@ -16,11 +19,10 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use sled::transaction::Transactional;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::{Store, StoreError, abort, parse_body, record};
+use super::{Store, StoreError, parse_body, record};
 use crate::clock::Timestamp;
 use crate::node::{Node, Provision};
 use crate::state_machine::{Event, ProvisionState};
@@ -119,10 +121,12 @@ impl Store {
     }
 
     /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
-    /// its state alone. This is what every heartbeat of a live agent does.
+    /// its state alone. This is what every heartbeat of a live agent does. The body's JSON
+    /// is copied as it is, not parsed.
     pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Provision, StoreError> {
         let _owner = self.locks.lock(uuid);
-        let old = self.provision_of(uuid)?;
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
         if old.state.wait_kind().is_none() {
             return Err(StoreError::NotWaiting {
                 node: uuid,
@@ -135,25 +139,27 @@ impl Store {
             deadline: self.timeouts.for_state(old.state).map(|d| now.add(d)),
             ..old
         };
-        self.rewrite_clock(uuid, &old, &new)?;
+        self.write_node(uuid, &old, &new, json)?;
         Ok(new)
     }
 
-    /// Replaces a record whose state is unchanged but whose clock or deadline moved, without
-    /// a transaction: new index entry, then record, then old entry out. The caller holds the
-    /// node's lock.
-    pub(super) fn rewrite_clock(
+    /// Writes a node whose record goes from `old` to `new`, without a transaction: the new
+    /// index entry, then the node (one atomic insert), then the old entry out. A crash in
+    /// between leaves at worst a stale entry, which the sweeper and recovery drop; never a
+    /// missing one. The caller holds the node's lock.
+    pub(super) fn write_node(
         &self,
         uuid: Uuid,
         old: &Provision,
         new: &Provision,
+        json: &[u8],
     ) -> Result<(), StoreError> {
         if let Some(d) = new.deadline.filter(|&d| Some(d) != old.deadline) {
             self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
             self.waker.deadline_added(d);
         }
-        self.provision
-            .insert(uuid.as_bytes(), &record::encode(new))?;
+        self.nodes
+            .insert(uuid.as_bytes(), record::join(new, json))?;
         if let Some(d) = old.deadline.filter(|&d| Some(d) != new.deadline) {
             self.deadlines.remove(record::deadline_key(d, uuid))?;
         }
@@ -166,6 +172,14 @@ impl Store {
             Some(item) => Ok(Some(record::parse_deadline_key(&item?.0)?.0)),
             None => Ok(None),
         }
+    }
+
+    /// Every entry of the deadline index, in deadline order (for diagnostics and tests).
+    pub fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
+        self.deadlines
+            .iter()
+            .map(|item| record::parse_deadline_key(&item?.0))
+            .collect()
     }
 
     /// Fails up to `limit` nodes whose deadline is at or before `now` and whose clock has
@@ -199,13 +213,13 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<TimedOut>, StoreError> {
         let _owner = self.locks.lock(uuid);
-        let current = match self.provision_of(uuid) {
-            Ok(p) => Some(p),
-            Err(StoreError::NodeNotFound(_)) => None,
-            Err(e) => return Err(e),
-        };
-        let Some(p) =
-            current.filter(|p| p.deadline == Some(deadline) && p.state.wait_kind().is_some())
+        let value = self.nodes.get(uuid.as_bytes())?;
+        let current = value
+            .as_deref()
+            .map(|v| record::split(uuid, v))
+            .transpose()?;
+        let Some((p, json)) =
+            current.filter(|(p, _)| p.deadline == Some(deadline) && p.state.wait_kind().is_some())
         else {
             // Touched, moved on or deleted since the entry was written: the entry is stale.
             self.deadlines
@@ -222,7 +236,8 @@ impl Store {
             kind.option_name(),
             timeout.as_secs_f64(),
         );
-        let node = self.transition_locked(uuid, p, Event::Fail, Some(last_error.clone()), now)?;
+        let node =
+            self.transition_locked(uuid, p, json, Event::Fail, Some(last_error.clone()), now)?;
         Ok(Some(TimedOut {
             node: uuid,
             waited_in: p.state,
@@ -242,7 +257,8 @@ impl Store {
         last_error: Option<String>,
     ) -> Result<Node, StoreError> {
         let _owner = self.locks.lock(uuid);
-        let old = self.provision_of(uuid)?;
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
         if let Some(expected) = expected.filter(|&e| e != old.state) {
             return Err(StoreError::StateChanged {
                 node: uuid,
@@ -250,14 +266,16 @@ impl Store {
                 actual: old.state,
             });
         }
-        self.transition_locked(uuid, old, event, last_error, self.clock.now())
+        self.transition_locked(uuid, old, json, event, last_error, self.clock.now())
     }
 
-    /// The transition itself; the caller holds the node's lock and has read `old`.
+    /// The transition itself; the caller holds the node's lock and has read `old` and
+    /// the body's `json`.
     fn transition_locked(
         &self,
         uuid: Uuid,
         old: Provision,
+        json: &[u8],
         event: Event,
         last_error: Option<String>,
         now: Timestamp,
@@ -273,32 +291,14 @@ impl Store {
             updated_at: now,
             deadline: self.timeouts.for_state(to).map(|d| now.add(d)),
         };
-        let trees = (&self.nodes, &self.provision, &self.deadlines);
-        let body = trees.transaction(|(nodes, prov, deadlines)| {
-            let Some(json) = nodes.get(uuid.as_bytes())? else {
-                return abort(StoreError::NodeNotFound(uuid.to_string()));
-            };
-            let mut body = parse_body(uuid, &json)
-                .map_err(sled::transaction::ConflictableTransactionError::Abort)?;
-            if body.last_error != last_error {
-                body.last_error = last_error.clone();
-                body.updated_at = Some(now);
-                nodes.insert(
-                    uuid.as_bytes(),
-                    serde_json::to_vec(&body).expect("a node body serialises"),
-                )?;
-            }
-            prov.insert(uuid.as_bytes(), &record::encode(&new))?;
-            if let Some(d) = old.deadline {
-                deadlines.remove(&record::deadline_key(d, uuid))?;
-            }
-            if let Some(d) = new.deadline {
-                deadlines.insert(&record::deadline_key(d, uuid), &[])?;
-            }
-            Ok(body)
-        })?;
-        if let Some(d) = new.deadline {
-            self.waker.deadline_added(d);
+        let mut body = parse_body(uuid, json)?;
+        if body.last_error == last_error {
+            self.write_node(uuid, &old, &new, json)?;
+        } else {
+            body.last_error = last_error;
+            body.updated_at = Some(now);
+            let json = serde_json::to_vec(&body).expect("a node body serialises");
+            self.write_node(uuid, &old, &new, &json)?;
         }
         Ok(Node {
             body,

@@ -1,7 +1,9 @@
-//! Byte layouts of the provision record and of deadline-index keys.
+//! Byte layouts of a stored node and of deadline-index keys.
 //!
-//! The provision record is what a heartbeat rewrites, so it is fixed-size and cheap to
-//! decode: `[version, state, target, updated_at: i64 BE, deadline: i64 BE]`, 19 bytes, with
+//! A node is one sled value, `provision record ‖ body JSON`, so that every write to a node
+//! is a single atomic insert. The provision record is what a heartbeat rewrites, so it
+//! comes first, is fixed-size and is cheap to decode (a touch copies the JSON bytes as they
+//! are, without parsing them): `[version, state, target, updated_at: i64 BE, deadline: i64 BE]`, 19 bytes, with
 //! `target = 0xFF` for none and `deadline = i64::MIN` for none. A deadline key is
 //! `deadline: u64 BE ‖ uuid`, so sled's key order is deadline order and the sweeper reads
 //! the index from the front.
@@ -15,7 +17,7 @@ use crate::state_machine::ProvisionState;
 use super::StoreError;
 
 const VERSION: u8 = 1;
-pub(super) const RECORD_LEN: usize = 19;
+const RECORD_LEN: usize = 19;
 const NO_TARGET: u8 = 0xFF;
 const NO_DEADLINE: i64 = i64::MIN;
 
@@ -30,7 +32,7 @@ fn state_from_code(code: u8) -> Option<ProvisionState> {
     ProvisionState::ALL.get(code as usize).copied()
 }
 
-pub(super) fn encode(p: &Provision) -> [u8; RECORD_LEN] {
+fn encode(p: &Provision) -> [u8; RECORD_LEN] {
     let mut out = [0u8; RECORD_LEN];
     out[0] = VERSION;
     out[1] = state_code(p.state);
@@ -41,7 +43,7 @@ pub(super) fn encode(p: &Provision) -> [u8; RECORD_LEN] {
     out
 }
 
-pub(super) fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
+fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
     let corrupt = || StoreError::Corrupt(format!("provision record of node {uuid}: {bytes:02x?}"));
     if bytes.len() != RECORD_LEN || bytes[0] != VERSION {
         return Err(corrupt());
@@ -59,6 +61,26 @@ pub(super) fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> 
         updated_at: Timestamp::from_micros(i64_at(3)),
         deadline: (deadline != NO_DEADLINE).then_some(Timestamp::from_micros(deadline)),
     })
+}
+
+/// A stored node: the record, then the body's JSON.
+pub(super) fn join(record: &Provision, body_json: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(RECORD_LEN + body_json.len());
+    value.extend_from_slice(&encode(record));
+    value.extend_from_slice(body_json);
+    value
+}
+
+/// Splits a stored node into its decoded record and its body's JSON bytes.
+pub(super) fn split(uuid: Uuid, value: &[u8]) -> Result<(Provision, &[u8]), StoreError> {
+    if value.len() < RECORD_LEN {
+        return Err(StoreError::Corrupt(format!(
+            "node {uuid}: a {}-byte value",
+            value.len()
+        )));
+    }
+    let (record, json) = value.split_at(RECORD_LEN);
+    Ok((decode(uuid, record)?, json))
 }
 
 pub(super) fn deadline_key(deadline: Timestamp, uuid: Uuid) -> [u8; 24] {

@@ -9,8 +9,8 @@
 //! - Index entries that match no record (a crash between a touch's writes) are dropped,
 //!   and a wait-state record whose entry is missing gets it back.
 //!
-//! This is the one place that reads every record; it reads the 19-byte records, not the
-//! node bodies.
+//! This is the one place that reads every node; it decodes only the records, not the
+//! JSON bodies.
 
 use uuid::Uuid;
 
@@ -36,10 +36,10 @@ impl Store {
     pub(super) fn recover(&self) -> Result<Recovery, StoreError> {
         let mut report = Recovery::default();
         let mut busy = Vec::new();
-        for item in self.provision.iter() {
-            let (key, bytes) = item?;
+        for item in self.nodes.iter() {
+            let (key, value) = item?;
             let uuid = uuid_from(&key)?;
-            let p = record::decode(uuid, &bytes)?;
+            let (p, json) = record::split(uuid, &value)?;
             report.nodes += 1;
             if p.state.is_busy() {
                 busy.push((uuid, p.state));
@@ -54,7 +54,7 @@ impl Store {
             }
             if deadline != p.deadline {
                 let _owner = self.locks.lock(uuid);
-                self.rewrite_clock(uuid, &p, &Provision { deadline, ..p })?;
+                self.write_node(uuid, &p, &Provision { deadline, ..p }, json)?;
                 report.rescheduled += 1;
             } else if let Some(d) = deadline {
                 self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
@@ -63,8 +63,8 @@ impl Store {
         for item in self.deadlines.iter() {
             let (key, _) = item?;
             let (deadline, uuid) = record::parse_deadline_key(&key)?;
-            let live = match self.provision.get(uuid.as_bytes())? {
-                Some(bytes) => record::decode(uuid, &bytes)?.deadline == Some(deadline),
+            let live = match self.nodes.get(uuid.as_bytes())? {
+                Some(value) => record::split(uuid, &value)?.0.deadline == Some(deadline),
                 None => false,
             };
             if !live {
