@@ -73,8 +73,8 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     );
 
     // Nothing expired: the front of the index is 1 s in the future.
-    let first_deadline = START.add(TIMEOUT);
-    let quiet = first_deadline.add(Duration::ZERO).as_micros() - 1_000_000;
+    let first_deadline = START.plus(TIMEOUT);
+    let quiet = first_deadline.as_micros() - 1_000_000;
     let samples = sample(10_000, || {
         let failed = store
             .fail_expired(Timestamp::from_micros(quiet), 1 << 20)
@@ -90,7 +90,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     let mut j = 0;
     let samples = sample(windows, || {
         j += 1;
-        let now = first_deadline.add(Duration::from_micros((j * k - 1) as u64));
+        let now = first_deadline.plus(Duration::from_micros((j * k - 1) as u64));
         let failed = store.fail_expired(now, 1 << 20).expect("sweep");
         assert_eq!(failed.len(), k, "window {j}");
     });

@@ -31,7 +31,7 @@ impl Timestamp {
     }
 
     /// `self + d`, saturating (a timeout of years must not wrap).
-    pub fn add(self, d: Duration) -> Self {
+    pub fn plus(self, d: Duration) -> Self {
         let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         Timestamp(self.0.saturating_add(micros))
     }
@@ -87,7 +87,7 @@ impl Clock {
 
     pub fn now(&self) -> Timestamp {
         match &*self.0 {
-            Source::Tokio { wall, at } => wall.add(at.elapsed()),
+            Source::Tokio { wall, at } => wall.plus(at.elapsed()),
             Source::Manual(micros) => Timestamp(micros.load(Ordering::SeqCst)),
         }
     }
@@ -132,6 +132,6 @@ mod tests {
     fn since_and_add_saturate() {
         let t = Timestamp::from_micros(10);
         assert_eq!(t.since(Timestamp::from_micros(20)), Duration::ZERO);
-        assert_eq!(t.add(Duration::MAX), Timestamp::from_micros(i64::MAX));
+        assert_eq!(t.plus(Duration::MAX), Timestamp::from_micros(i64::MAX));
     }
 }

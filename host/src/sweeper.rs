@@ -109,7 +109,7 @@ async fn run(
             }
         };
         // After a failed pass, wait the full interval rather than spin on a bad entry.
-        let mut wake_at = now.add(config.check_interval);
+        let mut wake_at = now.plus(config.check_interval);
         if passed {
             match store.next_deadline() {
                 Ok(Some(next)) => wake_at = wake_at.min(next),
@@ -119,10 +119,10 @@ async fn run(
         }
         // Publish, then re-read: a deadline added after the re-read wakes us via the waker.
         store.waker().sleep_until(wake_at);
-        if let Ok(Some(next)) = store.next_deadline() {
-            if next < wake_at {
-                continue;
-            }
+        if let Ok(Some(next)) = store.next_deadline()
+            && next < wake_at
+        {
+            continue;
         }
         let sleep = wake_at.since(store.clock().now());
         tokio::select! {

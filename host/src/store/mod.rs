@@ -242,11 +242,7 @@ impl Store {
             if nodes.get(uuid.as_bytes())?.is_some() {
                 return abort(StoreError::UuidTaken(uuid));
             }
-            if let Some(name) = &body.name {
-                if names.insert(name.as_bytes(), uuid.as_bytes())?.is_some() {
-                    return abort(StoreError::NameTaken(name.clone()));
-                }
-            }
+            claim_name(names, body.name.as_deref(), uuid)?;
             nodes.insert(uuid.as_bytes(), value.as_slice())?;
             Ok(())
         })?;
@@ -326,11 +322,7 @@ impl Store {
         );
         (&self.nodes, &self.names).transaction(|(nodes, names)| {
             if old.name != body.name {
-                if let Some(name) = &body.name {
-                    if names.insert(name.as_bytes(), uuid.as_bytes())?.is_some() {
-                        return abort(StoreError::NameTaken(name.clone()));
-                    }
-                }
+                claim_name(names, body.name.as_deref(), uuid)?;
                 if let Some(name) = &old.name {
                     names.remove(name.as_bytes())?;
                 }
@@ -433,7 +425,7 @@ impl Store {
             .ports
             .get(uuid.as_bytes())?
             .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
-        Ok(parse_json("port", &json)?)
+        parse_json("port", &json)
     }
 
     /// The node that owns one of these MAC addresses, as agent lookup needs. Addresses that
@@ -486,6 +478,20 @@ impl Store {
             .get(uuid.as_bytes())?
             .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))
     }
+}
+
+/// Takes `name` for `uuid` in the name index, inside a transaction; refuses a taken name.
+fn claim_name(
+    names: &sled::transaction::TransactionalTree,
+    name: Option<&str>,
+    uuid: Uuid,
+) -> TxResult<()> {
+    if let Some(name) = name
+        && names.insert(name.as_bytes(), uuid.as_bytes())?.is_some()
+    {
+        return abort(StoreError::NameTaken(name.to_owned()));
+    }
+    Ok(())
 }
 
 fn pair_key(a: Uuid, b: Uuid) -> [u8; 32] {

@@ -136,7 +136,7 @@ impl Store {
         let now = self.clock.now();
         let new = Provision {
             updated_at: now,
-            deadline: self.timeouts.for_state(old.state).map(|d| now.add(d)),
+            deadline: self.timeouts.for_state(old.state).map(|d| now.plus(d)),
             ..old
         };
         self.write_node(uuid, &old, &new, json)?;
@@ -289,7 +289,7 @@ impl Store {
             // A failed state keeps the target of its flow, as Ironic's does.
             target: to.target(),
             updated_at: now,
-            deadline: self.timeouts.for_state(to).map(|d| now.add(d)),
+            deadline: self.timeouts.for_state(to).map(|d| now.plus(d)),
         };
         let mut body = parse_body(uuid, json)?;
         if body.last_error == last_error {

@@ -48,7 +48,7 @@ impl Store {
             let deadline = self
                 .timeouts
                 .for_state(p.state)
-                .map(|d| p.updated_at.add(d));
+                .map(|d| p.updated_at.plus(d));
             if deadline.is_some() {
                 report.waiting += 1;
             }

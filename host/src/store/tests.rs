@@ -9,15 +9,20 @@ use crate::state_machine::Event;
 const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
 fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
+    let (store, _, clock) = open_recovered(dir, timeout_s);
+    (store, clock)
+}
+
+fn open_recovered(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Recovery, Clock) {
     let clock = Clock::manual(T0);
-    let (store, _) = Store::open(
+    let (store, recovery) = Store::open(
         &dir.path().join("store"),
         &StoreConfig::default(),
         Timeouts::uniform(Duration::from_secs(timeout_s)),
         clock.clone(),
     )
     .unwrap();
-    (store, clock)
+    (store, recovery, clock)
 }
 
 fn new_node(name: Option<&str>) -> NewNode {
@@ -146,13 +151,13 @@ fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
     clock.advance(Duration::from_secs(1));
     to_wait_call_back(&store, uuid);
     let node = store.node(uuid).unwrap();
-    let now = T0.add(Duration::from_secs(1));
+    let now = T0.plus(Duration::from_secs(1));
     assert_eq!(node.provision.state, ProvisionState::WaitCallBack);
     assert_eq!(node.provision.target, Some(ProvisionState::Active));
     assert_eq!(node.provision.updated_at, now);
     assert_eq!(
         node.provision.deadline,
-        Some(now.add(Duration::from_secs(60)))
+        Some(now.plus(Duration::from_secs(60)))
     );
     assert_eq!(store.next_deadline().unwrap(), node.provision.deadline);
     let active = store.apply_event(uuid, Event::Resume, None).unwrap();
@@ -192,10 +197,10 @@ fn touch_moves_the_clock_and_deadline_but_never_the_state() {
     to_wait_call_back(&store, uuid);
     clock.advance(Duration::from_secs(30));
     let touched = store.touch_provisioning(uuid).unwrap();
-    let now = T0.add(Duration::from_secs(30));
+    let now = T0.plus(Duration::from_secs(30));
     assert_eq!(touched.state, ProvisionState::WaitCallBack);
     assert_eq!(touched.updated_at, now);
-    assert_eq!(touched.deadline, Some(now.add(Duration::from_secs(60))));
+    assert_eq!(touched.deadline, Some(now.plus(Duration::from_secs(60))));
     assert_eq!(store.node(uuid).unwrap().provision, touched);
     assert_eq!(store.deadlines.len(), 1, "the old entry is gone");
     assert_eq!(store.next_deadline().unwrap(), touched.deadline);
@@ -348,4 +353,57 @@ fn ports_are_unique_by_mac_and_find_their_node() {
     store.delete_port(port.uuid).unwrap();
     assert_eq!(store.node_by_macs(["52:54:00:aa:bb:cc"]).unwrap(), None);
     assert!(store.ports_of(a).unwrap().is_empty());
+}
+
+#[test]
+fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = {
+        let (store, _) = open(&dir, 60);
+        let uuid = store.create_node(new_node(None)).unwrap().uuid();
+        to_wait_call_back(&store, uuid);
+        // What a crash between a touch's writes can leave: the old entry, and none for the
+        // record's real deadline.
+        let real = store.node(uuid).unwrap().provision.deadline.unwrap();
+        store
+            .deadlines
+            .remove(record::deadline_key(real, uuid))
+            .unwrap();
+        store
+            .deadlines
+            .insert(record::deadline_key(T0, uuid), &[])
+            .unwrap();
+        store
+            .deadlines
+            .insert(record::deadline_key(T0, Uuid::new_v4()), &[])
+            .unwrap();
+        store.flush().unwrap();
+        uuid
+    };
+    let (store, recovery, _) = open_recovered(&dir, 60);
+    assert_eq!(recovery.stale_entries, 2);
+    let node = store.node(uuid).unwrap();
+    assert_eq!(
+        store.deadline_index().unwrap(),
+        vec![(node.provision.deadline.unwrap(), uuid)]
+    );
+}
+
+#[test]
+fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    to_wait_call_back(&store, uuid);
+    store
+        .deadlines
+        .insert(record::deadline_key(T0, uuid), &[])
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
+    assert_eq!(store.deadline_index().unwrap().len(), 1);
+    assert_eq!(
+        store.node(uuid).unwrap().state(),
+        ProvisionState::WaitCallBack
+    );
 }

@@ -56,13 +56,13 @@ pub fn paths_to_every_state() -> HashMap<ProvisionState, Vec<Event>> {
     let mut queue = VecDeque::from([ProvisionState::Enroll]);
     while let Some(state) = queue.pop_front() {
         for &event in Event::ALL {
-            if let Ok(next) = state.next(event) {
-                if !paths.contains_key(&next) {
-                    let mut path = paths[&state].clone();
-                    path.push(event);
-                    paths.insert(next, path);
-                    queue.push_back(next);
-                }
+            if let Ok(next) = state.next(event)
+                && !paths.contains_key(&next)
+            {
+                let mut path = paths[&state].clone();
+                path.push(event);
+                paths.insert(next, path);
+                queue.push_back(next);
             }
         }
     }
