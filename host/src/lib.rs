@@ -7,15 +7,21 @@
 //! - [`node`]: what a node and a port are.
 //! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
 //! - [`sweeper`]: the task that fails nodes whose agent went silent.
+//! - [`plugin`]: the wasmtime host that runs drivers; [`capability`]: what they may do.
+//! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
+pub mod agents;
 pub mod bench;
+pub mod capability;
 pub mod clock;
+pub mod conductor;
 pub mod config;
 pub mod engine;
 pub mod node;
+pub mod plugin;
 pub mod state_machine;
 pub mod store;
 pub mod sweeper;

@@ -1,0 +1,131 @@
+//! Redfish power and boot control (DMTF Redfish `ComputerSystem`), as sushy and Ironic's
+//! `redfish` power interface use it.
+
+use serde_json::{Value, json};
+
+use crate::plugin::bindings::deployd::driver::bmc::{BootDevice, PowerState};
+
+pub struct Target {
+    /// `http(s)://host:port/redfish/v1/Systems/<id>`
+    system: String,
+    auth: Option<(String, String)>,
+}
+
+impl Target {
+    pub fn new(
+        address: &str,
+        system_id: &str,
+        user: Option<String>,
+        password: Option<String>,
+    ) -> Result<Target, String> {
+        let address = address.trim_end_matches('/');
+        if !(address.starts_with("http://") || address.starts_with("https://")) {
+            return Err(format!(
+                "redfish_address {address:?} must be an http(s) url"
+            ));
+        }
+        let path = if system_id.starts_with('/') {
+            system_id.to_owned()
+        } else {
+            format!("/redfish/v1/Systems/{system_id}")
+        };
+        Ok(Target {
+            system: format!("{address}{path}"),
+            auth: user.map(|u| (u, password.unwrap_or_default())),
+        })
+    }
+
+    fn request(
+        &self,
+        http: &reqwest::Client,
+        method: reqwest::Method,
+        url: &str,
+    ) -> reqwest::RequestBuilder {
+        let r = http.request(method, url);
+        match &self.auth {
+            Some((u, p)) => r.basic_auth(u, Some(p)),
+            None => r,
+        }
+    }
+
+    async fn send(&self, r: reqwest::RequestBuilder, what: &str) -> Result<Value, String> {
+        let response = r
+            .send()
+            .await
+            .map_err(|e| format!("redfish {what}: cannot reach the BMC: {e}"))?;
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            return Err(format!(
+                "redfish {what}: BMC answered {status}: {}",
+                body.chars().take(300).collect::<String>()
+            ));
+        }
+        Ok(serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    pub async fn get_power(&self, http: &reqwest::Client) -> Result<PowerState, String> {
+        let system = self
+            .send(
+                self.request(http, reqwest::Method::GET, &self.system),
+                "get power",
+            )
+            .await?;
+        match system.get("PowerState").and_then(Value::as_str) {
+            Some("On") | Some("PoweringOn") => Ok(PowerState::On),
+            Some("Off") | Some("PoweringOff") => Ok(PowerState::Off),
+            other => Err(format!(
+                "redfish get power: unexpected PowerState {other:?}"
+            )),
+        }
+    }
+
+    async fn reset(&self, http: &reqwest::Client, kind: &str) -> Result<(), String> {
+        let url = format!("{}/Actions/ComputerSystem.Reset", self.system);
+        let r = self
+            .request(http, reqwest::Method::POST, &url)
+            .json(&json!({ "ResetType": kind }));
+        self.send(r, kind).await.map(|_| ())
+    }
+
+    pub async fn set_power(&self, http: &reqwest::Client, state: PowerState) -> Result<(), String> {
+        // BMCs differ on whether "On" while on is an error: ask first, as Ironic does.
+        if self.get_power(http).await? == state {
+            return Ok(());
+        }
+        self.reset(
+            http,
+            if state == PowerState::On {
+                "On"
+            } else {
+                "ForceOff"
+            },
+        )
+        .await
+    }
+
+    pub async fn reboot(&self, http: &reqwest::Client) -> Result<(), String> {
+        match self.get_power(http).await? {
+            PowerState::On => self.reset(http, "ForceRestart").await,
+            PowerState::Off => self.reset(http, "On").await,
+        }
+    }
+
+    pub async fn set_boot_device(
+        &self,
+        http: &reqwest::Client,
+        device: BootDevice,
+        persistent: bool,
+    ) -> Result<(), String> {
+        let target = match device {
+            BootDevice::Pxe => "Pxe",
+            BootDevice::Disk => "Hdd",
+        };
+        let enabled = if persistent { "Continuous" } else { "Once" };
+        let body = json!({ "Boot": { "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled } });
+        let r = self
+            .request(http, reqwest::Method::PATCH, &self.system)
+            .json(&body);
+        self.send(r, "set boot device").await.map(|_| ())
+    }
+}

@@ -1,0 +1,131 @@
+//! What a driver can do to the world: the host side of each import of `wit/driver.wit`,
+//! one module per interface, each implementing that interface's generated `Host` trait on
+//! [`HostState`].
+//!
+//! Every capability is scoped to the one node the call is about ([`HostState::node`]):
+//! the node's own record, its own agent's url and token, its own BMC, its own image job.
+//! WASI is linked only for what Rust's standard library needs to start (streams, an empty
+//! environment, clocks, randomness, stderr into a bounded pipe); no filesystem and no
+//! sockets are linked, so a component that imports them is refused at load.
+
+pub mod agent;
+pub mod bmc;
+pub mod image;
+pub mod log;
+pub mod node;
+pub mod provision;
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+use wasmtime::StoreLimits;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
+use wasmtime_wasi::random::WasiRandom;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::agents::Agents;
+use crate::plugin::bindings::Driver;
+use crate::store::Store;
+
+/// The engine's services that capabilities act through, shared by all calls.
+pub struct Services {
+    pub store: Arc<Store>,
+    pub agents: Arc<Agents>,
+    pub http: reqwest::Client,
+    pub images: image::ImageJobs,
+    pub bmc: bmc::Backends,
+    /// One permit per instance slot of the pooling allocator.
+    pub call_slots: tokio::sync::Semaphore,
+}
+
+impl Services {
+    pub fn new(store: Arc<Store>, agents: Arc<Agents>, max_concurrent_calls: u32) -> Arc<Services> {
+        Arc::new(Services {
+            store,
+            agents,
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(20))
+                .build()
+                .expect("an HTTP client with default TLS-less settings"),
+            images: image::ImageJobs::default(),
+            bmc: bmc::Backends::default(),
+            call_slots: tokio::sync::Semaphore::new(max_concurrent_calls.max(1) as usize),
+        })
+    }
+}
+
+/// The state of one driver call.
+pub struct HostState {
+    pub node: Uuid,
+    pub driver: String,
+    /// The power backend the driver described ("ipmitool", "redfish", "fake").
+    pub power: String,
+    pub services: Arc<Services>,
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limits: StoreLimits,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// A failure of the host itself (say, the store), which ends the call with a trap rather
+/// than being handed to the driver as an ordinary error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HostFailure(pub String);
+
+pub(crate) fn host_failure(e: impl std::fmt::Display) -> wasmtime::Error {
+    wasmtime::Error::new(HostFailure(e.to_string()))
+}
+
+/// The one linker every driver is instantiated through: the driver world's imports, and
+/// the part of WASI a Rust program needs to start.
+pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
+    use wasmtime_wasi::p2::bindings::{cli, clocks, random};
+    let mut l = Linker::new(engine);
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<HostState, HasIo>(&mut l, |t| {
+        &mut t.table
+    })?;
+    wasmtime_wasi_io::bindings::wasi::io::poll::add_to_linker::<HostState, HasIo>(&mut l, |t| {
+        &mut t.table
+    })?;
+    wasmtime_wasi_io::bindings::wasi::io::streams::add_to_linker::<HostState, HasIo>(
+        &mut l,
+        |t| &mut t.table,
+    )?;
+    clocks::wall_clock::add_to_linker::<HostState, WasiClocks>(&mut l, HostState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<HostState, WasiClocks>(&mut l, HostState::clocks)?;
+    random::random::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
+    random::insecure::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
+    random::insecure_seed::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
+    cli::exit::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::environment::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::stdin::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::stdout::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::stderr::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::terminal_input::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::terminal_output::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::terminal_stdin::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::terminal_stdout::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    cli::terminal_stderr::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    Driver::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s)?;
+    Ok(l)
+}
+
+/// The `types` interface has only types; nothing to implement.
+impl crate::plugin::bindings::deployd::driver::types::Host for HostState {}
+
+struct HasIo;
+
+impl wasmtime::component::HasData for HasIo {
+    type Data<'a> = &'a mut ResourceTable;
+}

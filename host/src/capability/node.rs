@@ -1,0 +1,81 @@
+//! `deployd:driver/node`: the node's record, and the driver's scratch space in it.
+//!
+//! Scratch keys live under `driver_internal_info.scratch`, apart from the keys the engine
+//! owns (agent url, token hash, pinned driver version), which a driver cannot overwrite.
+
+use serde_json::{Value, json};
+
+use super::{HostState, host_failure};
+use crate::plugin::bindings::deployd::driver::node::Host;
+
+const SCRATCH: &str = "scratch";
+const MAX_KEY: usize = 128;
+const MAX_VALUE: usize = 64 << 10;
+
+impl Host for HostState {
+    async fn get(&mut self) -> wasmtime::Result<String> {
+        let node = self.services.store.node(self.node).map_err(host_failure)?;
+        let b = &node.body;
+        Ok(json!({
+            "uuid": b.uuid,
+            "name": b.name,
+            "driver": b.driver,
+            "driver_info": b.driver_info,
+            "instance_info": b.instance_info,
+            "properties": b.properties,
+            "provision_state": node.provision.state,
+        })
+        .to_string())
+    }
+
+    async fn get_scratch(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        let node = self.services.store.node(self.node).map_err(host_failure)?;
+        Ok(node
+            .body
+            .driver_internal_info
+            .get(SCRATCH)
+            .and_then(|s| s.get(&key))
+            .map(Value::to_string))
+    }
+
+    async fn set_scratch(
+        &mut self,
+        key: String,
+        value: Option<String>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        if key.is_empty() || key.len() > MAX_KEY {
+            return Ok(Err(format!("scratch keys are 1 to {MAX_KEY} bytes")));
+        }
+        let value = match value {
+            Some(text) if text.len() > MAX_VALUE => {
+                return Ok(Err(format!("scratch values are at most {MAX_VALUE} bytes")));
+            }
+            Some(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(v) => Some(v),
+                Err(e) => return Ok(Err(format!("scratch value is not JSON: {e}"))),
+            },
+            None => None,
+        };
+        self.services
+            .store
+            .update_node(self.node, |body| {
+                let scratch = body
+                    .driver_internal_info
+                    .entry(SCRATCH)
+                    .or_insert_with(|| json!({}));
+                if let Value::Object(map) = scratch {
+                    match &value {
+                        Some(v) => {
+                            map.insert(key.clone(), v.clone());
+                        }
+                        None => {
+                            map.remove(&key);
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .map_err(host_failure)?;
+        Ok(Ok(()))
+    }
+}

@@ -1,0 +1,26 @@
+//! `deployd:driver/provision`: the node's provisioning clock and its agent's last word.
+
+use super::HostState;
+use crate::plugin::bindings::deployd::driver::provision::{Heartbeat, Host};
+
+impl Host for HostState {
+    async fn touch(&mut self) -> wasmtime::Result<Result<(), String>> {
+        Ok(self
+            .services
+            .store
+            .touch_provisioning(self.node)
+            .map(|_| ())
+            .map_err(|e| e.to_string()))
+    }
+
+    async fn last_heartbeat(&mut self) -> wasmtime::Result<Option<Heartbeat>> {
+        let session = self.services.agents.get(self.node);
+        Ok(session.and_then(|s| {
+            Some(Heartbeat {
+                agent_url: s.url?,
+                agent_version: s.version.unwrap_or_default(),
+                at: s.last_heartbeat?.to_string(),
+            })
+        }))
+    }
+}

@@ -1,0 +1,419 @@
+//! The conductor: runs provisioning flows by calling each node's driver.
+//!
+//! - **One owner per node.** A flow step holds the node's reservation (in memory, like
+//!   Ironic's `reservation` column) for as long as it runs; an operator action on a busy
+//!   node is refused with [`ConductorError::Busy`] (HTTP 409), and a heartbeat that finds
+//!   the node busy still touches it but skips the driver call.
+//! - **Touch first.** A heartbeat of a waiting node touches its clock before anything else
+//!   can fail or wait, so a live agent always keeps its node alive.
+//! - **Pinned versions.** A deploy records the hash of the driver version it started with
+//!   in `driver_internal_info.driver_hash`; every later step of that flow uses that
+//!   version, even after an operator loaded a new one. The pin goes when the flow ends.
+//! - **Failures are the node's, never the engine's.** A driver that returns `fail`, traps,
+//!   loops or runs out of memory fails that node with the reason in `last_error`, and its
+//!   clean-up runs; other nodes carry on.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::agents::Agents;
+use crate::node::Node;
+use crate::plugin::bindings::Outcome;
+use crate::plugin::sandbox::{Export, Reply};
+use crate::plugin::{LoadedDriver, PluginError, Registry};
+use crate::state_machine::{Event, ProvisionState};
+use crate::store::{Store, StoreError, TimedOut};
+use crate::sweeper::TimeoutHook;
+
+/// driver_internal_info key of the pinned driver version.
+pub const DRIVER_HASH: &str = "driver_hash";
+
+/// What an operator can ask of a node (the API's provision targets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Manage,
+    Provide,
+    Deploy,
+    Rebuild,
+    Undeploy,
+    Abort,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConductorError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "Node {0} is locked by host deployd, please retry after the current operation is completed."
+    )]
+    Busy(Uuid),
+    #[error("driver {0:?} is not loaded")]
+    NoDriver(String),
+}
+
+/// Nodes with a flow step in progress.
+#[derive(Default)]
+struct Reservations(Mutex<HashSet<Uuid>>);
+
+/// A node's reservation; released on drop, whatever happened.
+struct Claim {
+    reservations: Arc<Reservations>,
+    node: Uuid,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.reservations
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.node);
+    }
+}
+
+pub struct Conductor {
+    pub store: Arc<Store>,
+    pub registry: Arc<Registry>,
+    pub agents: Arc<Agents>,
+    reservations: Arc<Reservations>,
+}
+
+impl Conductor {
+    pub fn new(store: Arc<Store>, registry: Arc<Registry>, agents: Arc<Agents>) -> Arc<Conductor> {
+        Arc::new(Conductor {
+            store,
+            registry,
+            agents,
+            reservations: Arc::default(),
+        })
+    }
+
+    fn claim(&self, node: Uuid) -> Option<Claim> {
+        let fresh = self
+            .reservations
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node);
+        fresh.then(|| Claim {
+            reservations: self.reservations.clone(),
+            node,
+        })
+    }
+
+    /// Whether a flow step is running on the node.
+    pub fn is_busy(&self, node: Uuid) -> bool {
+        self.reservations
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&node)
+    }
+
+    /// Starts an operator action. The first transition happens before this returns (so an
+    /// illegal one is refused synchronously); the driver work runs in the background.
+    pub fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
+        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let current = self.store.node(node)?;
+        let state = current.state();
+        match verb {
+            Verb::Manage => {
+                self.store
+                    .apply_event_from(node, state, Event::Manage, None)?;
+                self.spawn(claim, Step::Verify);
+            }
+            Verb::Provide => {
+                self.store
+                    .apply_event_from(node, state, Event::Provide, None)?;
+                self.spawn(claim, Step::Clean);
+            }
+            Verb::Deploy | Verb::Rebuild => {
+                let event = if verb == Verb::Deploy && state != ProvisionState::Active {
+                    Event::Deploy
+                } else {
+                    Event::Rebuild
+                };
+                let driver = self
+                    .registry
+                    .get(&current.body.driver)
+                    .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
+                state
+                    .next(event)
+                    .map_err(|source| StoreError::IllegalTransition { node, source })?;
+                self.pin(node, Some(&driver.hash))?;
+                self.store.apply_event_from(node, state, event, None)?;
+                self.spawn(claim, Step::Deploy);
+            }
+            Verb::Undeploy => {
+                self.store
+                    .apply_event_from(node, state, Event::Delete, None)?;
+                self.spawn(claim, Step::TearDown);
+            }
+            Verb::Abort => {
+                let message = format!("Deploy aborted by the operator in \"{state}\"");
+                self.store
+                    .apply_event_from(node, state, Event::Abort, Some(message.clone()))?;
+                self.spawn(claim, Step::CleanUp(message));
+            }
+        }
+        Ok(())
+    }
+
+    /// A heartbeat from the node's agent, whose token the caller verified. Touches the node
+    /// first, then lets the driver act unless a step is already running (then `Busy`, and
+    /// the agent retries soon, as IPA does on 409).
+    pub fn heartbeat(
+        self: &Arc<Self>,
+        node: Uuid,
+        token: &str,
+        url: &str,
+        version: &str,
+    ) -> Result<(), ConductorError> {
+        let touched = match self.store.touch_provisioning(node) {
+            Ok(p) => Some(p),
+            // Heartbeats in other states are only recorded (Ironic's record-only states).
+            Err(StoreError::NotWaiting { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let now = self.store.clock().now();
+        self.agents.heartbeat(node, token, url, version, now);
+        let Some(provision) = touched else {
+            return Ok(());
+        };
+        if provision.state != ProvisionState::WaitCallBack {
+            return Ok(());
+        }
+        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        self.spawn(claim, Step::Heartbeat);
+        Ok(())
+    }
+
+    fn spawn(self: &Arc<Self>, claim: Claim, step: Step) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let node = claim.node;
+            if let Err(e) = me.run(node, step).await {
+                tracing::error!(%node, "flow step failed in the engine: {e}");
+            }
+            drop(claim);
+        });
+    }
+
+    async fn run(&self, node: Uuid, step: Step) -> Result<(), ConductorError> {
+        match step {
+            Step::Verify => {
+                let outcome = match self.call(node, Export::Validate).await {
+                    Ok(Reply::Valid(Ok(()))) => Ok(()),
+                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
+                    Ok(other) => Err(format!("driver answered validate with {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                };
+                match outcome {
+                    Ok(()) => self.store.apply_event(node, Event::Done, None)?,
+                    Err(e) => self.store.apply_event(node, Event::Fail, Some(e))?,
+                };
+            }
+            // No automated cleaning: the node goes straight on (Ironic with
+            // `automated_clean = False`).
+            Step::Clean => {
+                self.store.apply_event(node, Event::Done, None)?;
+            }
+            Step::Deploy => {
+                let valid = match self.call(node, Export::Validate).await {
+                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => Ok(()),
+                };
+                let outcome = match valid {
+                    Ok(()) => self.outcome(node, Export::Deploy).await,
+                    Err(e) => Outcome::Fail(e),
+                };
+                self.after_deploy_step(node, ProvisionState::Deploying, outcome)
+                    .await?;
+            }
+            Step::Heartbeat => {
+                let outcome = self.outcome(node, Export::Heartbeat).await;
+                self.after_deploy_step(node, ProvisionState::WaitCallBack, outcome)
+                    .await?;
+            }
+            Step::TearDown => {
+                self.agents.forget(node);
+                match self.outcome(node, Export::TearDown).await {
+                    Outcome::Fail(e) => {
+                        self.store.apply_event(
+                            node,
+                            Event::Fail,
+                            Some(format!("Tear down failed: {e}")),
+                        )?;
+                    }
+                    Outcome::Done | Outcome::Wait => {
+                        self.store.apply_event(node, Event::Clean, None)?;
+                        self.store.apply_event(node, Event::Done, None)?;
+                    }
+                }
+                self.pin(node, None)?;
+            }
+            Step::CleanUp(reason) => self.clean_up(node, reason).await?,
+        }
+        Ok(())
+    }
+
+    /// Moves a deploy on after the driver answered, from `state` (deploying or waiting).
+    async fn after_deploy_step(
+        &self,
+        node: Uuid,
+        state: ProvisionState,
+        outcome: Outcome,
+    ) -> Result<(), ConductorError> {
+        match (state, outcome) {
+            (_, Outcome::Fail(reason)) => {
+                self.store
+                    .apply_event_from(node, state, Event::Fail, Some(reason.clone()))?;
+                self.clean_up(node, reason).await?;
+            }
+            (ProvisionState::Deploying, Outcome::Wait) => {
+                self.store
+                    .apply_event_from(node, state, Event::Wait, None)?;
+            }
+            (ProvisionState::Deploying, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Done, None)?;
+                self.flow_ended(node)?;
+            }
+            (ProvisionState::WaitCallBack, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Resume, None)?;
+                self.store
+                    .apply_event_from(node, ProvisionState::Deploying, Event::Done, None)?;
+                self.flow_ended(node)?;
+            }
+            (_, Outcome::Wait) => {}
+            (_, Outcome::Done) => {}
+        }
+        Ok(())
+    }
+
+    /// Runs the driver's clean-up after a failure or timeout, then ends the flow.
+    async fn clean_up(&self, node: Uuid, reason: String) -> Result<(), ConductorError> {
+        if let Err(e) = self.call(node, Export::CleanUp(reason)).await {
+            tracing::warn!(%node, "driver clean-up failed: {e}");
+        }
+        self.flow_ended(node)
+    }
+
+    fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
+        self.agents.forget(node);
+        Ok(self.pin(node, None)?)
+    }
+
+    /// Calls an export that returns an outcome; a driver failure is a `fail` outcome.
+    async fn outcome(&self, node: Uuid, export: Export) -> Outcome {
+        match self.call(node, export).await {
+            Ok(Reply::Outcome(o)) => o,
+            Ok(other) => Outcome::Fail(format!("driver answered with {other:?}")),
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    }
+
+    async fn call(&self, node: Uuid, export: Export) -> Result<Reply, PluginError> {
+        let record = self.store.node(node).map_err(|e| PluginError::Host {
+            driver: "?".into(),
+            message: e.to_string(),
+        })?;
+        let driver = self.driver_for(&record)?;
+        self.registry.call(&driver, node, export).await
+    }
+
+    /// The driver version a node's flow uses: the pinned one if any, else the active one.
+    pub fn driver_for(&self, node: &Node) -> Result<Arc<LoadedDriver>, PluginError> {
+        match node
+            .body
+            .driver_internal_info
+            .get(DRIVER_HASH)
+            .and_then(Value::as_str)
+        {
+            Some(hash) => self.registry.version(hash).ok_or_else(|| {
+                PluginError::NotLoaded(format!(
+                    "{} (version {hash}, which this node started with)",
+                    node.body.driver
+                ))
+            }),
+            None => self
+                .registry
+                .get(&node.body.driver)
+                .ok_or_else(|| PluginError::NotLoaded(node.body.driver.clone())),
+        }
+    }
+
+    fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
+        let current = self.store.node(node)?;
+        let pinned = current
+            .body
+            .driver_internal_info
+            .get(DRIVER_HASH)
+            .and_then(Value::as_str);
+        if pinned == hash {
+            return Ok(());
+        }
+        self.store.update_node(node, |b| {
+            match hash {
+                Some(h) => b.driver_internal_info.insert(DRIVER_HASH.into(), h.into()),
+                None => b.driver_internal_info.remove(DRIVER_HASH),
+            };
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// How many nodes are mid-flow on a driver (pinned to one of its versions).
+    pub fn nodes_pinned_to(&self, name: &str) -> Result<usize, StoreError> {
+        let mut count = 0;
+        let mut marker = None;
+        loop {
+            let page = self.store.list_nodes(marker, 1000)?;
+            let Some(last) = page.last() else {
+                return Ok(count);
+            };
+            marker = Some(last.uuid());
+            count += page
+                .iter()
+                .filter(|n| {
+                    n.body.driver == name && n.body.driver_internal_info.contains_key(DRIVER_HASH)
+                })
+                .count();
+        }
+    }
+}
+
+enum Step {
+    Verify,
+    Clean,
+    Deploy,
+    Heartbeat,
+    TearDown,
+    CleanUp(String),
+}
+
+/// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
+impl TimeoutHook for Arc<Conductor> {
+    fn timed_out(&self, event: TimedOut) {
+        tracing::warn!(node = %event.node, "{}", event.last_error);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let node = event.node;
+            let claim = loop {
+                match me.claim(node) {
+                    Some(c) => break c,
+                    None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                }
+            };
+            if let Err(e) = me.clean_up(node, event.last_error).await {
+                tracing::error!(%node, "clean-up after timeout failed: {e}");
+            }
+            drop(claim);
+        });
+    }
+}

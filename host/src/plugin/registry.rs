@@ -1,0 +1,250 @@
+//! Drivers loaded at runtime: validated, compiled once, and identified by content hash.
+//!
+//! Loading a component checks, before anything becomes visible, that it is a component,
+//! that it needs nothing this host does not link (a `wasi:filesystem` import is refused
+//! here, naming the import), that it is a `deployd:driver` world, and that `describe`
+//! answers. A driver version is immutable: loading new bytes under the same name makes
+//! them the active version for new flows, while the old version stays available by hash
+//! for the nodes that started with it. Compiled code is cached on disk under
+//! `<hash>-<engine compatibility>.cwasm`, so a restart loads drivers without compiling.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+use wasmtime::Engine;
+use wasmtime::component::{Component, Linker};
+
+use super::bindings::{Description, DriverPre};
+use super::engine;
+use super::error::{LoadError, PluginError};
+use super::sandbox::{self, Export, Limits, Reply};
+use crate::capability::{self, HostState, Services};
+use crate::clock::Timestamp;
+
+/// One immutable driver version, ready to instantiate.
+pub struct LoadedDriver {
+    pub description: Description,
+    /// sha256 of the component's bytes, hex.
+    pub hash: String,
+    pub size: usize,
+    pub loaded_at: Timestamp,
+    pub limits: Limits,
+    pub(crate) pre: DriverPre<HostState>,
+}
+
+#[derive(Default)]
+struct Drivers {
+    /// The version new flows use, by driver name.
+    active: BTreeMap<String, Arc<LoadedDriver>>,
+    /// Every version loaded, by hash (flows in progress keep theirs).
+    versions: HashMap<String, Arc<LoadedDriver>>,
+}
+
+pub struct Registry {
+    engine: Engine,
+    linker: Linker<HostState>,
+    services: Arc<Services>,
+    cache_dir: Option<PathBuf>,
+    compat: String,
+    drivers: RwLock<Drivers>,
+}
+
+const POWER_BACKENDS: &[&str] = &["fake", "ipmitool", "redfish"];
+
+impl Registry {
+    /// A registry on a new engine. `cache_dir` holds compiled artifacts (none: no cache).
+    pub fn new(
+        services: Arc<Services>,
+        cache_dir: Option<PathBuf>,
+        max_concurrent_calls: u32,
+    ) -> wasmtime::Result<Registry> {
+        let engine = engine::new_engine(max_concurrent_calls)?;
+        let linker = capability::linker(&engine)?;
+        if let Some(dir) = &cache_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        let compat = engine::compatibility_key(&engine);
+        Ok(Registry {
+            engine,
+            linker,
+            services,
+            cache_dir,
+            compat,
+            drivers: RwLock::default(),
+        })
+    }
+
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    /// Validates and loads a component, making it the active version of its name.
+    pub async fn load(&self, bytes: &[u8], limits: Limits) -> Result<Arc<LoadedDriver>, LoadError> {
+        let hash = hex::encode(Sha256::digest(bytes));
+        if let Some(existing) = self.read().versions.get(&hash).cloned() {
+            self.write()
+                .active
+                .insert(existing.description.name.clone(), existing.clone());
+            return Ok(existing);
+        }
+        let component = self.compile(bytes, &hash).await?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Import(format!("{e:#}")))?;
+        let pre = DriverPre::new(pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let limits = Limits {
+            memory_bytes: limits.memory_bytes.min(engine::MAX_MEMORY),
+            ..limits
+        };
+        let mut driver = LoadedDriver {
+            description: Description {
+                name: String::new(),
+                version: String::new(),
+                family: super::bindings::Family::Fake,
+                power: "fake".into(),
+                summary: String::new(),
+            },
+            hash: hash.clone(),
+            size: bytes.len(),
+            loaded_at: self.services.store.clock().now(),
+            limits,
+            pre,
+        };
+        driver.description =
+            match sandbox::call(&self.services, &driver, Uuid::nil(), Export::Describe).await {
+                Ok(Reply::Description(d)) => d,
+                Ok(other) => {
+                    return Err(LoadError::Description(format!(
+                        "describe returned {other:?}"
+                    )));
+                }
+                Err(e) => return Err(LoadError::Describe(e)),
+            };
+        check_description(&driver.description)?;
+        let driver = Arc::new(driver);
+        let mut drivers = self.write();
+        drivers.versions.insert(hash, driver.clone());
+        drivers
+            .active
+            .insert(driver.description.name.clone(), driver.clone());
+        tracing::info!(name = %driver.description.name, version = %driver.description.version, hash = %driver.hash, "driver loaded");
+        Ok(driver)
+    }
+
+    /// Compiles `bytes`, or loads the artifact a previous compile left in the cache.
+    async fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
+        let cached = self
+            .cache_dir
+            .as_ref()
+            .map(|d| d.join(format!("{hash}-{}.cwasm", self.compat)));
+        if let Some(path) = cached.as_ref().filter(|p| p.exists()) {
+            // SAFETY: the file is an artifact this engine configuration serialized itself
+            // (below), under the content hash of the component and the engine's
+            // compatibility key, in the engine's own data directory.
+            #[allow(unsafe_code)]
+            match unsafe { Component::deserialize_file(&self.engine, path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "ignoring unusable compiled artifact: {e:#}")
+                }
+            }
+        }
+        let (engine, owned) = (self.engine.clone(), bytes.to_vec());
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &owned))
+            .await
+            .expect("the compile task does not panic")
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        if let Some(path) = cached {
+            let artifact = component
+                .serialize()
+                .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, artifact)?;
+            std::fs::rename(&tmp, &path)?;
+        }
+        Ok(component)
+    }
+
+    /// The active version of a driver.
+    pub fn get(&self, name: &str) -> Option<Arc<LoadedDriver>> {
+        self.read().active.get(name).cloned()
+    }
+
+    /// A driver version by hash, active or not.
+    pub fn version(&self, hash: &str) -> Option<Arc<LoadedDriver>> {
+        self.read().versions.get(hash).cloned()
+    }
+
+    /// The active drivers, by name.
+    pub fn list(&self) -> Vec<Arc<LoadedDriver>> {
+        self.read().active.values().cloned().collect()
+    }
+
+    /// Unloads a driver name and its versions. `in_use` is how many nodes are mid-flow on
+    /// it; unless `force`, that must be none.
+    pub fn unload(&self, name: &str, in_use: usize, force: bool) -> Result<(), LoadError> {
+        if in_use > 0 && !force {
+            return Err(LoadError::InUse {
+                name: name.to_owned(),
+                nodes: in_use,
+            });
+        }
+        let mut drivers = self.write();
+        drivers.active.remove(name);
+        drivers.versions.retain(|_, d| d.description.name != name);
+        Ok(())
+    }
+
+    /// Calls a driver export for a node.
+    pub async fn call(
+        &self,
+        driver: &LoadedDriver,
+        node: Uuid,
+        export: Export,
+    ) -> Result<Reply, PluginError> {
+        sandbox::call(&self.services, driver, node, export).await
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Drivers> {
+        self.drivers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Drivers> {
+        self.drivers.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for LoadedDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedDriver")
+            .field("name", &self.description.name)
+            .field("version", &self.description.version)
+            .field("hash", &self.hash)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_description(d: &Description) -> Result<(), LoadError> {
+    let name_ok = !d.name.is_empty()
+        && d.name.len() <= 64
+        && d.name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !name_ok {
+        return Err(LoadError::Description(format!(
+            "driver name {:?}: use 1 to 64 of a-z 0-9 _ -",
+            d.name
+        )));
+    }
+    if !POWER_BACKENDS.contains(&d.power.as_str()) {
+        return Err(LoadError::Description(format!(
+            "power backend {:?}: use one of {POWER_BACKENDS:?}",
+            d.power
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! One driver call: a fresh `Store` and instance, limits on both, stderr captured.
+//!
+//! A call gets a memory cap (`StoreLimits`, trapping on a refused grow so the error says
+//! so), an epoch deadline, and a bounded stderr pipe whose text goes into the error (a
+//! Rust panic message lands there). Whatever happens, the instance is dropped with its
+//! store: a trapped instance cannot be re-entered, and a fresh one costs microseconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use super::bindings::{Description, Outcome};
+use super::engine::TICK;
+use super::error::PluginError;
+use super::registry::LoadedDriver;
+use crate::capability::{HostFailure, HostState, Services};
+
+/// What one call of a driver may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Linear memory, in bytes.
+    pub memory_bytes: usize,
+    /// Wall-clock time for the call, host calls included.
+    #[serde(rename = "deadline_ms", with = "millis")]
+    pub deadline: Duration,
+    /// Captured stderr, in bytes (the rest is dropped).
+    pub stderr_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 64 << 20,
+            deadline: Duration::from_secs(30),
+            stderr_bytes: 16 << 10,
+        }
+    }
+}
+
+/// The exports of the driver world, as a call to make.
+#[derive(Clone, Debug)]
+pub enum Export {
+    Describe,
+    Validate,
+    Deploy,
+    Heartbeat,
+    TearDown,
+    CleanUp(String),
+}
+
+/// What a call returned.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    Description(Description),
+    Valid(Result<(), String>),
+    Outcome(Outcome),
+    Nothing,
+}
+
+/// Runs `export` of `driver` for `node` in a fresh instance.
+pub async fn call(
+    services: &Arc<Services>,
+    driver: &LoadedDriver,
+    node: Uuid,
+    export: Export,
+) -> Result<Reply, PluginError> {
+    let limits = driver.limits;
+    let name = driver.description.name.clone();
+    let _permit = services
+        .call_slots
+        .acquire()
+        .await
+        .expect("the call semaphore is never closed");
+    let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
+    let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+    let state = HostState {
+        node,
+        driver: name.clone(),
+        power: driver.description.power.clone(),
+        services: services.clone(),
+        wasi,
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build(),
+    };
+    let mut store = Store::new(driver.pre.engine(), state);
+    store.limiter(|s| &mut s.limits);
+    store.set_epoch_deadline(limits.deadline.div_duration_f64(TICK).ceil().max(1.0) as u64);
+    store.epoch_deadline_trap();
+
+    let result = async {
+        let instance = driver.pre.instantiate_async(&mut store).await?;
+        let reply = match export {
+            Export::Describe => Reply::Description(instance.call_describe(&mut store).await?),
+            Export::Validate => Reply::Valid(instance.call_validate(&mut store).await?),
+            Export::Deploy => Reply::Outcome(instance.call_deploy(&mut store).await?),
+            Export::Heartbeat => Reply::Outcome(instance.call_heartbeat(&mut store).await?),
+            Export::TearDown => Reply::Outcome(instance.call_tear_down(&mut store).await?),
+            Export::CleanUp(reason) => {
+                instance.call_clean_up(&mut store, &reason).await?;
+                Reply::Nothing
+            }
+        };
+        wasmtime::Result::Ok(reply)
+    }
+    .await;
+    result.map_err(|e| classify(e, &name, &limits, &stderr))
+}
+
+/// Turns a wasmtime error into what the operator needs to know.
+fn classify(
+    e: wasmtime::Error,
+    driver: &str,
+    limits: &Limits,
+    stderr: &MemoryOutputPipe,
+) -> PluginError {
+    let driver = driver.to_owned();
+    if let Some(HostFailure(message)) = e.downcast_ref::<HostFailure>() {
+        return PluginError::Host {
+            driver,
+            message: message.clone(),
+        };
+    }
+    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return PluginError::Timeout {
+            driver,
+            deadline: limits.deadline,
+        };
+    }
+    let chain = format!("{e:#}");
+    if chain.contains("forcing trap when growing memory") {
+        return PluginError::OutOfMemory {
+            driver,
+            limit_mib: limits.memory_bytes >> 20,
+        };
+    }
+    let trap = match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.root_cause().to_string(),
+    };
+    let stderr = String::from_utf8_lossy(&stderr.contents()).into_owned();
+    PluginError::Trap {
+        driver,
+        trap,
+        stderr,
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

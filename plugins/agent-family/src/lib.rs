@@ -1,0 +1,266 @@
+//! The deploy flows of the `agent_*` and `pxe_*` drivers, shared so that a driver crate is
+//! only its name and power backend.
+//!
+//! Both boot the machine into its ramdisk agent and wait for its heartbeats. They differ in
+//! who writes the image:
+//! - agent family: the agent, told by `standby.prepare_image` (Ironic's classic agent
+//!   deploy, reference §5.3);
+//! - pxe family: the engine, after the agent exposed its disk (`deployd.expose_disk`).
+//!
+//! Progress is kept in the driver's scratch key `deploy_step`, so every heartbeat resumes
+//! where the last one left off, across engine restarts too.
+
+use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
+use deployd_driver_sdk::image::{self, WriteProgress as Progress};
+use deployd_driver_sdk::node::{self, Node};
+use deployd_driver_sdk::{Description, Family, Outcome, agent, describe, log, scratch};
+use serde_json::json;
+
+const STEP: &str = "deploy_step";
+
+pub fn description(name: &str, family: Family, power: &str) -> Description {
+    let summary = match family {
+        Family::Agent => format!("The ramdisk agent writes the image; power by {power}"),
+        Family::Pxe => {
+            format!("The engine writes the image over the agent's disk; power by {power}")
+        }
+        Family::Fake => format!("No hardware; power by {power}"),
+    };
+    describe(name, family, power, &summary)
+}
+
+/// The image and its checksum, as instance_info gives them.
+struct Image {
+    url: String,
+    id: String,
+    algo: String,
+    hash: String,
+}
+
+fn image(node: &Node) -> Result<Image, String> {
+    let source = node
+        .instance("image_source")
+        .ok_or("instance_info.image_source is required")?;
+    let url = node.instance("image_url").unwrap_or(source).to_owned();
+    let (algo, hash) = match (
+        node.instance("image_os_hash_algo"),
+        node.instance("image_os_hash_value"),
+    ) {
+        (Some(a), Some(h)) => (a.to_owned(), h.to_owned()),
+        _ => {
+            let sum = node.instance("image_checksum").ok_or(
+                "instance_info needs image_os_hash_algo and image_os_hash_value, or image_checksum",
+            )?;
+            let algo = match sum.len() {
+                64 => "sha256",
+                128 => "sha512",
+                _ => {
+                    return Err(format!(
+                        "image_checksum {sum:?} is neither a sha256 nor a sha512 digest"
+                    ));
+                }
+            };
+            (algo.to_owned(), sum.to_owned())
+        }
+    };
+    if !matches!(algo.as_str(), "sha256" | "sha512") {
+        return Err(format!(
+            "unsupported image_os_hash_algo {algo:?}: use sha256 or sha512"
+        ));
+    }
+    let id = source.rsplit('/').next().unwrap_or(source).to_owned();
+    Ok(Image {
+        url,
+        id,
+        algo,
+        hash,
+    })
+}
+
+fn require(node: &Node, keys: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| !node.driver_info.contains_key(*k))
+        .collect();
+    match missing.as_slice() {
+        [] => Ok(()),
+        m => Err(format!("driver_info lacks {}", m.join(", "))),
+    }
+}
+
+pub fn validate(power: &str) -> Result<(), String> {
+    let node = node::get();
+    match power {
+        "ipmitool" => require(&node, &["ipmi_address"])?,
+        "redfish" => require(&node, &["redfish_address", "redfish_system_id"])?,
+        _ => {}
+    }
+    image(&node).map(|_| ())
+}
+
+/// Boot the machine into its ramdisk, then wait for the agent.
+pub fn deploy() -> Outcome {
+    let boot = scratch::remove(STEP)
+        .and_then(|()| bmc::set_boot_device(BootDevice::Pxe, false))
+        .and_then(|()| bmc::set_power(PowerState::Off))
+        .and_then(|()| bmc::set_power(PowerState::On));
+    match boot {
+        Ok(()) => Outcome::Wait,
+        Err(e) => Outcome::Fail(format!("could not boot the node into its ramdisk: {e}")),
+    }
+}
+
+/// The agent family's heartbeat: start the write, follow it, then boot the instance.
+pub fn agent_heartbeat() -> Outcome {
+    into_outcome(agent_step())
+}
+
+fn agent_step() -> Result<Outcome, String> {
+    let node = node::get();
+    let step: Option<String> = scratch::get(STEP);
+    if step.as_deref() == Some("writing") {
+        match agent::last("prepare_image")? {
+            Some(c) if c.is_running() => return Ok(Outcome::Wait),
+            Some(c) if c.succeeded() => return boot_instance(),
+            Some(c) => {
+                return Ok(Outcome::Fail(format!(
+                    "the agent failed to write the image: {}",
+                    c.error_text()
+                )));
+            }
+            // The agent restarted and forgot the command: write again.
+            None => log::warn("the agent has no prepare_image command; starting the write again"),
+        }
+    }
+    let image = image(&node)?;
+    let info = json!({
+        "id": image.id,
+        "urls": [image.url],
+        "os_hash_algo": image.algo,
+        "os_hash_value": image.hash,
+        "disk_format": node.instance("image_disk_format").unwrap_or("raw"),
+        "container_format": "bare",
+        "stream_raw_images": true,
+        "node_uuid": node.uuid,
+    });
+    let command = agent::run(
+        "standby.prepare_image",
+        &json!({ "image_info": info }),
+        false,
+    )?;
+    if !command.is_running() && !command.succeeded() {
+        return Ok(Outcome::Fail(format!(
+            "the agent refused to write the image: {}",
+            command.error_text()
+        )));
+    }
+    scratch::set(STEP, &"writing")?;
+    log::info(&format!("the agent is writing image {}", image.id));
+    Ok(Outcome::Wait)
+}
+
+/// The pxe family's heartbeat: expose the disk, let the engine write, then boot.
+pub fn pxe_heartbeat() -> Outcome {
+    into_outcome(pxe_step())
+}
+
+fn pxe_step() -> Result<Outcome, String> {
+    if scratch::get::<String>(STEP).as_deref() == Some("writing") {
+        match image::progress() {
+            Progress::Running(_) => return Ok(Outcome::Wait),
+            Progress::Done(bytes) => {
+                log::info(&format!("the engine wrote {bytes} bytes"));
+                return boot_instance();
+            }
+            Progress::Failed(e) => {
+                return Ok(Outcome::Fail(format!("writing the image failed: {e}")));
+            }
+            Progress::None => log::warn("no image write is known for this node; starting it again"),
+        }
+    }
+    let node = node::get();
+    let image = image(&node)?;
+    let exposed = agent::run("deployd.expose_disk", &json!({}), true)?;
+    let target = exposed
+        .command_result
+        .as_ref()
+        .and_then(|r| r.get("url"))
+        .and_then(|u| u.as_str())
+        .ok_or_else(|| {
+            format!(
+                "the agent did not expose its disk: {}",
+                exposed.error_text()
+            )
+        })?
+        .to_owned();
+    image::start_write(&image.url, &image.algo, &image.hash, &target)?;
+    scratch::set(STEP, &"writing")?;
+    Ok(Outcome::Wait)
+}
+
+/// The image is on the disk: boot from it.
+fn boot_instance() -> Result<Outcome, String> {
+    // Ask the agent to power the machine off cleanly; the BMC makes sure of it.
+    if let Err(e) = agent::run("standby.power_off", &json!({}), false) {
+        log::warn(&format!(
+            "soft power-off through the agent failed ({e}); using the BMC"
+        ));
+    }
+    bmc::set_power(PowerState::Off)?;
+    bmc::set_boot_device(BootDevice::Disk, true)?;
+    bmc::set_power(PowerState::On)?;
+    scratch::remove(STEP)?;
+    Ok(Outcome::Done)
+}
+
+fn into_outcome(step: Result<Outcome, String>) -> Outcome {
+    step.unwrap_or_else(Outcome::Fail)
+}
+
+pub fn tear_down() -> Outcome {
+    let off = scratch::remove(STEP).and_then(|()| bmc::set_power(PowerState::Off));
+    match off {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Fail(format!("could not power the node off: {e}")),
+    }
+}
+
+pub fn clean_up(reason: String) {
+    log::warn(&format!("cleaning up after: {reason}"));
+    let _ = scratch::remove(STEP);
+    if let Err(e) = bmc::set_power(PowerState::Off) {
+        log::error(&format!("could not power the node off: {e}"));
+    }
+}
+
+/// Defines a driver type of a family with a power backend.
+#[macro_export]
+macro_rules! family_driver {
+    ($ty:ident, $name:literal, $family:ident, $power:literal, $heartbeat:path) => {
+        struct $ty;
+
+        impl deployd_driver_sdk::Driver for $ty {
+            fn describe() -> deployd_driver_sdk::Description {
+                $crate::description($name, deployd_driver_sdk::Family::$family, $power)
+            }
+            fn validate() -> Result<(), String> {
+                $crate::validate($power)
+            }
+            fn deploy() -> deployd_driver_sdk::Outcome {
+                $crate::deploy()
+            }
+            fn heartbeat() -> deployd_driver_sdk::Outcome {
+                $heartbeat()
+            }
+            fn tear_down() -> deployd_driver_sdk::Outcome {
+                $crate::tear_down()
+            }
+            fn clean_up(reason: String) {
+                $crate::clean_up(reason)
+            }
+        }
+
+        deployd_driver_sdk::export_driver!($ty);
+    };
+}

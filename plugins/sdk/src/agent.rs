@@ -1,0 +1,62 @@
+//! The node's ramdisk agent (Ironic's agent command API), as typed results.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::bindings::deployd::driver::agent as host;
+
+/// One command result as the agent reports it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Command {
+    #[serde(default)]
+    pub id: String,
+    pub command_name: String,
+    /// "RUNNING", "SUCCEEDED" or "FAILED".
+    pub command_status: String,
+    #[serde(default)]
+    pub command_error: Option<Value>,
+    #[serde(default)]
+    pub command_result: Option<Value>,
+}
+
+impl Command {
+    pub fn is_running(&self) -> bool {
+        self.command_status == "RUNNING"
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.command_status == "SUCCEEDED"
+    }
+
+    /// The agent's error text (its `details` or `message`, as Ironic reads it).
+    pub fn error_text(&self) -> String {
+        match &self.command_error {
+            Some(Value::Object(e)) => e
+                .get("details")
+                .or_else(|| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_owned(),
+            Some(other) => other.to_string(),
+            None => "unknown error".to_owned(),
+        }
+    }
+}
+
+/// Runs `name` (e.g. "standby.prepare_image") with `params`.
+pub fn run(name: &str, params: &Value, wait: bool) -> Result<Command, String> {
+    let json = host::run(name, &params.to_string(), wait)?;
+    serde_json::from_str(&json).map_err(|e| format!("agent sent a malformed command result: {e}"))
+}
+
+/// Every command the agent ran, oldest first.
+pub fn list() -> Result<Vec<Command>, String> {
+    let json = host::commands()?;
+    serde_json::from_str(&json).map_err(|e| format!("agent sent a malformed command list: {e}"))
+}
+
+/// The last command of this name the agent ran (`name` without the extension prefix, as
+/// the agent reports it: "prepare_image").
+pub fn last(name: &str) -> Result<Option<Command>, String> {
+    Ok(list()?.into_iter().rev().find(|c| c.command_name == name))
+}
