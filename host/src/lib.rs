@@ -13,13 +13,16 @@
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
+pub mod agent;
 pub mod agents;
 pub mod bench;
 pub mod capability;
+pub mod checksum;
 pub mod clock;
 pub mod conductor;
 pub mod config;
 pub mod engine;
+pub mod image_server;
 pub mod node;
 pub mod plugin;
 pub mod state_machine;

@@ -4,112 +4,14 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use deployd::agents::Agents;
-use deployd::capability::Services;
-use deployd::clock::Clock;
-use deployd::conductor::{Conductor, DRIVER_HASH, Verb};
-use deployd::node::{JsonMap, NewNode, Node};
+use common::lab::{lab, wasm};
+use deployd::conductor::{DRIVER_HASH, Verb};
+use deployd::node::Node;
 use deployd::plugin::{Limits, LoadError, Registry, built};
-use deployd::state_machine::{ProvisionState, Timeouts};
-use deployd::store::Store;
-use deployd::sweeper::{Sweeper, SweeperConfig};
+use deployd::state_machine::ProvisionState;
 use serde_json::{Value, json};
-use uuid::Uuid;
-
-struct Lab {
-    _dir: tempfile::TempDir,
-    store: Arc<Store>,
-    registry: Arc<Registry>,
-    conductor: Arc<Conductor>,
-    _sweeper: Sweeper,
-}
-
-async fn lab(deploy_timeout: Duration) -> Lab {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Clock::new();
-    let timeouts = Timeouts {
-        deploy_callback: deploy_timeout,
-        ..Timeouts::uniform(Duration::from_secs(600))
-    };
-    let (store, _) = common::open(&dir, timeouts, &clock);
-    let store = Arc::new(store);
-    let agents = Arc::new(Agents::default());
-    let services = Services::new(store.clone(), agents.clone(), 16);
-    let registry =
-        Arc::new(Registry::new(services, Some(dir.path().join("compiled")), 16).unwrap());
-    let conductor = Conductor::new(store.clone(), registry.clone(), agents);
-    let sweep = SweeperConfig {
-        check_interval: Duration::from_millis(100),
-        ..SweeperConfig::default()
-    };
-    let sweeper = Sweeper::spawn(store.clone(), sweep, Arc::new(conductor.clone()));
-    Lab {
-        _dir: dir,
-        store,
-        registry,
-        conductor,
-        _sweeper: sweeper,
-    }
-}
-
-fn wasm(path: &str) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-impl Lab {
-    async fn load(&self, path: &str, limits: Limits) {
-        self.registry.load(&wasm(path), limits).await.unwrap();
-    }
-
-    /// An available node of `driver` with these instance_info fields.
-    async fn node(&self, driver: &str, instance: Value) -> Uuid {
-        let Value::Object(instance_info) = instance else {
-            panic!()
-        };
-        let new = NewNode {
-            driver: driver.into(),
-            instance_info,
-            ..Default::default()
-        };
-        let uuid = self.store.create_node(new).unwrap().uuid();
-        self.conductor.provision(uuid, Verb::Manage).unwrap();
-        self.settle(uuid, ProvisionState::Manageable).await;
-        self.conductor.provision(uuid, Verb::Provide).unwrap();
-        self.settle(uuid, ProvisionState::Available).await;
-        uuid
-    }
-
-    /// Waits until the node is in `state` and no flow step runs on it.
-    async fn settle(&self, uuid: Uuid, state: ProvisionState) -> Node {
-        for _ in 0..2000 {
-            let node = self.store.node(uuid).unwrap();
-            if node.state() == state && !self.conductor.is_busy(uuid) {
-                return node;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let node = self.store.node(uuid).unwrap();
-        panic!(
-            "node stuck in {} (wanted {state}); last_error {:?}",
-            node.state(),
-            node.body.last_error
-        );
-    }
-
-    async fn deploy(&self, uuid: Uuid, expect: ProvisionState) -> Node {
-        self.conductor.provision(uuid, Verb::Deploy).unwrap();
-        self.settle(uuid, expect).await
-    }
-
-    fn heartbeat(&self, uuid: Uuid) {
-        self.conductor
-            .heartbeat(uuid, "t".repeat(43).as_str(), "http://127.0.0.1:9", "test")
-            .unwrap();
-    }
-}
 
 fn scratch(node: &Node, key: &str) -> Value {
     node.body
@@ -322,7 +224,7 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let lab = lab(Duration::from_secs(60)).await;
     lab.load(built::FAKE, Limits::default()).await;
     let hash = lab.registry.get("fake").unwrap().hash.clone();
-    let cached: Vec<_> = std::fs::read_dir(lab._dir.path().join("compiled"))
+    let cached: Vec<_> = std::fs::read_dir(lab.dir.path().join("compiled"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -330,12 +232,11 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     assert!(cached[0].to_string_lossy().starts_with(&hash));
     // A second registry on the same cache loads from the artifact.
     let services = lab.registry.services().clone();
-    let again = Registry::new(services, Some(lab._dir.path().join("compiled")), 4).unwrap();
+    let again = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
     let driver = again
         .load(&wasm(built::FAKE), Limits::default())
         .await
         .unwrap();
     assert_eq!(driver.hash, hash);
     assert_eq!(driver.description.name, "fake");
-    let _ = JsonMap::new();
 }

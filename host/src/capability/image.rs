@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use sha2::Digest;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{HostState, Services};
+use crate::checksum::Hasher;
 use crate::plugin::bindings::deployd::driver::image::{Host, WriteProgress};
 
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
@@ -67,37 +67,6 @@ impl ImageJobs {
             Err(e) => Job::Failed(e),
         };
         self.lock().insert(node, job);
-    }
-}
-
-enum Hasher {
-    Sha256(sha2::Sha256),
-    Sha512(sha2::Sha512),
-}
-
-impl Hasher {
-    fn new(algo: &str) -> Result<Hasher, String> {
-        match algo {
-            "sha256" => Ok(Hasher::Sha256(sha2::Sha256::new())),
-            "sha512" => Ok(Hasher::Sha512(sha2::Sha512::new())),
-            other => Err(format!(
-                "unsupported hash algorithm {other:?}: use sha256 or sha512"
-            )),
-        }
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        match self {
-            Hasher::Sha256(h) => h.update(bytes),
-            Hasher::Sha512(h) => h.update(bytes),
-        }
-    }
-
-    fn hex(self) -> String {
-        match self {
-            Hasher::Sha256(h) => hex::encode(h.finalize()),
-            Hasher::Sha512(h) => hex::encode(h.finalize()),
-        }
     }
 }
 

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod emulators;
+pub mod lab;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

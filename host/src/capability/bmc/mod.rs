@@ -100,6 +100,30 @@ impl HostState {
     }
 }
 
+/// BMCs apply power changes asynchronously (sushy's fake driver, real hardware): poll
+/// until the machine reports `want`, as Ironic's `_wait_for_power_state` does.
+async fn settle<F, Fut>(want: PowerState, read: F) -> Result<(), String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<PowerState, String>>,
+{
+    let mut last = None;
+    for _ in 0..POWER_WAIT_POLLS {
+        match read().await {
+            Ok(state) if state == want => return Ok(()),
+            other => last = Some(other),
+        }
+        tokio::time::sleep(POWER_WAIT_INTERVAL).await;
+    }
+    Err(format!(
+        "the BMC did not reach power {want:?} within {:?} (last answer: {last:?})",
+        POWER_WAIT_INTERVAL * POWER_WAIT_POLLS
+    ))
+}
+
+const POWER_WAIT_POLLS: u32 = 60;
+const POWER_WAIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
 macro_rules! bmc_or_return {
     ($self:ident) => {
         match $self.bmc()? {
@@ -111,10 +135,17 @@ macro_rules! bmc_or_return {
 
 impl Host for HostState {
     async fn set_power(&mut self, state: PowerState) -> wasmtime::Result<Result<(), String>> {
+        let http = &self.services.http;
         let done = match bmc_or_return!(self) {
             Bmc::Fake => Ok(()),
-            Bmc::Redfish(t) => t.set_power(&self.services.http, state).await,
-            Bmc::Ipmi(t) => t.set_power(state).await,
+            Bmc::Redfish(t) => match t.set_power(http, state).await {
+                Ok(()) => settle(state, || t.get_power(http)).await,
+                Err(e) => Err(e),
+            },
+            Bmc::Ipmi(t) => match t.set_power(state).await {
+                Ok(()) => settle(state, || t.get_power()).await,
+                Err(e) => Err(e),
+            },
         };
         if done.is_ok() {
             self.record_power(state)?;

@@ -1,0 +1,12 @@
+//! `deployd agent`: a ramdisk agent speaking Ironic's agent protocol.
+//!
+//! - [`commands`]: the command API the engine calls (`/v1/commands`), one command at a
+//!   time, as ironic-python-agent runs them.
+//! - [`disk`]: writing an image to the target disk, streamed and verified.
+//! - [`server`]: the agent's HTTP endpoints.
+
+pub mod commands;
+pub mod disk;
+pub mod server;
+
+pub use commands::{CommandApi, DiskTarget};

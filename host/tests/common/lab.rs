@@ -1,0 +1,115 @@
+//! An engine in a test: store, plugin registry, conductor and sweeper, on a temporary
+//! directory, with helpers to walk nodes through their flows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deployd::agents::Agents;
+use deployd::capability::Services;
+use deployd::clock::Clock;
+use deployd::conductor::{Conductor, Verb};
+use deployd::node::{NewNode, Node};
+use deployd::plugin::{Limits, Registry};
+use deployd::state_machine::{ProvisionState, Timeouts};
+use deployd::store::Store;
+use deployd::sweeper::{Sweeper, SweeperConfig};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+pub struct Lab {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<Store>,
+    pub registry: Arc<Registry>,
+    pub conductor: Arc<Conductor>,
+    _sweeper: Sweeper,
+}
+
+pub async fn lab(deploy_timeout: Duration) -> Lab {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::new();
+    let timeouts = Timeouts {
+        deploy_callback: deploy_timeout,
+        ..Timeouts::uniform(Duration::from_secs(600))
+    };
+    let (store, _) = super::open(&dir, timeouts, &clock);
+    let store = Arc::new(store);
+    let agents = Arc::new(Agents::default());
+    let services = Services::new(store.clone(), agents.clone(), 16);
+    let registry =
+        Arc::new(Registry::new(services, Some(dir.path().join("compiled")), 16).unwrap());
+    let conductor = Conductor::new(store.clone(), registry.clone(), agents);
+    let sweep = SweeperConfig {
+        check_interval: Duration::from_millis(100),
+        ..SweeperConfig::default()
+    };
+    let sweeper = Sweeper::spawn(store.clone(), sweep, Arc::new(conductor.clone()));
+    Lab {
+        dir,
+        store,
+        registry,
+        conductor,
+        _sweeper: sweeper,
+    }
+}
+
+pub fn wasm(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+impl Lab {
+    pub async fn load(&self, path: &str, limits: Limits) {
+        self.registry.load(&wasm(path), limits).await.unwrap();
+    }
+
+    /// An available node of `driver` with these instance_info fields.
+    pub async fn node(&self, driver: &str, instance: Value) -> Uuid {
+        self.node_with(driver, json!({}), instance).await
+    }
+
+    /// An available node of `driver` with these driver_info and instance_info fields.
+    pub async fn node_with(&self, driver: &str, info: Value, instance: Value) -> Uuid {
+        let (Value::Object(driver_info), Value::Object(instance_info)) = (info, instance) else {
+            panic!("driver_info and instance_info are JSON objects")
+        };
+        let new = NewNode {
+            driver: driver.into(),
+            driver_info,
+            instance_info,
+            ..Default::default()
+        };
+        let uuid = self.store.create_node(new).unwrap().uuid();
+        self.conductor.provision(uuid, Verb::Manage).unwrap();
+        self.settle(uuid, ProvisionState::Manageable).await;
+        self.conductor.provision(uuid, Verb::Provide).unwrap();
+        self.settle(uuid, ProvisionState::Available).await;
+        uuid
+    }
+
+    /// Waits until the node is in `state` and no flow step runs on it.
+    pub async fn settle(&self, uuid: Uuid, state: ProvisionState) -> Node {
+        for _ in 0..2000 {
+            let node = self.store.node(uuid).unwrap();
+            if node.state() == state && !self.conductor.is_busy(uuid) {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let node = self.store.node(uuid).unwrap();
+        panic!(
+            "node stuck in {} (wanted {state}); last_error {:?}",
+            node.state(),
+            node.body.last_error
+        );
+    }
+
+    pub async fn deploy(&self, uuid: Uuid, expect: ProvisionState) -> Node {
+        self.conductor.provision(uuid, Verb::Deploy).unwrap();
+        self.settle(uuid, expect).await
+    }
+
+    pub fn heartbeat(&self, uuid: Uuid) {
+        self.conductor
+            .heartbeat(uuid, "t".repeat(43).as_str(), "http://127.0.0.1:9", "test")
+            .unwrap();
+    }
+}

@@ -1,0 +1,176 @@
+//! The bundled hardware drivers, each through its whole deploy against real peers on
+//! loopback: the real BMC emulators (sushy-tools' Redfish, pyghmi's IPMI fakebmc driven by
+//! the real ipmitool), deployd's agent command API writing to a disk file, and an image
+//! server. Heartbeats come from the test, as an agent's would.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::emulators::{self, Process};
+use common::lab::{Lab, lab};
+use deployd::agent::{CommandApi, DiskTarget};
+use deployd::conductor::{ConductorError, Verb};
+use deployd::plugin::{Limits, built};
+use deployd::state_machine::ProvisionState;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+const IMAGE_BYTES: usize = 6 << 20;
+
+/// An image file served over HTTP, and its sha256.
+struct Image {
+    _dir: tempfile::TempDir,
+    url: String,
+    sha256: String,
+}
+
+async fn image() -> Image {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = vec![0u8; IMAGE_BYTES];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(2654435761) >> 13) as u8;
+    }
+    std::fs::write(dir.path().join("disk.raw"), &bytes).unwrap();
+    let addr = emulators::serve(deployd::image_server::router(dir.path().to_path_buf())).await;
+    Image {
+        url: format!("http://{addr}/images/disk.raw"),
+        sha256: hex::encode(Sha256::digest(&bytes)),
+        _dir: dir,
+    }
+}
+
+/// deployd's agent command API on loopback, writing to a disk file at 3 MiB/s (so a write
+/// spans several heartbeats).
+async fn agent(dir: &tempfile::TempDir) -> (Arc<CommandApi>, String, String) {
+    let port = emulators::free_tcp_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let disk = DiskTarget {
+        path: dir.path().join("node-disk.img"),
+        throttle: Some(3 << 20),
+    };
+    let api = CommandApi::new(disk, url.clone());
+    let token = "x".repeat(43);
+    api.set_token(token.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let router = deployd::agent::server::router(api.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (api, url, token)
+}
+
+/// Deploys a node of `driver` with this BMC driver_info, heartbeating as its agent until
+/// it is active; returns the node and the agent.
+async fn deploy(lab: &Lab, driver: &str, path: &str, bmc: Value) -> (Uuid, Arc<CommandApi>) {
+    lab.load(path, Limits::default()).await;
+    let image = image().await;
+    let instance = json!({
+        "image_source": image.url,
+        "image_os_hash_algo": "sha256",
+        "image_os_hash_value": image.sha256,
+    });
+    let uuid = lab.node_with(driver, bmc, instance).await;
+    let (api, agent_url, token) = agent(&lab.dir).await;
+    lab.deploy(uuid, ProvisionState::WaitCallBack).await;
+
+    let mut heartbeats = 0;
+    loop {
+        let node = lab.store.node(uuid).unwrap();
+        match node.state() {
+            ProvisionState::Active => break,
+            ProvisionState::WaitCallBack => {}
+            other => panic!("{driver}: node went to {other}: {:?}", node.body.last_error),
+        }
+        assert!(
+            heartbeats < 200,
+            "{driver}: not active after {heartbeats} heartbeats"
+        );
+        match lab.conductor.heartbeat(uuid, &token, &agent_url, "13.0.0") {
+            Ok(()) | Err(ConductorError::Busy(_)) => heartbeats += 1,
+            Err(e) => panic!("heartbeat refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        heartbeats >= 3,
+        "the write spanned several heartbeats ({heartbeats})"
+    );
+    let written = std::fs::read(&api.disk.path).unwrap();
+    assert_eq!(written.len(), IMAGE_BYTES);
+    assert_eq!(
+        hex::encode(Sha256::digest(&written)),
+        image.sha256,
+        "{driver}: the disk holds the image"
+    );
+    let node = lab.settle(uuid, ProvisionState::Active).await;
+    assert_eq!(node.body.power_state.as_deref(), Some("power on"));
+    (uuid, api)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_redfish_deploys_through_sushy_tools() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_sushy, base, system): (Process, String, String) = emulators::sushy().await;
+    let info = json!({"redfish_address": base, "redfish_system_id": system});
+    let (_, api) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    assert_eq!(commands, ["prepare_image", "power_off"]);
+    let system: Value = reqwest::get(format!("{base}/redfish/v1/Systems/{system}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(system["PowerState"], "On");
+    assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Hdd");
+    assert_eq!(system["Boot"]["BootSourceOverrideEnabled"], "Continuous");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
+    let (uuid, _) = deploy(&lab, "agent_ipmitool", built::AGENT_IPMITOOL, info).await;
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is on"), "{status}");
+    // Undeploy powers it off through the BMC.
+    lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.settle(uuid, ProvisionState::Available).await;
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is off"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
+    let (_, api) = deploy(&lab, "pxe_ipmitool", built::PXE_IPMITOOL, info).await;
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    assert_eq!(
+        commands,
+        ["expose_disk", "power_off"],
+        "the agent never downloaded anything itself"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_with_wrong_credentials_fails_the_deploy_with_the_bmcs_words() {
+    let lab = lab(Duration::from_secs(60)).await;
+    lab.load(built::AGENT_IPMITOOL, Limits::default()).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "wrong"});
+    let instance =
+        json!({"image_source": "http://127.0.0.1:9/x.raw", "image_checksum": "a".repeat(64)});
+    let uuid = lab.node_with("agent_ipmitool", info, instance).await;
+    let node = lab.deploy(uuid, ProvisionState::DeployFailed).await;
+    let error = node.body.last_error.unwrap();
+    assert!(
+        error.contains("could not boot the node into its ramdisk") && error.contains("ipmitool"),
+        "{error}"
+    );
+}
