@@ -33,6 +33,8 @@ enum Command {
 enum Bench {
     /// Sweep cost, touch throughput, memory and disk per node.
     Core(deployd::bench::CoreBench),
+    /// Driver call cost and start-up with cached drivers.
+    Plugins(deployd::bench::PluginBench),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(overrides) => serve(&Config::load(&overrides)?),
         Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
+        Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
     }
 }
 

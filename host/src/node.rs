@@ -58,6 +58,10 @@ pub struct Provision {
     /// When the sweeper fails the node, if it is in a wait state with its timeout enabled.
     #[serde(skip)]
     pub deadline: Option<Timestamp>,
+    /// Where the node's one entry in the deadline index is: at or before `deadline`. A
+    /// touch moves `deadline` only; the sweeper re-files the entry when it comes due.
+    #[serde(skip)]
+    pub indexed: Option<Timestamp>,
 }
 
 /// A node as the engine and its API see it.
@@ -239,6 +243,7 @@ mod tests {
                 target: Some(ProvisionState::Active),
                 updated_at: t,
                 deadline: Some(t),
+                indexed: Some(t),
             },
         };
         let json = serde_json::to_value(&node).unwrap();

@@ -5,8 +5,9 @@
 //! Whatever the interleaving:
 //! - a touch that succeeded means the node was not failed for that deadline;
 //! - a touch that was refused means exactly one sweeper failed the node;
-//! - no node is failed twice, and afterwards the index holds exactly one entry, the
-//!   record's deadline, for every node still waiting, and none for a failed one.
+//! - no node is failed twice, and afterwards the index holds exactly one entry for every
+//!   node still waiting, where its record says (at or before its deadline), and none for a
+//!   failed one.
 
 mod common;
 
@@ -122,11 +123,16 @@ fn a_touch_and_two_sweeps_at_the_same_deadline_never_lose_a_live_node_or_fail_on
                     "node {uuid} was touched and still failed"
                 );
                 assert_eq!(node.state(), ProvisionState::WaitCallBack);
-                assert_eq!(node.provision, *p);
+                let record = node.provision;
                 assert_eq!(
-                    entries,
-                    vec![p.deadline.unwrap()],
-                    "node {uuid}: index {entries:?}"
+                    (record.updated_at, record.deadline),
+                    (p.updated_at, p.deadline)
+                );
+                let indexed = record.indexed.unwrap();
+                assert_eq!(entries, vec![indexed], "node {uuid}: index {entries:?}");
+                assert!(
+                    indexed <= p.deadline.unwrap(),
+                    "the entry is never after the deadline"
                 );
             }
             Err(StoreError::NotWaiting {

@@ -95,7 +95,8 @@ fn nodes_in_every_state_survive_a_restart_and_busy_ones_are_failed() {
     for (deadline, uuid) in index {
         let node = store.node(uuid).unwrap();
         assert!(node.state().wait_kind().is_some());
-        assert_eq!(Some(deadline), node.provision.deadline);
+        assert_eq!(Some(deadline), node.provision.indexed);
+        assert_eq!(node.provision.indexed, node.provision.deadline);
         assert_eq!(
             store.touch_provisioning(uuid).unwrap().updated_at,
             restarted_at

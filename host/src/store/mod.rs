@@ -15,8 +15,9 @@
 //! see `record`), then its body as JSON. Every write to a node is one insert of that value,
 //! made under the node's lock (`locks`), so it is atomic on disk and ordered with every
 //! other write to the node without a sled transaction. The record is the truth about a
-//! node's state and clock; the deadline index is derived from it, so the sweeper reads the
-//! index from the front and re-checks the record before it acts. Transactions are used
+//! node's state, clock and deadline. The deadline index holds one entry per waiting node,
+//! at or before its deadline (`Provision::indexed`): a heartbeat's touch moves only the
+//! record, and the sweeper re-files an entry that comes due early. Transactions are used
 //! only where several nodes' keys meet: the name and MAC indexes (create, rename, delete).
 //!
 //! Durability: operator-visible changes (create, update, delete, every state transition)
@@ -231,6 +232,7 @@ impl Store {
             target: None,
             updated_at: now,
             deadline: None,
+            indexed: None,
         };
         let uuid = body.uuid;
         let value = record::join(

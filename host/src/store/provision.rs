@@ -1,20 +1,22 @@
 //! Provision-state changes: transitions, touches, and the sweeper's expiry step.
 //!
-//! All three are read-check-write sequences on one node's provision record, run under the
-//! node's lock, so they are totally ordered per node:
+//! All three are read-check-write sequences on one node's record, run under the node's
+//! lock, so they are totally ordered per node:
 //!
 //! - a **transition** applies an event through the state machine, stamps
-//!   `provision_updated_at` and derives the new deadline; the caller flushes before it
-//!   tells anyone;
+//!   `provision_updated_at`, derives the new deadline and files the node's index entry at
+//!   it; the caller flushes before it tells anyone;
 //! - a **touch** moves `provision_updated_at` and the deadline of a waiting node and
-//!   nothing else;
+//!   nothing else: one write of the node's value, the index untouched (heartbeats are the
+//!   hot path; moving an index entry per heartbeat cost more than the rest together);
+//! - **expiry** takes the index entries that came due from the front. Under the node's
+//!   lock it fails the node only if the record's own deadline has passed (the compare in
+//!   compare-and-swap); if a touch moved the deadline on, it re-files the entry there.
+//!   An entry therefore moves at most once per timeout period, not once per heartbeat.
 //!
-//! Both write through [`Store::write_node`]: new index entry, node, old entry out, so a
-//! crash between the steps leaves at worst a stale entry, never a missing one.
-//!
-//! - **expiry** takes the expired index entries from the front and fails a node only if its
-//!   record still carries that very deadline (the compare in compare-and-swap): a touch
-//!   that got the lock first has moved it, and the node lives on. Stale entries are removed.
+//! Index writes go around the node's write in a fixed order (new entry, node, old entry
+//! out), so a crash in between leaves at worst a stale entry, which the sweeper and
+//! recovery drop; never a waiting node without one.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -121,8 +123,8 @@ impl Store {
     }
 
     /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
-    /// its state alone. This is what every heartbeat of a live agent does. The body's JSON
-    /// is copied as it is, not parsed.
+    /// its state alone. This is what every heartbeat of a live agent does. One write: the
+    /// record is replaced and the body's JSON copied as it is, not parsed.
     pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Provision, StoreError> {
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
@@ -139,14 +141,14 @@ impl Store {
             deadline: self.timeouts.for_state(old.state).map(|d| now.plus(d)),
             ..old
         };
-        self.write_node(uuid, &old, &new, json)?;
+        self.nodes
+            .insert(uuid.as_bytes(), record::join(&new, json))?;
         Ok(new)
     }
 
-    /// Writes a node whose record goes from `old` to `new`, without a transaction: the new
-    /// index entry, then the node (one atomic insert), then the old entry out. A crash in
-    /// between leaves at worst a stale entry, which the sweeper and recovery drop; never a
-    /// missing one. The caller holds the node's lock.
+    /// Writes a node whose record goes from `old` to `new`, moving its index entry from
+    /// `old.indexed` to `new.indexed`: new entry, then the node (one atomic insert), then the
+    /// old entry out. The caller holds the node's lock.
     pub(super) fn write_node(
         &self,
         uuid: Uuid,
@@ -154,13 +156,13 @@ impl Store {
         new: &Provision,
         json: &[u8],
     ) -> Result<(), StoreError> {
-        if let Some(d) = new.deadline.filter(|&d| Some(d) != old.deadline) {
+        if let Some(d) = new.indexed.filter(|&d| Some(d) != old.indexed) {
             self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
             self.waker.deadline_added(d);
         }
         self.nodes
             .insert(uuid.as_bytes(), record::join(new, json))?;
-        if let Some(d) = old.deadline.filter(|&d| Some(d) != new.deadline) {
+        if let Some(d) = old.indexed.filter(|&d| Some(d) != new.indexed) {
             self.deadlines.remove(record::deadline_key(d, uuid))?;
         }
         Ok(())
@@ -206,10 +208,12 @@ impl Store {
         Ok(timed_out)
     }
 
+    /// Handles one index entry that came due: fails the node if its own deadline passed,
+    /// re-files the entry if a touch moved the deadline on, drops it if it is stale.
     fn fail_if_still_expired(
         &self,
         uuid: Uuid,
-        deadline: Timestamp,
+        entry: Timestamp,
         now: Timestamp,
     ) -> Result<Option<TimedOut>, StoreError> {
         let _owner = self.locks.lock(uuid);
@@ -218,13 +222,26 @@ impl Store {
             .as_deref()
             .map(|v| record::split(uuid, v))
             .transpose()?;
-        let Some((p, json)) =
-            current.filter(|(p, _)| p.deadline == Some(deadline) && p.state.wait_kind().is_some())
-        else {
-            // Touched, moved on or deleted since the entry was written: the entry is stale.
-            self.deadlines
-                .remove(record::deadline_key(deadline, uuid))?;
+        let Some((p, json)) = current.filter(|(p, _)| p.indexed == Some(entry)) else {
+            // The node moved on or is gone since the entry was written: it is stale.
+            self.deadlines.remove(record::deadline_key(entry, uuid))?;
             return Ok(None);
+        };
+        let deadline = match p.deadline {
+            Some(d) if d <= now && p.state.wait_kind().is_some() => d,
+            // Touched since: file the entry at the deadline the record now has.
+            later => {
+                self.write_node(
+                    uuid,
+                    &p,
+                    &Provision {
+                        indexed: later,
+                        ..p
+                    },
+                    json,
+                )?;
+                return Ok(None);
+            }
         };
         let kind = p.state.wait_kind().expect("filtered on wait states");
         let timeout = deadline.since(p.updated_at);
@@ -290,6 +307,11 @@ impl Store {
             target: to.target(),
             updated_at: now,
             deadline: self.timeouts.for_state(to).map(|d| now.plus(d)),
+            indexed: None,
+        };
+        let new = Provision {
+            indexed: new.deadline,
+            ..new
         };
         let mut body = parse_body(uuid, json)?;
         if body.last_error == last_error {

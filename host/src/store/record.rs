@@ -3,8 +3,9 @@
 //! A node is one sled value, `provision record ‖ body JSON`, so that every write to a node
 //! is a single atomic insert. The provision record is what a heartbeat rewrites, so it
 //! comes first, is fixed-size and is cheap to decode (a touch copies the JSON bytes as they
-//! are, without parsing them): `[version, state, target, updated_at: i64 BE, deadline: i64 BE]`, 19 bytes, with
-//! `target = 0xFF` for none and `deadline = i64::MIN` for none. A deadline key is
+//! are, without parsing them): `[version, state, target, updated_at, deadline, indexed]`,
+//! the three times as i64 BE microseconds, 27 bytes, with `target = 0xFF` and a time of
+//! `i64::MIN` for none. A deadline key is
 //! `deadline: u64 BE ‖ uuid`, so sled's key order is deadline order and the sweeper reads
 //! the index from the front.
 
@@ -16,8 +17,8 @@ use crate::state_machine::ProvisionState;
 
 use super::StoreError;
 
-const VERSION: u8 = 1;
-const RECORD_LEN: usize = 19;
+const VERSION: u8 = 2;
+const RECORD_LEN: usize = 27;
 const NO_TARGET: u8 = 0xFF;
 const NO_DEADLINE: i64 = i64::MIN;
 
@@ -38,8 +39,9 @@ fn encode(p: &Provision) -> [u8; RECORD_LEN] {
     out[1] = state_code(p.state);
     out[2] = p.target.map_or(NO_TARGET, state_code);
     out[3..11].copy_from_slice(&p.updated_at.as_micros().to_be_bytes());
-    let deadline = p.deadline.map_or(NO_DEADLINE, Timestamp::as_micros);
-    out[11..19].copy_from_slice(&deadline.to_be_bytes());
+    let time = |t: Option<Timestamp>| t.map_or(NO_DEADLINE, Timestamp::as_micros).to_be_bytes();
+    out[11..19].copy_from_slice(&time(p.deadline));
+    out[19..27].copy_from_slice(&time(p.indexed));
     out
 }
 
@@ -54,12 +56,17 @@ fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
         code => Some(state_from_code(code).ok_or_else(corrupt)?),
     };
     let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-    let deadline = i64_at(11);
+    let time = |at: usize| {
+        Some(i64_at(at))
+            .filter(|&t| t != NO_DEADLINE)
+            .map(Timestamp::from_micros)
+    };
     Ok(Provision {
         state,
         target,
         updated_at: Timestamp::from_micros(i64_at(3)),
-        deadline: (deadline != NO_DEADLINE).then_some(Timestamp::from_micros(deadline)),
+        deadline: time(11),
+        indexed: time(19),
     })
 }
 
@@ -112,6 +119,7 @@ mod tests {
                 target: state.target(),
                 updated_at: Timestamp::from_micros(1_700_000_000_000_000 + i as i64),
                 deadline: (i % 2 == 0).then_some(Timestamp::from_micros(-5)),
+                indexed: (i % 3 == 0).then_some(Timestamp::from_micros(-7)),
             };
             assert_eq!(decode(Uuid::nil(), &encode(&p)).unwrap(), p);
         }
@@ -124,13 +132,12 @@ mod tests {
             target: None,
             updated_at: Timestamp::from_micros(1),
             deadline: None,
+            indexed: None,
         });
         for bad in [
             &good[..5],
             &[9u8; RECORD_LEN][..],
-            &[
-                VERSION, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            ][..],
+            &[&[VERSION, 200][..], &[0u8; RECORD_LEN - 2][..]].concat()[..],
         ] {
             assert!(matches!(
                 decode(Uuid::nil(), bad),

@@ -52,19 +52,29 @@ impl Store {
             if deadline.is_some() {
                 report.waiting += 1;
             }
-            if deadline != p.deadline {
+            // Keep the entry where it is if it is still at or before the deadline.
+            let indexed = match (p.indexed, deadline) {
+                (Some(i), Some(d)) if i <= d => Some(i),
+                (_, d) => d,
+            };
+            let fresh = Provision {
+                deadline,
+                indexed,
+                ..p
+            };
+            if fresh != p {
                 let _owner = self.locks.lock(uuid);
-                self.write_node(uuid, &p, &Provision { deadline, ..p }, json)?;
+                self.write_node(uuid, &p, &fresh, json)?;
                 report.rescheduled += 1;
-            } else if let Some(d) = deadline {
-                self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
+            } else if let Some(i) = indexed {
+                self.deadlines.insert(record::deadline_key(i, uuid), &[])?;
             }
         }
         for item in self.deadlines.iter() {
             let (key, _) = item?;
             let (deadline, uuid) = record::parse_deadline_key(&key)?;
             let live = match self.nodes.get(uuid.as_bytes())? {
-                Some(value) => record::split(uuid, &value)?.0.deadline == Some(deadline),
+                Some(value) => record::split(uuid, &value)?.0.indexed == Some(deadline),
                 None => false,
             };
             if !live {

@@ -159,6 +159,7 @@ fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
         node.provision.deadline,
         Some(now.plus(Duration::from_secs(60)))
     );
+    assert_eq!(node.provision.indexed, node.provision.deadline);
     assert_eq!(store.next_deadline().unwrap(), node.provision.deadline);
     let active = store.apply_event(uuid, Event::Resume, None).unwrap();
     assert_eq!(active.provision.deadline, None);
@@ -195,6 +196,7 @@ fn touch_moves_the_clock_and_deadline_but_never_the_state() {
     let (store, clock) = open(&dir, 60);
     let uuid = store.create_node(new_node(None)).unwrap().uuid();
     to_wait_call_back(&store, uuid);
+    let entered = store.node(uuid).unwrap().provision;
     clock.advance(Duration::from_secs(30));
     let touched = store.touch_provisioning(uuid).unwrap();
     let now = T0.plus(Duration::from_secs(30));
@@ -202,8 +204,27 @@ fn touch_moves_the_clock_and_deadline_but_never_the_state() {
     assert_eq!(touched.updated_at, now);
     assert_eq!(touched.deadline, Some(now.plus(Duration::from_secs(60))));
     assert_eq!(store.node(uuid).unwrap().provision, touched);
-    assert_eq!(store.deadlines.len(), 1, "the old entry is gone");
-    assert_eq!(store.next_deadline().unwrap(), touched.deadline);
+    // The index entry stays where it was, at or before the deadline...
+    assert_eq!(touched.indexed, entered.deadline);
+    assert_eq!(
+        store.deadline_index().unwrap(),
+        vec![(entered.deadline.unwrap(), uuid)]
+    );
+    // ...and when it comes due, the sweep re-files it at the real deadline.
+    clock.advance(Duration::from_secs(30));
+    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
+    assert_eq!(
+        store.deadline_index().unwrap(),
+        vec![(touched.deadline.unwrap(), uuid)]
+    );
+    assert_eq!(
+        store.node(uuid).unwrap().provision.indexed,
+        touched.deadline
+    );
+    assert_eq!(
+        store.node(uuid).unwrap().state(),
+        ProvisionState::WaitCallBack
+    );
 }
 
 #[test]
@@ -364,7 +385,7 @@ fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
         to_wait_call_back(&store, uuid);
         // What a crash between a touch's writes can leave: the old entry, and none for the
         // record's real deadline.
-        let real = store.node(uuid).unwrap().provision.deadline.unwrap();
+        let real = store.node(uuid).unwrap().provision.indexed.unwrap();
         store
             .deadlines
             .remove(record::deadline_key(real, uuid))

@@ -1,0 +1,65 @@
+//! `deployd bench`: the measurements quoted in the README and the issue notes.
+//! Figures are medians and p99s of many samples, printed with the command that made them.
+
+pub mod core;
+pub mod plugins;
+
+pub use self::core::{CoreBench, run_core};
+pub use self::plugins::{PluginBench, run_plugins};
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub fn sample(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    let mut out: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn median(sorted: &[Duration]) -> Duration {
+    sorted[sorted.len() / 2]
+}
+
+pub fn report(what: &str, sorted: &[Duration]) {
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    println!(
+        "{what}: median {:.2} µs, p99 {:.2} µs ({} samples)",
+        median(sorted).as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        sorted.len()
+    );
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+pub fn dir_size(path: &std::path::Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
