@@ -20,6 +20,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::agents::Agents;
+use crate::capability::bmc::{self, PowerAction};
 use crate::node::Node;
 use crate::plugin::bindings::Outcome;
 use crate::plugin::sandbox::{Export, Reply};
@@ -30,6 +31,8 @@ use crate::sweeper::TimeoutHook;
 
 /// driver_internal_info key of the pinned driver version.
 pub const DRIVER_HASH: &str = "driver_hash";
+/// driver_internal_info key of the sha256 of the agent token issued for this boot.
+pub const AGENT_TOKEN_HASH: &str = "agent_token_hash";
 
 /// What an operator can ask of a node (the API's provision targets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -348,14 +351,14 @@ impl Conductor {
         }
     }
 
+    /// Starts (`Some(hash)`: the driver version to pin) or ends (`None`) a node's flow.
+    /// Either way the agent token of the previous boot is wiped, as Ironic's
+    /// `wipe_token_and_url` does: the next boot of the ramdisk looks up afresh.
     fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
         let current = self.store.node(node)?;
-        let pinned = current
-            .body
-            .driver_internal_info
-            .get(DRIVER_HASH)
-            .and_then(Value::as_str);
-        if pinned == hash {
+        let info = &current.body.driver_internal_info;
+        let pinned = info.get(DRIVER_HASH).and_then(Value::as_str);
+        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) {
             return Ok(());
         }
         self.store.update_node(node, |b| {
@@ -363,9 +366,61 @@ impl Conductor {
                 Some(h) => b.driver_internal_info.insert(DRIVER_HASH.into(), h.into()),
                 None => b.driver_internal_info.remove(DRIVER_HASH),
             };
+            b.driver_internal_info.remove(AGENT_TOKEN_HASH);
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// Carries out an operator's power action through the node's driver's BMC backend.
+    pub fn power(self: &Arc<Self>, node: Uuid, action: PowerAction) -> Result<(), ConductorError> {
+        let record = self.store.node(node)?;
+        let driver = self
+            .driver_for(&record)
+            .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
+        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let target = match action {
+            PowerAction::Off => "power off",
+            PowerAction::On | PowerAction::Reboot => "power on",
+        };
+        self.store.update_node(node, |b| {
+            b.target_power_state = Some(target.into());
+            Ok(())
+        })?;
+        let me = self.clone();
+        tokio::spawn(async move {
+            let services = me.registry.services().clone();
+            if let Err(e) = bmc::act(&services, node, &driver.description.power, action).await {
+                let _ = me.store.update_node(node, |b| {
+                    b.target_power_state = None;
+                    b.last_error =
+                        Some(format!("Failed to change power state to \"{target}\": {e}"));
+                    Ok(())
+                });
+            }
+            drop(claim);
+        });
+        Ok(())
+    }
+
+    /// Validates a node for its driver: (power/management, deploy).
+    pub async fn validate(&self, node: &Node) -> (Result<(), String>, Result<(), String>) {
+        let driver = match self.driver_for(node) {
+            Ok(d) => d,
+            Err(e) => return (Err(e.to_string()), Err(e.to_string())),
+        };
+        let services = self.registry.services().clone();
+        let power = bmc::check(&services, node.uuid(), &driver.description.power);
+        let deploy = match self
+            .registry
+            .call(&driver, node.uuid(), Export::Validate)
+            .await
+        {
+            Ok(Reply::Valid(r)) => r,
+            Ok(other) => Err(format!("driver answered validate with {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        (power, deploy)
     }
 
     /// How many nodes are mid-flow on a driver (pinned to one of its versions).

@@ -15,6 +15,16 @@
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
 //! cache_capacity_mb = 256            # sled page cache
+//!
+//! [api]
+//! auth_strategy = "noauth"           # or "http_basic"
+//! http_basic_auth_user_file = "/etc/deployd/htpasswd"   # bcrypt entries (htpasswd -B)
+//! ramdisk_heartbeat_timeout = 300    # agents heartbeat every 30–60 % of this
+//!
+//! [plugins]
+//! dir = "deployd-data/plugins"       # *.wasm loaded at start; uploads are kept here
+//! bundled = true                     # load the drivers built into the binary
+//! max_concurrent_calls = 256         # driver instances alive at once
 //! ```
 
 use std::net::SocketAddr;
@@ -34,6 +44,52 @@ pub struct Config {
     pub listen: SocketAddr,
     pub conductor: Conductor,
     pub store: Store,
+    pub api: Api,
+    pub plugins: Plugins,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Api {
+    pub auth_strategy: AuthStrategy,
+    pub http_basic_auth_user_file: Option<PathBuf>,
+    pub ramdisk_heartbeat_timeout: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthStrategy {
+    Noauth,
+    HttpBasic,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Plugins {
+    /// Defaults to `<data_dir>/plugins`.
+    pub dir: Option<PathBuf>,
+    pub bundled: bool,
+    pub max_concurrent_calls: u32,
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Api {
+            auth_strategy: AuthStrategy::Noauth,
+            http_basic_auth_user_file: None,
+            ramdisk_heartbeat_timeout: 300,
+        }
+    }
+}
+
+impl Default for Plugins {
+    fn default() -> Self {
+        Plugins {
+            dir: None,
+            bundled: true,
+            max_concurrent_calls: 256,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -60,6 +116,8 @@ impl Default for Config {
             listen: "127.0.0.1:6385".parse().expect("a valid address"),
             conductor: Conductor::default(),
             store: Store::default(),
+            api: Api::default(),
+            plugins: Plugins::default(),
         }
     }
 }
@@ -130,6 +188,15 @@ pub struct Overrides {
     /// How often sled flushes touches to disk, in ms [default: 500].
     #[arg(long, env = "DEPLOYD_FLUSH_EVERY_MS")]
     pub flush_every_ms: Option<u64>,
+    /// Operator authentication [default: noauth].
+    #[arg(long, env = "DEPLOYD_AUTH_STRATEGY", value_enum)]
+    pub auth_strategy: Option<AuthStrategy>,
+    /// htpasswd file (bcrypt) for http_basic.
+    #[arg(long, env = "DEPLOYD_HTTP_BASIC_AUTH_USER_FILE")]
+    pub http_basic_auth_user_file: Option<PathBuf>,
+    /// Directory of driver components loaded at start [default: <data-dir>/plugins].
+    #[arg(long, env = "DEPLOYD_PLUGINS_DIR")]
+    pub plugins_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -163,6 +230,13 @@ impl Config {
             o.check_provision_state_interval,
         );
         set(&mut config.store.flush_every_ms, o.flush_every_ms);
+        set(&mut config.api.auth_strategy, o.auth_strategy);
+        if o.http_basic_auth_user_file.is_some() {
+            config.api.http_basic_auth_user_file = o.http_basic_auth_user_file.clone();
+        }
+        if o.plugins_dir.is_some() {
+            config.plugins.dir = o.plugins_dir.clone();
+        }
         Ok(config)
     }
 
@@ -181,6 +255,13 @@ impl Config {
             flush_every_ms: self.store.flush_every_ms,
             cache_capacity: self.store.cache_capacity_mb * 1024 * 1024,
         }
+    }
+
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.plugins
+            .dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("plugins"))
     }
 
     pub fn sweeper(&self) -> SweeperConfig {

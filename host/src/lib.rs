@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod agents;
+pub mod api;
 pub mod bench;
 pub mod capability;
 pub mod checksum;

@@ -1,13 +1,9 @@
 //! The `deployd` command line.
 
-use std::sync::Arc;
-
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deployd::clock::Clock;
 use deployd::config::{Config, Overrides};
 use deployd::engine::Engine;
-use deployd::sweeper::LogTimeouts;
 
 #[derive(Parser)]
 #[command(
@@ -22,7 +18,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the engine: the node store on sled and the timeout sweeper.
+    /// Run the engine: the API, the node store on sled, the drivers and the sweeper.
     Serve(Overrides),
     /// Measure the engine.
     #[command(subcommand)]
@@ -53,19 +49,29 @@ fn main() -> anyhow::Result<()> {
 fn serve(config: &Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let engine = Engine::start(config, Clock::new(), Arc::new(LogTimeouts))
-            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        let engine = Engine::start(config, Clock::new()).await?;
         let r = &engine.recovery;
         tracing::info!(
+            listen = %engine.addr,
             data_dir = %config.data_dir.display(),
             nodes = r.nodes,
             waiting = r.waiting,
             failed_on_restart = r.failed.len(),
+            drivers = engine.conductor.registry.list().len(),
             "deployd is running"
         );
-        tokio::signal::ctrl_c().await?;
+        shutdown_signal().await;
         tracing::info!("shutting down");
-        engine.shutdown().await?;
-        Ok(())
+        engine.shutdown().await
     })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -422,6 +422,36 @@ impl Store {
         Ok(port)
     }
 
+    /// Every port, in uuid order.
+    pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
+        self.ports
+            .iter()
+            .map(|item| parse_json("port", &item?.1))
+            .collect()
+    }
+
+    /// Puts a node just enrolled straight into `available`, as Ironic does for clients
+    /// older than API 1.11 (before `enroll` existed).
+    pub fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if old.state != ProvisionState::Enroll {
+            return Err(StoreError::StateChanged {
+                node: uuid,
+                expected: ProvisionState::Enroll,
+                actual: old.state,
+            });
+        }
+        let new = Provision {
+            state: ProvisionState::Available,
+            ..old
+        };
+        self.write_node(uuid, &old, &new, json)?;
+        self.flush()?;
+        self.node(uuid)
+    }
+
     pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
         let json = self
             .ports

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{HostState, host_failure};
+use uuid::Uuid;
+
+use super::{HostState, Services, host_failure};
 use crate::node::JsonMap;
 use crate::plugin::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
 
@@ -73,31 +75,25 @@ impl Bmc {
     }
 }
 
-impl HostState {
-    fn bmc(&self) -> wasmtime::Result<Result<Bmc, String>> {
-        let node = self.services.store.node(self.node).map_err(host_failure)?;
-        Ok(Bmc::resolve(
-            &self.power,
-            &node.body.driver_info,
-            &self.services.bmc,
-        ))
-    }
+fn resolve(services: &Services, node: Uuid, power: &str) -> wasmtime::Result<Result<Bmc, String>> {
+    let node = services.store.node(node).map_err(host_failure)?;
+    Ok(Bmc::resolve(power, &node.body.driver_info, &services.bmc))
+}
 
-    fn record_power(&self, state: PowerState) -> wasmtime::Result<()> {
-        let text = match state {
-            PowerState::On => "power on",
-            PowerState::Off => "power off",
-        };
-        self.services
-            .store
-            .update_node(self.node, |b| {
-                b.power_state = Some(text.into());
-                b.target_power_state = None;
-                Ok(())
-            })
-            .map_err(host_failure)?;
-        Ok(())
-    }
+fn record_power(services: &Services, node: Uuid, state: PowerState) -> wasmtime::Result<()> {
+    let text = match state {
+        PowerState::On => "power on",
+        PowerState::Off => "power off",
+    };
+    services
+        .store
+        .update_node(node, |b| {
+            b.power_state = Some(text.into());
+            b.target_power_state = None;
+            Ok(())
+        })
+        .map_err(host_failure)?;
+    Ok(())
 }
 
 /// BMCs apply power changes asynchronously (sushy's fake driver, real hardware): poll
@@ -125,59 +121,108 @@ const POWER_WAIT_POLLS: u32 = 60;
 const POWER_WAIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 macro_rules! bmc_or_return {
-    ($self:ident) => {
-        match $self.bmc()? {
+    ($services:expr, $node:expr, $power:expr) => {
+        match resolve($services, $node, $power)? {
             Ok(bmc) => bmc,
             Err(e) => return Ok(Err(e)),
         }
     };
 }
 
+async fn set_power(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    state: PowerState,
+) -> wasmtime::Result<Result<(), String>> {
+    let http = &services.http;
+    let done = match bmc_or_return!(services, node, power) {
+        Bmc::Fake => Ok(()),
+        Bmc::Redfish(t) => match t.set_power(http, state).await {
+            Ok(()) => settle(state, || t.get_power(http)).await,
+            Err(e) => Err(e),
+        },
+        Bmc::Ipmi(t) => match t.set_power(state).await {
+            Ok(()) => settle(state, || t.get_power()).await,
+            Err(e) => Err(e),
+        },
+    };
+    if done.is_ok() {
+        record_power(services, node, state)?;
+    }
+    Ok(done)
+}
+
+async fn reboot(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+) -> wasmtime::Result<Result<(), String>> {
+    let done = match bmc_or_return!(services, node, power) {
+        Bmc::Fake => Ok(()),
+        Bmc::Redfish(t) => t.reboot(&services.http).await,
+        Bmc::Ipmi(t) => t.reboot().await,
+    };
+    if done.is_ok() {
+        record_power(services, node, PowerState::On)?;
+    }
+    Ok(done)
+}
+
+/// What an operator asks of a node's power (`PUT /v1/nodes/{node}/states/power`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerAction {
+    On,
+    Off,
+    Reboot,
+}
+
+/// Carries out an operator's power action through the node's driver's backend.
+pub async fn act(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    action: PowerAction,
+) -> Result<(), String> {
+    let result = match action {
+        PowerAction::On => set_power(services, node, power, PowerState::On).await,
+        PowerAction::Off => set_power(services, node, power, PowerState::Off).await,
+        PowerAction::Reboot => reboot(services, node, power).await,
+    };
+    result.map_err(|e| e.to_string())?
+}
+
+/// Whether the node's driver_info is complete for this power backend.
+pub fn check(services: &Services, node: Uuid, power: &str) -> Result<(), String> {
+    resolve(services, node, power)
+        .map_err(|e| e.to_string())?
+        .map(|_| ())
+}
+
 impl Host for HostState {
     async fn set_power(&mut self, state: PowerState) -> wasmtime::Result<Result<(), String>> {
-        let http = &self.services.http;
-        let done = match bmc_or_return!(self) {
-            Bmc::Fake => Ok(()),
-            Bmc::Redfish(t) => match t.set_power(http, state).await {
-                Ok(()) => settle(state, || t.get_power(http)).await,
-                Err(e) => Err(e),
-            },
-            Bmc::Ipmi(t) => match t.set_power(state).await {
-                Ok(()) => settle(state, || t.get_power()).await,
-                Err(e) => Err(e),
-            },
-        };
-        if done.is_ok() {
-            self.record_power(state)?;
-        }
-        Ok(done)
+        set_power(&self.services, self.node, &self.power, state).await
     }
 
     async fn reboot(&mut self) -> wasmtime::Result<Result<(), String>> {
-        let done = match bmc_or_return!(self) {
-            Bmc::Fake => Ok(()),
-            Bmc::Redfish(t) => t.reboot(&self.services.http).await,
-            Bmc::Ipmi(t) => t.reboot().await,
-        };
-        if done.is_ok() {
-            self.record_power(PowerState::On)?;
-        }
-        Ok(done)
+        reboot(&self.services, self.node, &self.power).await
     }
 
     async fn get_power(&mut self) -> wasmtime::Result<Result<PowerState, String>> {
-        Ok(match bmc_or_return!(self) {
-            Bmc::Fake => {
-                let node = self.services.store.node(self.node).map_err(host_failure)?;
-                Ok(if node.body.power_state.as_deref() == Some("power on") {
-                    PowerState::On
-                } else {
-                    PowerState::Off
-                })
-            }
-            Bmc::Redfish(t) => t.get_power(&self.services.http).await,
-            Bmc::Ipmi(t) => t.get_power().await,
-        })
+        Ok(
+            match bmc_or_return!(&self.services, self.node, &self.power) {
+                Bmc::Fake => {
+                    let node = self.services.store.node(self.node).map_err(host_failure)?;
+                    Ok(if node.body.power_state.as_deref() == Some("power on") {
+                        PowerState::On
+                    } else {
+                        PowerState::Off
+                    })
+                }
+                Bmc::Redfish(t) => t.get_power(&self.services.http).await,
+                Bmc::Ipmi(t) => t.get_power().await,
+            },
+        )
     }
 
     async fn set_boot_device(
@@ -185,13 +230,15 @@ impl Host for HostState {
         device: BootDevice,
         persistent: bool,
     ) -> wasmtime::Result<Result<(), String>> {
-        Ok(match bmc_or_return!(self) {
-            Bmc::Fake => Ok(()),
-            Bmc::Redfish(t) => {
-                t.set_boot_device(&self.services.http, device, persistent)
-                    .await
-            }
-            Bmc::Ipmi(t) => t.set_boot_device(device, persistent).await,
-        })
+        Ok(
+            match bmc_or_return!(&self.services, self.node, &self.power) {
+                Bmc::Fake => Ok(()),
+                Bmc::Redfish(t) => {
+                    t.set_boot_device(&self.services.http, device, persistent)
+                        .await
+                }
+                Bmc::Ipmi(t) => t.set_boot_device(device, persistent).await,
+            },
+        )
     }
 }

@@ -1,0 +1,221 @@
+//! The ramdisk agent's endpoints: `GET /v1/lookup` and `POST /v1/heartbeat/{node}`.
+//!
+//! Lookup finds the node by MAC (or uuid) only in the states where an agent is expected,
+//! and answers an identical 404 otherwise, so a probe cannot tell unknown from wrong
+//! state. It issues the agent token once per boot: 43 URL-safe characters, of which only
+//! a sha256 is stored; later lookups get `"******"`. A heartbeat must carry that token;
+//! it is checked against the engine's memory first (no store read on the hot path) and
+//! against the stored hash after a restart. Then the conductor touches the node and lets
+//! its driver act.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use base64::Engine;
+use rand::RngCore;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::error::{ApiError, parse};
+use super::version::Version;
+use super::{App, State, base_url, view};
+use crate::conductor::{AGENT_TOKEN_HASH, ConductorError};
+use crate::node::Node;
+use crate::state_machine::ProvisionState;
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/v1/lookup", get(lookup))
+        .route("/v1/lookup/", get(lookup))
+        .route("/v1/heartbeat/{ident}", post(heartbeat))
+}
+
+fn lookup_allowed(state: ProvisionState) -> bool {
+    use ProvisionState as S;
+    matches!(
+        state,
+        S::Deploying
+            | S::WaitCallBack
+            | S::Cleaning
+            | S::CleanWait
+            | S::Inspecting
+            | S::InspectWait
+            | S::Rescuing
+            | S::RescueWait
+            | S::ServiceWait
+    )
+}
+
+fn hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+#[derive(Deserialize, Default)]
+struct LookupQuery {
+    addresses: Option<String>,
+    node_uuid: Option<String>,
+}
+
+async fn lookup(
+    app: State,
+    Extension(version): Extension<Version>,
+    headers: HeaderMap,
+    Query(q): Query<LookupQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if !version.at_least(22) {
+        return Err(ApiError::not_found("The resource could not be found."));
+    }
+    let store = &app.conductor.store;
+    let macs: Vec<&str> = q
+        .addresses
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    let uuid = q.node_uuid.as_deref().and_then(|u| Uuid::parse_str(u).ok());
+    if uuid.is_none() && !macs.iter().any(|m| crate::node::normalize_mac(m).is_ok()) {
+        return Err(ApiError::bad_request(
+            "One of addresses or node_uuid query parameters must be provided and valid.",
+        ));
+    }
+    let what = q.node_uuid.clone().unwrap_or_else(|| macs.join(","));
+    let not_found = || ApiError::not_found(format!("Node with {what} could not be found."));
+    let found = match uuid {
+        Some(u) => Some(u),
+        None => store.node_by_macs(macs.iter().copied())?,
+    };
+    let node = match found.map(|u| store.node(u)) {
+        Some(Ok(n)) if lookup_allowed(n.state()) => n,
+        _ => return Err(not_found()),
+    };
+    let token = if version.at_least(62) {
+        Some(issue_token(&app, &node)?)
+    } else {
+        None
+    };
+    let node = store.node(node.uuid())?;
+    let base = base_url(&headers);
+    Ok(Json(json!({
+        "node": {
+            "uuid": node.uuid(),
+            "properties": node.body.properties,
+            "instance_info": view::mask(&node.body.instance_info),
+            "driver_internal_info": view::mask(&node.body.driver_internal_info),
+            "links": view::links(&base, "nodes", &node.uuid().to_string()),
+        },
+        "config": {
+            "heartbeat_timeout": app.ramdisk_heartbeat_timeout,
+            "agent_token": token,
+            "agent_token_required": true,
+            "agent_md5_checksum_enable": false,
+            "disable_deep_image_inspection": false,
+            "permitted_image_formats": ["raw", "qcow2", "iso"],
+        },
+    })))
+}
+
+/// A fresh token if none was issued for this boot, else `"******"`.
+fn issue_token(app: &App, node: &Node) -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let digest = hash(&token);
+    let updated = app.conductor.store.update_node(node.uuid(), |b| {
+        b.driver_internal_info
+            .entry(AGENT_TOKEN_HASH)
+            .or_insert_with(|| json!(digest));
+        Ok(())
+    })?;
+    if updated.body.driver_internal_info.get(AGENT_TOKEN_HASH) == Some(&json!(digest)) {
+        app.conductor.agents.issued(node.uuid(), token.clone());
+        Ok(token)
+    } else {
+        Ok("******".into())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Heartbeat {
+    callback_url: String,
+    agent_token: Option<String>,
+    agent_version: Option<String>,
+    agent_verify_ca: Option<String>,
+    agent_status: Option<String>,
+    agent_status_message: Option<String>,
+}
+
+async fn heartbeat(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    if !version.at_least(22) {
+        return Err(ApiError::not_found("The resource could not be found."));
+    }
+    let hb: Heartbeat = parse(&body)?;
+    let _ = (&hb.agent_verify_ca, &hb.agent_status_message);
+    let uuid = match Uuid::parse_str(&ident) {
+        Ok(u) => u,
+        Err(_) => app.conductor.store.find_node(&ident)?.uuid(),
+    };
+    let token = hb
+        .agent_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request("Agent token is required for heartbeat processing.")
+        })?;
+    if !(hb.callback_url.starts_with("http://") || hb.callback_url.starts_with("https://")) {
+        return Err(ApiError::bad_request(format!(
+            "Invalid callback_url {:?}: it must be an http(s) url.",
+            hb.callback_url
+        )));
+    }
+    if hb.agent_version.is_none() && hb.agent_status.is_none() {
+        return Err(ApiError::bad_request(
+            "Agent did not transmit a version, and a version is required.",
+        ));
+    }
+    let known = app
+        .conductor
+        .agents
+        .get(uuid)
+        .and_then(|s| s.token)
+        .is_some_and(|t| t == token);
+    if !known {
+        // After a restart the engine knows only the hash.
+        let node = app.conductor.store.node(uuid)?;
+        let stored = node
+            .body
+            .driver_internal_info
+            .get(AGENT_TOKEN_HASH)
+            .and_then(Value::as_str);
+        if stored != Some(hash(token).as_str()) {
+            return Err(ApiError::bad_request(
+                "Invalid or missing agent token received.",
+            ));
+        }
+    }
+    let agent_version = hb.agent_version.as_deref().unwrap_or("");
+    match app
+        .conductor
+        .heartbeat(uuid, token, &hb.callback_url, agent_version)
+    {
+        Ok(()) => Ok(StatusCode::ACCEPTED),
+        Err(ConductorError::Busy(_)) => Err(ApiError::conflict(format!(
+            "Node {uuid} is locked by host deployd, please retry after the current operation is completed."
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,95 @@
+//! The HTTP API: Ironic's v1 subset for operators and ramdisk agents, on hyper via axum.
+//!
+//! | module | routes |
+//! |---|---|
+//! | [`root`] | `GET /`, `GET /v1` (discovery) |
+//! | [`nodes`] | `/v1/nodes…`: create, list, show, patch, delete, states, provision, power, validate |
+//! | [`ports`] | `/v1/ports…` |
+//! | [`drivers`] | `GET /v1/drivers…`; the extension `/v1/deployd/drivers` to load and unload |
+//! | [`agent`] | `GET /v1/lookup`, `POST /v1/heartbeat/{node}` |
+//!
+//! Every answer carries the microversion headers ([`version`]) and an
+//! `openstack-request-id`; errors are in Ironic's shape ([`error`]); operator routes pass
+//! through [`auth`], the agent routes are gated by agent tokens instead.
+
+pub mod agent;
+pub mod auth;
+pub mod drivers;
+pub mod error;
+pub mod nodes;
+pub mod ports;
+pub mod root;
+pub mod version;
+mod view;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::conductor::Conductor;
+
+/// What the handlers share.
+pub struct App {
+    pub conductor: Arc<Conductor>,
+    pub auth: auth::Auth,
+    /// `config.heartbeat_timeout` given to agents at lookup (Ironic's
+    /// `[api]ramdisk_heartbeat_timeout`).
+    pub ramdisk_heartbeat_timeout: u64,
+    /// Where uploaded drivers are kept so a restart loads them again.
+    pub plugins_dir: Option<std::path::PathBuf>,
+}
+
+pub type State = axum::extract::State<Arc<App>>;
+
+/// JSON bodies are small; a driver upload may be larger (it has its own limit).
+pub const MAX_BODY: usize = 1 << 20;
+pub const MAX_DRIVER: usize = 64 << 20;
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .merge(root::routes())
+        .merge(nodes::routes())
+        .merge(ports::routes())
+        .merge(drivers::routes())
+        .merge(agent::routes())
+        .layer(middleware::from_fn_with_state(app.clone(), auth::check))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(version::negotiate))
+        .layer(middleware::from_fn(request_id))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(60),
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}
+
+/// Every answer names its request, as Ironic's `openstack-request-id`.
+async fn request_id(request: Request, next: Next) -> Response {
+    let id = format!("req-{}", uuid::Uuid::new_v4());
+    let mut response = next.run(request).await;
+    let value = HeaderValue::from_str(&id).expect("a uuid is a valid header");
+    response
+        .headers_mut()
+        .insert("openstack-request-id", value.clone());
+    response
+        .headers_mut()
+        .insert("x-openstack-request-id", value);
+    response
+}
+
+/// The scheme and host the client used, for links and `Location` headers.
+pub fn base_url(headers: &axum::http::HeaderMap) -> String {
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}

@@ -1,0 +1,538 @@
+//! `/v1/nodes`: enroll, list, show, update, delete, and act on nodes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::error::{ApiError, parse};
+use super::version::Version;
+use super::{App, State, base_url, view};
+use crate::conductor::Verb;
+use crate::node::{NewNode, Node, NodeBody};
+use crate::state_machine::ProvisionState;
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/v1/nodes", get(list).post(create))
+        .route("/v1/nodes/", get(list).post(create))
+        .route("/v1/nodes/detail", get(detail))
+        .route("/v1/nodes/{ident}", get(show).patch(update).delete(remove))
+        .route("/v1/nodes/{ident}/states", get(states))
+        .route("/v1/nodes/{ident}/states/provision", put(provision))
+        .route("/v1/nodes/{ident}/states/power", put(power))
+        .route("/v1/nodes/{ident}/validate", get(validate))
+        .route("/v1/nodes/{ident}/ports", get(super::ports::of_node))
+}
+
+const DEFAULT_FIELDS: &[&str] = &[
+    "uuid",
+    "name",
+    "instance_uuid",
+    "power_state",
+    "provision_state",
+    "maintenance",
+    "links",
+];
+const MAX_LIMIT: usize = 1000;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    provision_state: Option<String>,
+    driver: Option<String>,
+    maintenance: Option<bool>,
+    associated: Option<bool>,
+    fields: Option<String>,
+    detail: Option<bool>,
+    limit: Option<usize>,
+    marker: Option<Uuid>,
+    sort_key: Option<String>,
+    sort_dir: Option<String>,
+}
+
+impl ListQuery {
+    fn matches(&self, node: &Node) -> bool {
+        self.provision_state.as_deref().is_none_or(|s| node.state().as_str() == s)
+            && self.driver.as_deref().is_none_or(|d| node.body.driver == d)
+            && self.maintenance.is_none_or(|m| node.body.maintenance == m)
+            // deployd has no instance_uuid: no node is associated.
+            && self.associated != Some(true)
+    }
+
+    /// The query string of a `next` link: everything but the marker.
+    fn next_query(&self, limit: usize, marker: Uuid) -> String {
+        let mut parts = vec![format!("limit={limit}"), format!("marker={marker}")];
+        let mut add = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                parts.push(format!("{k}={}", v.replace(' ', "%20")));
+            }
+        };
+        add("provision_state", self.provision_state.clone());
+        add("driver", self.driver.clone());
+        add("maintenance", self.maintenance.map(|m| m.to_string()));
+        add("fields", self.fields.clone());
+        add("detail", self.detail.map(|d| d.to_string()));
+        parts.join("&")
+    }
+}
+
+fn list_nodes(
+    app: &App,
+    base: &str,
+    q: &ListQuery,
+    detail: bool,
+    path: &str,
+) -> Result<Value, ApiError> {
+    if let Some(key) = q.sort_key.as_deref().filter(|k| *k != "uuid") {
+        return Err(ApiError::bad_request(format!(
+            "The sort_key value \"{key}\" is not supported; deployd sorts by uuid."
+        )));
+    }
+    if q.sort_dir.as_deref().is_some_and(|d| d != "asc") {
+        return Err(ApiError::bad_request("Only sort_dir=asc is supported."));
+    }
+    let limit = match q.limit {
+        None | Some(0) => MAX_LIMIT,
+        Some(n) => n.min(MAX_LIMIT),
+    };
+    let fields: Option<Vec<&str>> = q
+        .fields
+        .as_deref()
+        .map(|f| f.split(',').map(str::trim).collect());
+    let store = &app.conductor.store;
+    let mut out = Vec::new();
+    let mut marker = q.marker;
+    'pages: loop {
+        let page = store.list_nodes(marker, MAX_LIMIT)?;
+        let Some(last) = page.last() else { break };
+        marker = Some(last.uuid());
+        for node in page.iter().filter(|n| q.matches(n)) {
+            out.push(node.clone());
+            if out.len() == limit {
+                break 'pages;
+            }
+        }
+    }
+    let docs: Vec<Value> = out
+        .iter()
+        .map(|n| {
+            let doc = view::node(base, n);
+            match (&fields, detail) {
+                (Some(f), _) => view::fields(doc, f),
+                (None, true) => doc,
+                (None, false) => view::fields(doc, DEFAULT_FIELDS),
+            }
+        })
+        .collect();
+    let mut body = json!({ "nodes": docs });
+    if out.len() == limit {
+        let last = out.last().expect("a full page").uuid();
+        body["next"] = json!(format!("{base}{path}?{}", q.next_query(limit, last)));
+    }
+    Ok(body)
+}
+
+async fn list(
+    app: State,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let detail = q.detail.unwrap_or(false);
+    Ok(Json(list_nodes(
+        &app,
+        &base_url(&headers),
+        &q,
+        detail,
+        "/v1/nodes",
+    )?))
+}
+
+async fn detail(
+    app: State,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    Ok(Json(list_nodes(
+        &app,
+        &base_url(&headers),
+        &q,
+        true,
+        "/v1/nodes/detail",
+    )?))
+}
+
+async fn create(
+    app: State,
+    Extension(version): Extension<Version>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let new: NewNode = parse(&body)?;
+    if app.conductor.registry.get(&new.driver).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "No valid host was found. Reason: No conductor service registered which supports driver {} for conductor group \"\".",
+            new.driver
+        )));
+    }
+    let store = &app.conductor.store;
+    let mut node = store.create_node(new)?;
+    // Before 1.11 new nodes start in "available", as Ironic's do.
+    if !version.at_least(11) {
+        node = store.set_initial_available(node.uuid())?;
+    }
+    let base = base_url(&headers);
+    let location = format!("{base}/v1/nodes/{}", node.uuid());
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(view::node(&base, &node)),
+    )
+        .into_response())
+}
+
+pub fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
+    Ok(app.conductor.store.find_node(ident)?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ShowQuery {
+    fields: Option<String>,
+}
+
+async fn show(
+    app: State,
+    headers: HeaderMap,
+    Path(ident): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let doc = view::node(&base_url(&headers), &node);
+    Ok(Json(match q.fields {
+        Some(f) => view::fields(doc, &f.split(',').map(str::trim).collect::<Vec<_>>()),
+        None => doc,
+    }))
+}
+
+/// Top-level fields a PATCH may change.
+const PATCHABLE: &[&str] = &[
+    "name",
+    "driver",
+    "driver_info",
+    "instance_info",
+    "properties",
+    "extra",
+    "maintenance",
+    "maintenance_reason",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchOp {
+    op: String,
+    path: String,
+    value: Option<Value>,
+}
+
+/// Applies RFC 6902 add/replace/remove operations to a node body, within [`PATCHABLE`].
+fn apply_patch(body: &NodeBody, ops: &[PatchOp]) -> Result<NodeBody, ApiError> {
+    let mut doc = serde_json::to_value(body).expect("a body serialises");
+    for op in ops {
+        let parts: Vec<String> = op
+            .path
+            .trim_start_matches('/')
+            .split('/')
+            .map(|p| p.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let top = parts[0].as_str();
+        if !op.path.starts_with('/') || !PATCHABLE.contains(&top) {
+            return Err(ApiError::bad_request(format!(
+                "Cannot patch {}: only {} may be changed.",
+                op.path,
+                PATCHABLE.join(", ")
+            )));
+        }
+        let (parent_path, leaf) = parts.split_at(parts.len() - 1);
+        let mut parent = &mut doc;
+        for p in parent_path {
+            parent = parent.get_mut(p.as_str()).ok_or_else(|| {
+                ApiError::bad_request(format!("Cannot patch {}: {p} does not exist.", op.path))
+            })?;
+        }
+        let obj = parent.as_object_mut().ok_or_else(|| {
+            ApiError::bad_request(format!("Cannot patch {}: not an object.", op.path))
+        })?;
+        let leaf = &leaf[0];
+        match op.op.as_str() {
+            "add" | "replace" => {
+                let value = op
+                    .value
+                    .clone()
+                    .ok_or_else(|| ApiError::bad_request(format!("'{}' needs a value.", op.op)))?;
+                if op.op == "replace"
+                    && !obj.contains_key(leaf)
+                    && parent_path.is_empty()
+                    && !matches!(top, "name" | "maintenance_reason")
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "Cannot replace {}: it does not exist.",
+                        op.path
+                    )));
+                }
+                obj.insert(leaf.clone(), value);
+            }
+            "remove" => {
+                if parent_path.is_empty() {
+                    // Removing a top-level field resets it.
+                    let reset = match top {
+                        "name" | "maintenance_reason" => Value::Null,
+                        "maintenance" => json!(false),
+                        "driver" => return Err(ApiError::bad_request("Cannot remove /driver.")),
+                        _ => json!({}),
+                    };
+                    obj.insert(leaf.clone(), reset);
+                } else if obj.remove(leaf).is_none() {
+                    return Err(ApiError::bad_request(format!(
+                        "Cannot remove {}: it does not exist.",
+                        op.path
+                    )));
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "Unsupported patch operation \"{other}\": use add, replace or remove."
+                )));
+            }
+        }
+    }
+    serde_json::from_value(doc).map_err(|e| ApiError::bad_request(format!("Invalid patch: {e}")))
+}
+
+/// States in which a node may be changed although a flow targets another state.
+fn update_allowed(state: ProvisionState) -> bool {
+    use ProvisionState as S;
+    state.is_stable()
+        || matches!(
+            state,
+            S::DeployFailed
+                | S::InspectFailed
+                | S::InspectWait
+                | S::CleanFailed
+                | S::Verifying
+                | S::AdoptFailed
+                | S::RescueFailed
+                | S::UnrescueFailed
+                | S::ServiceFailed
+        )
+}
+
+async fn update(
+    app: State,
+    headers: HeaderMap,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ops: Vec<PatchOp> = parse(&body)?;
+    let node = find(&app, &ident)?;
+    let uuid = node.uuid();
+    if app.conductor.is_busy(uuid) || !update_allowed(node.state()) {
+        return Err(ApiError::conflict(format!(
+            "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
+            node.state()
+        )));
+    }
+    let patched = apply_patch(&node.body, &ops)?;
+    if patched.driver != node.body.driver && app.conductor.registry.get(&patched.driver).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "Driver {} is not loaded.",
+            patched.driver
+        )));
+    }
+    let updated = app.conductor.store.update_node(uuid, |b| {
+        let keep = (
+            b.driver_internal_info.clone(),
+            b.last_error.clone(),
+            b.power_state.clone(),
+            b.created_at,
+        );
+        *b = patched.clone();
+        (
+            b.driver_internal_info,
+            b.last_error,
+            b.power_state,
+            b.created_at,
+        ) = keep;
+        Ok(())
+    })?;
+    Ok(Json(view::node(&base_url(&headers), &updated)))
+}
+
+async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
+    let node = find(&app, &ident)?;
+    if app.conductor.is_busy(node.uuid()) {
+        return Err(ApiError::conflict(format!(
+            "Node {} is locked by host deployd, please retry after the current operation is completed.",
+            node.uuid()
+        )));
+    }
+    app.conductor.store.delete_node(node.uuid())?;
+    app.conductor.agents.forget(node.uuid());
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn states(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let b = &node.body;
+    let p = &node.provision;
+    Ok(Json(json!({
+        "console_enabled": false,
+        "last_error": b.last_error,
+        "power_state": b.power_state,
+        "provision_state": p.state,
+        "target_power_state": b.target_power_state,
+        "target_provision_state": p.target,
+        "provision_updated_at": p.updated_at.to_datetime(),
+        "raid_config": {},
+        "target_raid_config": {},
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProvisionRequest {
+    target: String,
+    configdrive: Option<Value>,
+    clean_steps: Option<Value>,
+    deploy_steps: Option<Value>,
+    rescue_password: Option<String>,
+    disable_ramdisk: Option<bool>,
+}
+
+async fn provision(
+    app: State,
+    Extension(version): Extension<Version>,
+    headers: HeaderMap,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ProvisionRequest = parse(&body)?;
+    let _ = (
+        &request.configdrive,
+        &request.deploy_steps,
+        &request.rescue_password,
+        &request.disable_ramdisk,
+    );
+    let node = find(&app, &ident)?;
+    let verb = match request.target.as_str() {
+        "manage" if version.at_least(4) => Verb::Manage,
+        "provide" if version.at_least(4) => Verb::Provide,
+        "active" => Verb::Deploy,
+        "deploy" if version.at_least(73) => Verb::Deploy,
+        "rebuild" => Verb::Rebuild,
+        "deleted" => Verb::Undeploy,
+        "undeploy" if version.at_least(73) => Verb::Undeploy,
+        "abort" if version.at_least(13) => Verb::Abort,
+        "manage" | "provide" | "abort" | "deploy" | "undeploy" => {
+            return Err(ApiError::not_acceptable(format!(
+                "The provision target \"{}\" needs a newer API version than {version}.",
+                request.target
+            )));
+        }
+        "clean" | "inspect" | "adopt" | "rescue" | "unrescue" | "service" | "unhold" => {
+            let _ = &request.clean_steps;
+            return Err(ApiError::bad_request(format!(
+                "deployd does not support the provision target \"{}\".",
+                request.target
+            )));
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "\"{other}\" is not a valid provision target."
+            )));
+        }
+    };
+    app.conductor.provision(node.uuid(), verb).map_err(|e| match e {
+        crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(
+            "The requested action \"{}\" can not be performed on node \"{n}\" while it is in state \"{}\".",
+            request.target, source.state
+        )),
+        other => other.into(),
+    })?;
+    let location = format!("{}/v1/nodes/{}/states", base_url(&headers), node.uuid());
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowerRequest {
+    target: String,
+    timeout: Option<u64>,
+}
+
+async fn power(
+    app: State,
+    headers: HeaderMap,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: PowerRequest = parse(&body)?;
+    let _ = request.timeout;
+    let node = find(&app, &ident)?;
+    let action = match request.target.as_str() {
+        "power on" => crate::capability::bmc::PowerAction::On,
+        "power off" | "soft power off" => crate::capability::bmc::PowerAction::Off,
+        "rebooting" | "soft rebooting" => crate::capability::bmc::PowerAction::Reboot,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "\"{other}\" is not a valid power target."
+            )));
+        }
+    };
+    if matches!(
+        node.state(),
+        ProvisionState::Cleaning | ProvisionState::CleanWait
+    ) {
+        return Err(ApiError::bad_request(format!(
+            "Node {} is in \"{}\"; power can not be changed now.",
+            node.uuid(),
+            node.state()
+        )));
+    }
+    app.conductor.power(node.uuid(), action)?;
+    let location = format!("{}/v1/nodes/{}/states", base_url(&headers), node.uuid());
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
+}
+
+async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let (power, deploy) = app.conductor.validate(&node).await;
+    let result = |r: Result<(), String>| match r {
+        Ok(()) => json!({"result": true, "reason": null}),
+        Err(e) => json!({"result": false, "reason": e}),
+    };
+    let unsupported = json!({"result": null, "reason": "not supported by deployd"});
+    Ok(Json(json!({
+        "boot": {"result": true, "reason": null},
+        "deploy": result(deploy),
+        "power": result(power.clone()),
+        "management": result(power),
+        "network": {"result": true, "reason": null},
+        "console": unsupported,
+        "inspect": unsupported,
+        "raid": unsupported,
+        "rescue": unsupported,
+        "storage": unsupported,
+        "bios": unsupported,
+    })))
+}

@@ -1,0 +1,109 @@
+//! How nodes and ports look on the wire: Ironic's field set, links, and secrets masked.
+
+use serde_json::{Map, Value, json};
+
+use crate::node::{Node, Port};
+
+/// Keys whose values are never shown (Ironic's `node_sanitize` masks these the same way).
+fn secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "token", "credential", "key"]
+        .iter()
+        .any(|s| key.contains(s))
+}
+
+pub fn mask(map: &Map<String, Value>) -> Value {
+    Value::Object(
+        map.iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    if secret(k) {
+                        json!("******")
+                    } else {
+                        v.clone()
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+pub fn links(base: &str, kind: &str, id: &str) -> Value {
+    json!([
+        {"href": format!("{base}/v1/{kind}/{id}"), "rel": "self"},
+        {"href": format!("{base}/{kind}/{id}"), "rel": "bookmark"},
+    ])
+}
+
+/// The full node, as `GET /v1/nodes/{ident}` shows it.
+pub fn node(base: &str, node: &Node) -> Value {
+    let mut v = serde_json::to_value(node).expect("a node serialises");
+    let obj = v.as_object_mut().expect("a node is an object");
+    let b = &node.body;
+    obj.insert("driver_info".into(), mask(&b.driver_info));
+    obj.insert("driver_internal_info".into(), mask(&b.driver_internal_info));
+    obj.insert("instance_info".into(), mask(&b.instance_info));
+    let uuid = b.uuid.to_string();
+    for (key, default) in [
+        ("instance_uuid", Value::Null),
+        ("chassis_uuid", Value::Null),
+        ("console_enabled", json!(false)),
+        ("clean_step", json!({})),
+        ("deploy_step", json!({})),
+        ("raid_config", json!({})),
+        ("target_raid_config", json!({})),
+        ("resource_class", Value::Null),
+        ("traits", json!([])),
+        ("conductor_group", json!("")),
+        ("conductor", json!("deployd")),
+        ("owner", Value::Null),
+        ("lessee", Value::Null),
+        ("protected", json!(false)),
+        ("protected_reason", Value::Null),
+        ("retired", json!(false)),
+        ("fault", Value::Null),
+        ("description", Value::Null),
+        ("automated_clean", Value::Null),
+        ("inspection_started_at", Value::Null),
+        ("inspection_finished_at", Value::Null),
+    ] {
+        obj.entry(key).or_insert(default);
+    }
+    obj.insert("links".into(), links(base, "nodes", &uuid));
+    obj.insert(
+        "ports".into(),
+        links(base, "nodes", &format!("{uuid}/ports")),
+    );
+    obj.insert(
+        "states".into(),
+        links(base, "nodes", &format!("{uuid}/states")),
+    );
+    v
+}
+
+/// Only the named fields of a node document.
+pub fn fields(doc: Value, fields: &[&str]) -> Value {
+    let Value::Object(obj) = doc else { return doc };
+    Value::Object(
+        obj.into_iter()
+            .filter(|(k, _)| fields.contains(&k.as_str()))
+            .collect(),
+    )
+}
+
+pub fn port(base: &str, port: &Port) -> Value {
+    let mut v = serde_json::to_value(port).expect("a port serialises");
+    let obj = v.as_object_mut().expect("a port is an object");
+    for (key, default) in [
+        ("portgroup_uuid", Value::Null),
+        ("local_link_connection", json!({})),
+        ("physical_network", Value::Null),
+        ("is_smartnic", json!(false)),
+        ("updated_at", Value::Null),
+    ] {
+        obj.entry(key).or_insert(default);
+    }
+    obj.insert("links".into(), links(base, "ports", &port.uuid.to_string()));
+    v
+}
