@@ -84,11 +84,32 @@ impl Registry {
     /// Validates and loads a component, making it the active version of its name.
     pub async fn load(&self, bytes: &[u8], limits: Limits) -> Result<Arc<LoadedDriver>, LoadError> {
         let hash = hex::encode(Sha256::digest(bytes));
-        if let Some(existing) = self.read().versions.get(&hash).cloned() {
-            self.write()
+        let limits = Limits {
+            memory_bytes: limits.memory_bytes.min(engine::MAX_MEMORY),
+            ..limits
+        };
+        // Bound first, so the read guard is dropped before the write lock is taken.
+        let known = self.read().versions.get(&hash).cloned();
+        if let Some(existing) = known {
+            // The same code again: no compile; new limits if the operator gave other ones.
+            let driver = if existing.limits == limits {
+                existing
+            } else {
+                Arc::new(LoadedDriver {
+                    description: existing.description.clone(),
+                    hash: existing.hash.clone(),
+                    size: existing.size,
+                    loaded_at: existing.loaded_at,
+                    limits,
+                    pre: existing.pre.clone(),
+                })
+            };
+            let mut drivers = self.write();
+            drivers.versions.insert(hash, driver.clone());
+            drivers
                 .active
-                .insert(existing.description.name.clone(), existing.clone());
-            return Ok(existing);
+                .insert(driver.description.name.clone(), driver.clone());
+            return Ok(driver);
         }
         let component = self.compile(bytes, &hash).await?;
         let pre = self
@@ -96,10 +117,6 @@ impl Registry {
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Import(format!("{e:#}")))?;
         let pre = DriverPre::new(pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        let limits = Limits {
-            memory_bytes: limits.memory_bytes.min(engine::MAX_MEMORY),
-            ..limits
-        };
         let mut driver = LoadedDriver {
             description: Description {
                 name: String::new(),
@@ -162,7 +179,12 @@ impl Registry {
             let artifact = component
                 .serialize()
                 .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
-            let tmp = path.with_extension("tmp");
+            // Unique per writer: engines sharing a cache may compile the same driver at once.
+            let tmp = path.with_extension(format!(
+                "{}.{}.tmp",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
             std::fs::write(&tmp, artifact)?;
             std::fs::rename(&tmp, &path)?;
         }

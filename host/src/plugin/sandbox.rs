@@ -1,7 +1,8 @@
 //! One driver call: a fresh `Store` and instance, limits on both, stderr captured.
 //!
 //! A call gets a memory cap (`StoreLimits`, trapping on a refused grow so the error says
-//! so), an epoch deadline, and a bounded stderr pipe whose text goes into the error (a
+//! so), a wall-clock deadline (the guest yields to tokio at every 10 ms epoch tick, so a
+//! spinning driver is stopped on time without holding a thread), and a bounded stderr pipe whose text goes into the error (a
 //! Rust panic message lands there). Whatever happens, the instance is dropped with its
 //! store: a trapped instance cannot be re-entered, and a fresh one costs microseconds.
 
@@ -15,7 +16,6 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::{Description, Outcome};
-use super::engine::TICK;
 use super::error::PluginError;
 use super::registry::LoadedDriver;
 use crate::capability::{HostFailure, HostState, Services};
@@ -93,8 +93,10 @@ pub async fn call(
     };
     let mut store = Store::new(driver.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
-    store.set_epoch_deadline(limits.deadline.div_duration_f64(TICK).ceil().max(1.0) as u64);
-    store.epoch_deadline_trap();
+    // Yield to tokio at every epoch tick: a spinning driver must not hold a worker thread.
+    // The deadline itself is the timeout around the call below.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
 
     let result = async {
         let instance = driver.pre.instantiate_async(&mut store).await?;
@@ -110,9 +112,15 @@ pub async fn call(
             }
         };
         wasmtime::Result::Ok(reply)
+    };
+    match tokio::time::timeout(limits.deadline, result).await {
+        Ok(result) => result.map_err(|e| classify(e, &name, &limits, &stderr)),
+        // The call's future (and with it the store and instance) is dropped here.
+        Err(_) => Err(PluginError::Timeout {
+            driver: name,
+            deadline: limits.deadline,
+        }),
     }
-    .await;
-    result.map_err(|e| classify(e, &name, &limits, &stderr))
 }
 
 /// Turns a wasmtime error into what the operator needs to know.

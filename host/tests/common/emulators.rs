@@ -68,17 +68,17 @@ pub async fn sushy() -> (Process, String, String) {
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     for _ in 0..300 {
-        if let Ok(r) = http.get(format!("{base}/redfish/v1/Systems")).send().await {
-            if let Ok(body) = r.json::<serde_json::Value>().await {
-                let id = body["Members"][0]["@odata.id"]
-                    .as_str()
-                    .unwrap()
-                    .rsplit('/')
-                    .next()
-                    .unwrap()
-                    .to_owned();
-                return (process, base, id);
-            }
+        if let Ok(r) = http.get(format!("{base}/redfish/v1/Systems")).send().await
+            && let Ok(body) = r.json::<serde_json::Value>().await
+        {
+            let id = body["Members"][0]["@odata.id"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_owned();
+            return (process, base, id);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -5,6 +5,7 @@
 
 pub mod emulators;
 pub mod lab;
+pub mod server;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

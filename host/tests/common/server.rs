@@ -1,0 +1,148 @@
+//! A whole engine (`Engine::start`, as `deployd serve` runs it) on an ephemeral loopback
+//! port, and an HTTP client that speaks to it as Ironic clients do.
+
+use std::time::Duration;
+
+use deployd::clock::Clock;
+use deployd::config::Config;
+use deployd::engine::Engine;
+use deployd::plugin::built;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub engine: Engine,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+/// Configures an engine in a temporary directory (listening on :0), with the test driver
+/// in its plugins directory, then starts it.
+pub async fn start(configure: impl FnOnce(&mut Config)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        data_dir: dir.path().join("data"),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
+    config.conductor.check_provision_state_interval = 1;
+    std::fs::create_dir_all(config.plugins_dir()).unwrap();
+    std::fs::copy(
+        built::TEST_DRIVER,
+        config.plugins_dir().join("test_driver.wasm"),
+    )
+    .unwrap();
+    configure(&mut config);
+    let engine = Engine::start(&config, Clock::new()).await.unwrap();
+    let base = format!("http://{}", engine.addr);
+    Server {
+        dir,
+        engine,
+        base,
+        http: reqwest::Client::new(),
+    }
+}
+
+/// A response: status, a few headers, and the body as JSON (Null if empty).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The `faultstring` inside Ironic's `error_message` JSON string.
+    pub fn fault(&self) -> String {
+        let text = self.body["error_message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an Ironic error: {:?}", self.body));
+        let inner: Value = serde_json::from_str(text).expect("error_message holds JSON");
+        inner["faultstring"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Server {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        version: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Answer {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(v) = version {
+            request = request.header("X-OpenStack-Ironic-API-Version", v);
+        }
+        if let Some(b) = body {
+            request = request.header("Content-Type", "application/json").body(b);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path, Some("1.67"), None).await
+    }
+
+    pub async fn send(&self, method: Method, path: &str, body: Value) -> Answer {
+        self.call(
+            method,
+            path,
+            Some("1.67"),
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// Creates a node and returns its uuid.
+    pub async fn node(&self, body: Value) -> String {
+        let a = self.send(Method::POST, "/v1/nodes", body).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+        a.body["uuid"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn provision(&self, node: &str, target: &str) -> Answer {
+        self.send(
+            Method::PUT,
+            &format!("/v1/nodes/{node}/states/provision"),
+            serde_json::json!({ "target": target }),
+        )
+        .await
+    }
+
+    /// Polls the node until it is in `state` with no target (or `state` is a wait state).
+    pub async fn wait_for(&self, node: &str, state: &str) -> Value {
+        for _ in 0..600 {
+            let n = self.get(&format!("/v1/nodes/{node}")).await.body;
+            if n["provision_state"] == state
+                && !self
+                    .engine
+                    .conductor
+                    .is_busy(n["uuid"].as_str().unwrap().parse().unwrap())
+            {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let n = self.get(&format!("/v1/nodes/{node}")).await.body;
+        panic!(
+            "node {node} is in {} (wanted {state}); last_error {}",
+            n["provision_state"], n["last_error"]
+        );
+    }
+}

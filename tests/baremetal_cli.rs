@@ -1,0 +1,116 @@
+//! The real `baremetal` CLI (python-ironicclient, from PyPI) against `deployd serve`: the
+//! commands an operator types, each exiting 0 and printing what it prints against Ironic.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::process::Command;
+
+use support::{Engine, venv_bin};
+
+fn baremetal(engine: &Engine, args: &[&str]) -> String {
+    let out = Command::new(venv_bin("baremetal"))
+        .args(args)
+        .env("OS_ENDPOINT", &engine.url)
+        .env("OS_AUTH_TYPE", "none")
+        .env_remove("OS_BAREMETAL_API_VERSION")
+        .output()
+        .expect("running baremetal");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "baremetal {args:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn the_baremetal_cli_enrolls_deploys_undeploys_and_deletes_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(&dir.path().join("data"), &[]);
+
+    let created = baremetal(
+        &engine,
+        &[
+            "node", "create", "--driver", "fake", "--name", "cli-1", "-f", "json",
+        ],
+    );
+    let node: serde_json::Value = serde_json::from_str(&created).unwrap();
+    assert_eq!(node["provision_state"], "enroll");
+    assert_eq!(node["name"], "cli-1");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+
+    let list = baremetal(&engine, &["node", "list"]);
+    assert!(
+        list.contains("| UUID") || list.contains("| uuid") || list.contains("UUID"),
+        "{list}"
+    );
+    assert!(
+        list.contains(&uuid) && list.contains("cli-1") && list.contains("enroll"),
+        "{list}"
+    );
+
+    let shown = baremetal(
+        &engine,
+        &[
+            "node", "show", "cli-1", "-f", "value", "-c", "uuid", "-c", "driver",
+        ],
+    );
+    // `-f value` prints the columns in the server's field order.
+    let mut shown: Vec<&str> = shown.split_whitespace().collect();
+    shown.sort();
+    let mut expected = [uuid.as_str(), "fake"];
+    expected.sort();
+    assert_eq!(shown, expected);
+
+    baremetal(&engine, &["node", "manage", "cli-1", "--wait", "60"]);
+    baremetal(&engine, &["node", "provide", "cli-1", "--wait", "60"]);
+    let waited = baremetal(&engine, &["node", "deploy", "cli-1", "--wait", "60"]);
+    assert!(waited.is_empty() || !waited.contains("error"), "{waited}");
+    let state = baremetal(
+        &engine,
+        &[
+            "node",
+            "show",
+            "cli-1",
+            "-f",
+            "value",
+            "-c",
+            "provision_state",
+            "-c",
+            "power_state",
+        ],
+    );
+    let mut state: Vec<&str> = state.lines().filter(|l| !l.is_empty()).collect();
+    state.sort();
+    assert_eq!(state, ["active", "power on"]);
+
+    baremetal(&engine, &["node", "undeploy", "cli-1", "--wait", "60"]);
+    let state = baremetal(
+        &engine,
+        &[
+            "node",
+            "show",
+            "cli-1",
+            "-f",
+            "value",
+            "-c",
+            "provision_state",
+        ],
+    );
+    assert_eq!(state.trim(), "available");
+
+    let drivers = baremetal(&engine, &["driver", "list", "-f", "value", "-c", "name"]);
+    for d in ["fake", "agent_ipmitool", "agent_redfish", "pxe_ipmitool"] {
+        assert!(
+            drivers.lines().any(|l| l.trim() == d),
+            "{d} missing from {drivers}"
+        );
+    }
+
+    let deleted = baremetal(&engine, &["node", "delete", "cli-1"]);
+    assert!(deleted.contains("Deleted node cli-1"), "{deleted}");
+    assert!(!baremetal(&engine, &["node", "list"]).contains(&uuid));
+    engine.stop();
+}
