@@ -19,6 +19,7 @@ pub mod api;
 pub mod bench;
 pub mod capability;
 pub mod checksum;
+pub mod cli;
 pub mod clock;
 pub mod conductor;
 pub mod config;

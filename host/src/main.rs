@@ -20,6 +20,27 @@ struct Cli {
 enum Command {
     /// Run the engine: the API, the node store on sled, the drivers and the sweeper.
     Serve(Overrides),
+    /// Nodes: list, show, create, manage, provide, deploy, undeploy, delete, power.
+    Node {
+        #[command(flatten)]
+        endpoint: deployd::cli::Endpoint,
+        #[command(subcommand)]
+        command: deployd::cli::NodeCommand,
+    },
+    /// Ports (the MACs agents are looked up by).
+    Port {
+        #[command(flatten)]
+        endpoint: deployd::cli::Endpoint,
+        #[command(subcommand)]
+        command: deployd::cli::PortCommand,
+    },
+    /// Drivers: list, load and unload at runtime.
+    Driver {
+        #[command(flatten)]
+        endpoint: deployd::cli::Endpoint,
+        #[command(subcommand)]
+        command: deployd::cli::DriverCommand,
+    },
     /// Measure the engine.
     #[command(subcommand)]
     Bench(Bench),
@@ -42,6 +63,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(overrides) => serve(&Config::load(&overrides)?),
+        Command::Node { endpoint, command } => deployd::cli::node(&endpoint, command),
+        Command::Port { endpoint, command } => deployd::cli::port(&endpoint, command),
+        Command::Driver { endpoint, command } => deployd::cli::driver(&endpoint, command),
         Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
         Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
     }

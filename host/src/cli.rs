@@ -1,0 +1,410 @@
+//! `deployd node|port|driver …`: the operator CLI, a thin client of the HTTP API (the same
+//! requests `baremetal` makes, at API version 1.67).
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+#[derive(Args, Debug)]
+pub struct Endpoint {
+    /// The engine's API.
+    #[arg(
+        long,
+        global = true,
+        env = "DEPLOYD_URL",
+        default_value = "http://127.0.0.1:6385"
+    )]
+    pub url: String,
+    /// User for http_basic auth (the password comes from DEPLOYD_PASSWORD).
+    #[arg(long, global = true, env = "DEPLOYD_USER")]
+    pub user: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// One line per node.
+    List,
+    /// Every field of a node.
+    Show {
+        node: String,
+    },
+    /// Enroll a node.
+    Create {
+        #[arg(long)]
+        driver: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// driver_info entries, key=value (repeatable).
+        #[arg(long = "driver-info", value_parser = key_value)]
+        driver_info: Vec<(String, Value)>,
+        /// instance_info entries, key=value (repeatable).
+        #[arg(long = "instance-info", value_parser = key_value)]
+        instance_info: Vec<(String, Value)>,
+    },
+    Manage {
+        node: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    Provide {
+        node: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Deploy; with --wait, follow it to active (or failure) with progress.
+    Deploy {
+        node: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    Undeploy {
+        node: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    Abort {
+        node: String,
+    },
+    Delete {
+        node: String,
+    },
+    /// power on | power off | rebooting
+    Power {
+        node: String,
+        target: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PortCommand {
+    List,
+    Create {
+        #[arg(long)]
+        node: String,
+        #[arg(long)]
+        address: String,
+    },
+    Delete {
+        port: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DriverCommand {
+    List,
+    /// Load (or replace) a driver from a .wasm component file, without a restart.
+    Load {
+        file: std::path::PathBuf,
+        #[arg(long)]
+        memory_mib: Option<usize>,
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+    },
+    Unload {
+        name: String,
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `key=value`, the value parsed as JSON when it is JSON (numbers, booleans), else text.
+fn key_value(s: &str) -> Result<(String, Value), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))?;
+    let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()));
+    Ok((k.to_owned(), value))
+}
+
+struct Client {
+    http: reqwest::blocking::Client,
+    url: String,
+    auth: Option<(String, String)>,
+}
+
+impl Client {
+    fn new(e: &Endpoint) -> Client {
+        let password = std::env::var("DEPLOYD_PASSWORD").unwrap_or_default();
+        Client {
+            http: reqwest::blocking::Client::new(),
+            url: e.url.trim_end_matches('/').to_owned(),
+            auth: e.user.clone().map(|u| (u, password)),
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+        let r = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .header("X-OpenStack-Ironic-API-Version", "1.67");
+        match &self.auth {
+            Some((u, p)) => r.basic_auth(u, Some(p)),
+            None => r,
+        }
+    }
+
+    /// Sends, and turns an Ironic error body into its faultstring.
+    fn send(&self, r: reqwest::blocking::RequestBuilder) -> anyhow::Result<Value> {
+        let response = r
+            .send()
+            .with_context(|| format!("cannot reach deployd at {}", self.url))?;
+        let status = response.status();
+        let text = response.text()?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let fault = body["error_message"]
+                .as_str()
+                .and_then(|m| serde_json::from_str::<Value>(m).ok())
+                .and_then(|m| m["faultstring"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            bail!("{status}: {fault}");
+        }
+        Ok(body)
+    }
+
+    fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(self.request(reqwest::Method::GET, path))
+    }
+
+    fn json(&self, method: reqwest::Method, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(self.request(method, path).json(&body))
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
+    let c = Client::new(endpoint);
+    let provision = |node: &str, target: &str| {
+        c.json(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{node}/states/provision"),
+            json!({ "target": target }),
+        )
+    };
+    match command {
+        NodeCommand::List => {
+            let nodes = c.get("/v1/nodes?detail=true")?;
+            println!(
+                "{:<36}  {:<16}  {:<14}  {:<16}  {:<10}",
+                "UUID", "NAME", "DRIVER", "PROVISION STATE", "POWER"
+            );
+            for n in nodes["nodes"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<36}  {:<16}  {:<14}  {:<16}  {:<10}",
+                    text(&n["uuid"]),
+                    text(&n["name"]),
+                    text(&n["driver"]),
+                    text(&n["provision_state"]),
+                    text(&n["power_state"])
+                );
+            }
+        }
+        NodeCommand::Show { node } => println!(
+            "{}",
+            serde_json::to_string_pretty(&c.get(&format!("/v1/nodes/{node}"))?)?
+        ),
+        NodeCommand::Create {
+            driver,
+            name,
+            driver_info,
+            instance_info,
+        } => {
+            let body = json!({
+                "driver": driver,
+                "name": name,
+                "driver_info": driver_info.into_iter().collect::<Map<_, _>>(),
+                "instance_info": instance_info.into_iter().collect::<Map<_, _>>(),
+            });
+            let node = c.json(reqwest::Method::POST, "/v1/nodes", body)?;
+            println!("{} {}", text(&node["uuid"]), text(&node["provision_state"]));
+        }
+        NodeCommand::Manage { node, wait } => run(
+            &c,
+            &node,
+            provision(&node, "manage"),
+            wait.then_some("manageable"),
+        )?,
+        NodeCommand::Provide { node, wait } => run(
+            &c,
+            &node,
+            provision(&node, "provide"),
+            wait.then_some("available"),
+        )?,
+        NodeCommand::Deploy { node, wait } => run(
+            &c,
+            &node,
+            provision(&node, "active"),
+            wait.then_some("active"),
+        )?,
+        NodeCommand::Undeploy { node, wait } => run(
+            &c,
+            &node,
+            provision(&node, "deleted"),
+            wait.then_some("available"),
+        )?,
+        NodeCommand::Abort { node } => run(&c, &node, provision(&node, "abort"), None)?,
+        NodeCommand::Delete { node } => {
+            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/nodes/{node}")))?;
+            println!("Deleted node {node}");
+        }
+        NodeCommand::Power { node, target } => {
+            c.json(
+                reqwest::Method::PUT,
+                &format!("/v1/nodes/{node}/states/power"),
+                json!({ "target": target }),
+            )?;
+            println!("{node}: {target} requested");
+        }
+    }
+    Ok(())
+}
+
+/// After an accepted action, optionally follows the node until `until`, printing a line
+/// whenever its state changes and a progress line every few seconds while it waits.
+fn run(
+    c: &Client,
+    node: &str,
+    accepted: anyhow::Result<Value>,
+    until: Option<&str>,
+) -> anyhow::Result<()> {
+    accepted?;
+    let Some(until) = until else {
+        println!("{node}: accepted");
+        return Ok(());
+    };
+    let mut last = String::new();
+    let mut ticks = 0u32;
+    loop {
+        let n = c.get(&format!("/v1/nodes/{node}"))?;
+        let state = text(&n["provision_state"]);
+        let since = n["provision_updated_at"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        let age = since.map(|t| {
+            (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0
+        });
+        if state != last || ticks % 5 == 0 {
+            let age = age.map_or("-".into(), |a| format!("{a:.1}s"));
+            println!(
+                "{node}: {state:<16} (clock moved {age} ago) {}",
+                if n["last_error"].is_null() {
+                    String::new()
+                } else {
+                    format!("last_error: {}", text(&n["last_error"]))
+                }
+            );
+            last = state.clone();
+        }
+        if state == until && n["target_provision_state"].is_null() {
+            return Ok(());
+        }
+        if state == "error" || state.ends_with(" failed") {
+            bail!("{node} went to \"{state}\": {}", text(&n["last_error"]));
+        }
+        ticks += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+pub fn port(endpoint: &Endpoint, command: PortCommand) -> anyhow::Result<()> {
+    let c = Client::new(endpoint);
+    match command {
+        PortCommand::List => {
+            for p in c.get("/v1/ports/detail")?["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                println!(
+                    "{}  {}  {}",
+                    text(&p["uuid"]),
+                    text(&p["address"]),
+                    text(&p["node_uuid"])
+                );
+            }
+        }
+        PortCommand::Create { node, address } => {
+            let uuid = text(&c.get(&format!("/v1/nodes/{node}"))?["uuid"]);
+            let p = c.json(
+                reqwest::Method::POST,
+                "/v1/ports",
+                json!({"node_uuid": uuid, "address": address}),
+            )?;
+            println!("{} {}", text(&p["uuid"]), text(&p["address"]));
+        }
+        PortCommand::Delete { port } => {
+            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/ports/{port}")))?;
+            println!("Deleted port {port}");
+        }
+    }
+    Ok(())
+}
+
+pub fn driver(endpoint: &Endpoint, command: DriverCommand) -> anyhow::Result<()> {
+    let c = Client::new(endpoint);
+    match command {
+        DriverCommand::List => {
+            println!(
+                "{:<16}  {:<8}  {:<6}  {:<9}  {:<12}  SUMMARY",
+                "NAME", "VERSION", "FAMILY", "POWER", "HASH"
+            );
+            for d in c.get("/v1/drivers")?["drivers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let x = &d["deployd"];
+                let hash = text(&x["hash"]);
+                println!(
+                    "{:<16}  {:<8}  {:<6}  {:<9}  {:<12}  {}",
+                    text(&d["name"]),
+                    text(&x["version"]),
+                    text(&x["family"]),
+                    text(&x["power"]),
+                    &hash[..hash.len().min(12)],
+                    text(&x["summary"])
+                );
+            }
+        }
+        DriverCommand::Load {
+            file,
+            memory_mib,
+            deadline_ms,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let mut query = Vec::new();
+            if let Some(m) = memory_mib {
+                query.push(format!("memory_mib={m}"));
+            }
+            if let Some(d) = deadline_ms {
+                query.push(format!("deadline_ms={d}"));
+            }
+            let path = format!("/v1/deployd/drivers?{}", query.join("&"));
+            let d = c.send(c.request(reqwest::Method::POST, &path).body(bytes))?;
+            println!(
+                "loaded {} {} ({})",
+                text(&d["name"]),
+                text(&d["deployd"]["version"]),
+                text(&d["deployd"]["hash"])
+            );
+        }
+        DriverCommand::Unload { name, force } => {
+            c.send(c.request(
+                reqwest::Method::DELETE,
+                &format!("/v1/deployd/drivers/{name}?force={force}"),
+            ))?;
+            println!("unloaded {name}");
+        }
+    }
+    Ok(())
+}

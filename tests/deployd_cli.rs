@@ -1,0 +1,121 @@
+//! `deployd node|port|driver …` against `deployd serve`, both as real processes.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::process::Command;
+
+use support::{BIN, Engine};
+
+fn deployd(engine: &Engine, args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("DEPLOYD_URL", &engine.url)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn ok(engine: &Engine, args: &[&str]) -> String {
+    let (success, text) = deployd(engine, args);
+    assert!(success, "deployd {args:?} failed: {text}");
+    text
+}
+
+#[test]
+fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(&dir.path().join("data"), &[]);
+
+    let created = ok(
+        &engine,
+        &[
+            "node",
+            "create",
+            "--driver",
+            "fake",
+            "--name",
+            "c1",
+            "--driver-info",
+            "rack=4",
+        ],
+    );
+    assert!(created.trim().ends_with("enroll"), "{created}");
+    let list = ok(&engine, &["node", "list"]);
+    assert!(
+        list.contains("c1") && list.contains("fake") && list.contains("enroll"),
+        "{list}"
+    );
+    assert!(ok(&engine, &["node", "show", "c1"]).contains("\"rack\": 4"));
+
+    ok(
+        &engine,
+        &[
+            "port",
+            "create",
+            "--node",
+            "c1",
+            "--address",
+            "52:54:00:00:00:c1",
+        ],
+    );
+    assert!(ok(&engine, &["port", "list"]).contains("52:54:00:00:00:c1"));
+
+    ok(&engine, &["node", "manage", "c1", "--wait"]);
+    ok(&engine, &["node", "provide", "c1", "--wait"]);
+    let deployed = ok(&engine, &["node", "deploy", "c1", "--wait"]);
+    assert!(
+        deployed.contains("c1: active"),
+        "progress lines name the states: {deployed}"
+    );
+    assert!(ok(&engine, &["node", "list"]).contains("power on"));
+
+    let (success, text) = deployd(&engine, &["node", "provide", "c1"]);
+    assert!(
+        !success && text.contains("can not be performed on node"),
+        "{text}"
+    );
+    let (success, text) = deployd(&engine, &["node", "show", "nope"]);
+    assert!(
+        !success && text.contains("Node nope could not be found."),
+        "{text}"
+    );
+
+    // A new driver, loaded into the running engine, and used at once.
+    let drivers = ok(&engine, &["driver", "list"]);
+    assert!(
+        drivers.contains("agent_redfish") && !drivers.contains("test_driver"),
+        "{drivers}"
+    );
+    let loaded = ok(
+        &engine,
+        &["driver", "load", deployd::plugin::built::TEMPLATE],
+    );
+    assert!(loaded.starts_with("loaded template 0.1.0"), "{loaded}");
+    ok(
+        &engine,
+        &[
+            "node",
+            "create",
+            "--driver",
+            "template",
+            "--name",
+            "t1",
+            "--instance-info",
+            "image_source=http://example.invalid/img",
+        ],
+    );
+    for step in ["manage", "provide", "deploy"] {
+        ok(&engine, &["node", step, "t1", "--wait"]);
+    }
+    ok(&engine, &["node", "undeploy", "t1", "--wait"]);
+    ok(&engine, &["node", "delete", "t1"]);
+    ok(&engine, &["driver", "unload", "template"]);
+    assert!(!ok(&engine, &["driver", "list"]).contains("template"));
+    engine.stop();
+}
