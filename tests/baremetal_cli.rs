@@ -25,6 +25,22 @@ fn baremetal(engine: &Engine, args: &[&str]) -> String {
     stdout
 }
 
+/// `baremetal node show NODE -f value -c …`: the values, sorted (the CLI prints them in
+/// the server's field order, not the order of the -c flags).
+fn show(engine: &Engine, node: &str, columns: &[&str]) -> Vec<String> {
+    let mut args = vec!["node", "show", node, "-f", "value"];
+    for c in columns {
+        args.extend(["-c", c]);
+    }
+    let mut values: Vec<String> = baremetal(engine, &args)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    values.sort();
+    values
+}
+
 #[test]
 fn the_baremetal_cli_enrolls_deploys_undeploys_and_deletes_a_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,55 +67,21 @@ fn the_baremetal_cli_enrolls_deploys_undeploys_and_deletes_a_node() {
         "{list}"
     );
 
-    let shown = baremetal(
-        &engine,
-        &[
-            "node", "show", "cli-1", "-f", "value", "-c", "uuid", "-c", "driver",
-        ],
-    );
-    // `-f value` prints the columns in the server's field order.
-    let mut shown: Vec<&str> = shown.split_whitespace().collect();
-    shown.sort();
-    let mut expected = [uuid.as_str(), "fake"];
+    let mut expected = vec![uuid.clone(), "fake".to_owned()];
     expected.sort();
-    assert_eq!(shown, expected);
+    assert_eq!(show(&engine, "cli-1", &["uuid", "driver"]), expected);
 
     baremetal(&engine, &["node", "manage", "cli-1", "--wait", "60"]);
     baremetal(&engine, &["node", "provide", "cli-1", "--wait", "60"]);
     let waited = baremetal(&engine, &["node", "deploy", "cli-1", "--wait", "60"]);
     assert!(waited.is_empty() || !waited.contains("error"), "{waited}");
-    let state = baremetal(
-        &engine,
-        &[
-            "node",
-            "show",
-            "cli-1",
-            "-f",
-            "value",
-            "-c",
-            "provision_state",
-            "-c",
-            "power_state",
-        ],
+    assert_eq!(
+        show(&engine, "cli-1", &["provision_state", "power_state"]),
+        ["active", "power on"]
     );
-    let mut state: Vec<&str> = state.lines().filter(|l| !l.is_empty()).collect();
-    state.sort();
-    assert_eq!(state, ["active", "power on"]);
 
     baremetal(&engine, &["node", "undeploy", "cli-1", "--wait", "60"]);
-    let state = baremetal(
-        &engine,
-        &[
-            "node",
-            "show",
-            "cli-1",
-            "-f",
-            "value",
-            "-c",
-            "provision_state",
-        ],
-    );
-    assert_eq!(state.trim(), "available");
+    assert_eq!(show(&engine, "cli-1", &["provision_state"]), ["available"]);
 
     let drivers = baremetal(&engine, &["driver", "list", "-f", "value", "-c", "name"]);
     for d in ["fake", "agent_ipmitool", "agent_redfish", "pxe_ipmitool"] {

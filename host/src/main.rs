@@ -52,6 +52,8 @@ enum Bench {
     Core(deployd::bench::CoreBench),
     /// Driver call cost and start-up with cached drivers.
     Plugins(deployd::bench::PluginBench),
+    /// The API under load from wrk: heartbeats and node reads.
+    Api(deployd::bench::ApiBench),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         Command::Driver { endpoint, command } => deployd::cli::driver(&endpoint, command),
         Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
         Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
+        Command::Bench(Bench::Api(args)) => deployd::bench::run_api(&args),
     }
 }
 

@@ -24,17 +24,15 @@ async fn waiting_node(s: &Server) -> String {
         )
         .await;
     assert_eq!(port.status, StatusCode::CREATED);
-    for (target, state) in [
-        ("manage", "manageable"),
-        ("provide", "available"),
-        ("active", "wait call-back"),
-    ] {
-        assert_eq!(
-            s.provision(&uuid, target).await.status,
-            StatusCode::ACCEPTED
-        );
-        s.wait_for(&uuid, state).await;
-    }
+    s.walk(
+        &uuid,
+        &[
+            ("manage", "manageable"),
+            ("provide", "available"),
+            ("active", "wait call-back"),
+        ],
+    )
+    .await;
     uuid
 }
 

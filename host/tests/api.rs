@@ -368,17 +368,15 @@ async fn patch_updates_allowed_fields_and_delete_follows_state_rules() {
     assert_eq!(removed.body["maintenance"], false);
 
     // Deploy with the fake driver; an active node cannot be deleted, nor patched mid-flow.
-    for (target, state) in [
-        ("manage", "manageable"),
-        ("provide", "available"),
-        ("active", "active"),
-    ] {
-        assert_eq!(
-            s.provision(&uuid, target).await.status,
-            StatusCode::ACCEPTED
-        );
-        s.wait_for(&uuid, state).await;
-    }
+    s.walk(
+        &uuid,
+        &[
+            ("manage", "manageable"),
+            ("provide", "available"),
+            ("active", "active"),
+        ],
+    )
+    .await;
     let refused = s
         .call(
             Method::DELETE,
@@ -401,14 +399,7 @@ async fn patch_updates_allowed_fields_and_delete_follows_state_rules() {
     );
     s.wait_for(&uuid, "available").await;
     assert_eq!(
-        s.call(
-            Method::DELETE,
-            &format!("/v1/nodes/{uuid}"),
-            Some("1.67"),
-            None
-        )
-        .await
-        .status,
+        s.delete(&format!("/v1/nodes/{uuid}")).await.status,
         StatusCode::NO_CONTENT
     );
     assert_eq!(
@@ -433,10 +424,8 @@ async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
     let uuid = s
         .node(json!({"driver": "test_driver", "instance_info": {"mode": "loop"}}))
         .await;
-    for (target, state) in [("manage", "manageable"), ("provide", "available")] {
-        s.provision(&uuid, target).await;
-        s.wait_for(&uuid, state).await;
-    }
+    s.walk(&uuid, &[("manage", "manageable"), ("provide", "available")])
+        .await;
     let illegal = s.provision(&uuid, "provide").await;
     assert_eq!(illegal.status, StatusCode::BAD_REQUEST);
     assert_eq!(
@@ -561,14 +550,7 @@ async fn power_validate_and_ports() {
         uuid.as_str()
     );
     assert_eq!(
-        s.call(
-            Method::DELETE,
-            &format!("/v1/ports/{port_uuid}"),
-            Some("1.67"),
-            None
-        )
-        .await
-        .status,
+        s.delete(&format!("/v1/ports/{port_uuid}")).await.status,
         StatusCode::NO_CONTENT
     );
     assert_eq!(
@@ -641,14 +623,15 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
     let uuid = s
         .node(json!({"driver": "test_driver", "instance_info": {"mode": "wait"}}))
         .await;
-    for (target, state) in [
-        ("manage", "manageable"),
-        ("provide", "available"),
-        ("active", "wait call-back"),
-    ] {
-        s.provision(&uuid, target).await;
-        s.wait_for(&uuid, state).await;
-    }
+    s.walk(
+        &uuid,
+        &[
+            ("manage", "manageable"),
+            ("provide", "available"),
+            ("active", "wait call-back"),
+        ],
+    )
+    .await;
     let busy = s
         .call(
             Method::DELETE,

@@ -116,16 +116,8 @@ pub fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, s
     )
 }
 
-/// A tool from the test virtualenv that `.ci/run` makes (`target/test-venv`).
-pub fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("DEPLOYD_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv"));
-    let bin = venv.join("bin").join(name);
-    assert!(
-        bin.exists(),
-        "{} is missing: run .ci/run once (it installs python-ironicclient, sushy-tools, pyghmi)",
-        bin.display()
-    );
-    bin
-}
+/// The BMC emulators and the test virtualenv, shared with the library's tests.
+#[path = "../../host/tests/common/emulators.rs"]
+pub mod emulators;
+
+pub use emulators::venv_bin;

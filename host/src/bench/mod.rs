@@ -1,9 +1,11 @@
 //! `deployd bench`: the measurements quoted in the README and the issue notes.
 //! Figures are medians and p99s of many samples, printed with the command that made them.
 
+pub mod api;
 pub mod core;
 pub mod plugins;
 
+pub use self::api::{ApiBench, run_api};
 pub use self::core::{CoreBench, run_core};
 pub use self::plugins::{PluginBench, run_plugins};
 

@@ -9,4 +9,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use deployd::driver::types::Family;
+pub use self::deployd::driver::types::Family;

@@ -109,6 +109,19 @@ impl Server {
         .await
     }
 
+    pub async fn delete(&self, path: &str) -> Answer {
+        self.call(Method::DELETE, path, Some("1.67"), None).await
+    }
+
+    /// Moves a node through provision targets, waiting for each state in turn.
+    pub async fn walk(&self, node: &str, steps: &[(&str, &str)]) {
+        for (target, state) in steps {
+            let a = self.provision(node, target).await;
+            assert_eq!(a.status, StatusCode::ACCEPTED, "{target}: {:?}", a.body);
+            self.wait_for(node, state).await;
+        }
+    }
+
     /// Creates a node and returns its uuid.
     pub async fn node(&self, body: Value) -> String {
         let a = self.send(Method::POST, "/v1/nodes", body).await;

@@ -1,0 +1,168 @@
+//! `deployd bench api`: the API under load from a second process on loopback (`wrk`,
+//! Debian package `wrk`).
+//!
+//! The engine runs in this process with `--nodes` nodes of the test driver in
+//! `wait call-back`, each with an agent token issued. Then `wrk` sends, for `--seconds`:
+//! 1. `POST /v1/heartbeat/{node}` with that node's token, to random nodes: each one is
+//!    verified, touches the node and dispatches the node's WASM driver (`heartbeat` →
+//!    `wait`, no network);
+//! 2. `GET /v1/nodes/{uuid}` for random nodes.
+//!
+//! Afterwards it counts nodes that left `wait call-back` (false timeouts: must be 0).
+//! It reads the test driver from the build tree, so run it from a source checkout.
+
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::node::NewNode;
+use crate::plugin::built;
+use crate::state_machine::{Event, ProvisionState};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ApiBench {
+    #[arg(long, default_value_t = 10_000)]
+    pub nodes: usize,
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    #[arg(long, default_value_t = 64)]
+    pub connections: u32,
+}
+
+pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let dir = super::core::tempfile_dir(None)?;
+    let mut config = Config {
+        data_dir: dir.join("data"),
+        listen: "127.0.0.1:0".parse()?,
+        ..Config::default()
+    };
+    config.conductor.check_provision_state_interval = 1;
+    std::fs::create_dir_all(config.plugins_dir())?;
+    std::fs::copy(
+        built::TEST_DRIVER,
+        config.plugins_dir().join("test_driver.wasm"),
+    )
+    .context("the test driver (run from a source checkout)")?;
+    let engine = runtime.block_on(Engine::start(&config, Clock::new()))?;
+    let store = engine.store.clone();
+
+    let instance = json!({"mode": "wait", "heartbeat_mode": "wait"});
+    let mut uuids = Vec::with_capacity(args.nodes);
+    for chunk in 0..args.nodes.div_ceil(10_000) {
+        let count = 10_000.min(args.nodes - chunk * 10_000);
+        let batch = (0..count)
+            .map(|_| NewNode {
+                driver: "test_driver".into(),
+                instance_info: instance.as_object().cloned().unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect();
+        for node in store.create_nodes(batch)? {
+            uuids.push(node?.uuid());
+        }
+    }
+    for event in [
+        Event::Manage,
+        Event::Done,
+        Event::Provide,
+        Event::Done,
+        Event::Deploy,
+        Event::Wait,
+    ] {
+        for r in store.apply_events(uuids.iter().map(|&u| (u, event)))? {
+            r?;
+        }
+    }
+    let mut lua_nodes = String::from("nodes = {\n");
+    for (i, uuid) in uuids.iter().enumerate() {
+        let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
+        engine.conductor.agents.issued(*uuid, token.clone());
+        writeln!(lua_nodes, "  {{\"{uuid}\", \"{token}\"}},")?;
+    }
+    lua_nodes += "}\n";
+    let heartbeat = dir.join("heartbeat.lua");
+    std::fs::write(
+        &heartbeat,
+        lua_nodes.clone()
+            + r#"
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-OpenStack-Ironic-API-Version"] = "1.67"
+request = function()
+  local n = nodes[math.random(#nodes)]
+  local body = '{"callback_url": "http://127.0.0.1:9", "agent_version": "13.0.0", "agent_token": "' .. n[2] .. '"}'
+  return wrk.format(nil, "/v1/heartbeat/" .. n[1], nil, body)
+end
+"#,
+    )?;
+    let get = dir.join("get.lua");
+    std::fs::write(
+        &get,
+        lua_nodes
+            + r#"
+wrk.headers["X-OpenStack-Ironic-API-Version"] = "1.67"
+request = function()
+  return wrk.format("GET", "/v1/nodes/" .. nodes[math.random(#nodes)][1])
+end
+"#,
+    )?;
+    let url = format!("http://{}", engine.addr);
+    println!("{} nodes in wait call-back on {url}", args.nodes);
+    for (what, script) in [
+        ("heartbeats (touch + WASM driver call)", &heartbeat),
+        ("GET /v1/nodes/{uuid}", &get),
+    ] {
+        let out = Command::new("wrk")
+            .args([
+                "-t1",
+                &format!("-c{}", args.connections),
+                &format!("-d{}s", args.seconds),
+                "--latency",
+                "-s",
+            ])
+            .arg(script)
+            .arg(&url)
+            .output()
+            .context("running wrk (apt-get install wrk)")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(prefix))
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        println!(
+            "{what}: {} | p50 {} | p99 {} | {}",
+            line("Requests/sec:"),
+            line("50%"),
+            line("99%"),
+            line("Non-2xx").replace("Non-2xx or 3xx responses:", "non-2xx:")
+        );
+        runtime.block_on(tokio::time::sleep(Duration::from_millis(500)));
+    }
+    let left = Arc::new(store.clone());
+    let mut moved = 0;
+    for uuid in &uuids {
+        if left.node(*uuid)?.state() != ProvisionState::WaitCallBack {
+            moved += 1;
+        }
+    }
+    println!("nodes that left wait call-back (false timeouts): {moved}");
+    let rss = super::rss_bytes();
+    println!("engine RSS after the run: {:.1} MiB", super::mib(rss));
+    runtime.block_on(engine.shutdown())?;
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
