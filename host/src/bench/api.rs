@@ -150,7 +150,7 @@ end
             line("99%"),
             line("Non-2xx").replace("Non-2xx or 3xx responses:", "non-2xx:")
         );
-        runtime.block_on(tokio::time::sleep(Duration::from_millis(500)));
+        std::thread::sleep(Duration::from_millis(500));
     }
     let left = Arc::new(store.clone());
     let mut moved = 0;
