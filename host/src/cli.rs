@@ -292,7 +292,7 @@ fn run(
         let age = since.map(|t| {
             (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0
         });
-        if state != last || ticks % 5 == 0 {
+        if state != last || ticks.is_multiple_of(5) {
             let age = age.map_or("-".into(), |a| format!("{a:.1}s"));
             println!(
                 "{node}: {state:<16} (clock moved {age} ago) {}",

@@ -105,6 +105,17 @@ string_enum! {
     }
 }
 
+/// The events that take a new node from `enroll` to `wait call-back` (manage, verified,
+/// provide, cleaned, deploy, driver waits): how tests and benchmarks build waiting fleets.
+pub const ENROLL_TO_WAIT_CALL_BACK: [Event; 6] = [
+    Event::Manage,
+    Event::Done,
+    Event::Provide,
+    Event::Done,
+    Event::Deploy,
+    Event::Wait,
+];
+
 /// A name that is not a state or event we know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} {name:?}")]

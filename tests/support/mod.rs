@@ -120,4 +120,5 @@ pub fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, s
 #[path = "../../host/tests/common/emulators.rs"]
 pub mod emulators;
 
+#[allow(unused_imports)]
 pub use emulators::venv_bin;

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::node::NewNode;
 use crate::plugin::built;
-use crate::state_machine::{Event, ProvisionState};
+use crate::state_machine::{ENROLL_TO_WAIT_CALL_BACK, ProvisionState};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ApiBench {
@@ -72,14 +72,7 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
             uuids.push(node?.uuid());
         }
     }
-    for event in [
-        Event::Manage,
-        Event::Done,
-        Event::Provide,
-        Event::Done,
-        Event::Deploy,
-        Event::Wait,
-    ] {
+    for event in ENROLL_TO_WAIT_CALL_BACK {
         for r in store.apply_events(uuids.iter().map(|&u| (u, event)))? {
             r?;
         }

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::clock::{Clock, Timestamp};
 use crate::node::NewNode;
-use crate::state_machine::{Event, Timeouts};
+use crate::state_machine::{ENROLL_TO_WAIT_CALL_BACK, Timeouts};
 use crate::store::{Store, StoreConfig};
 
 use super::{dir_size, median, mib, report, rss_bytes, sample};
@@ -159,14 +159,8 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
             uuids.push(node?.uuid());
         }
     }
-    let path = [
-        Event::Manage,
-        Event::Done,
-        Event::Provide,
-        Event::Done,
-        Event::Deploy,
-    ];
-    for event in path {
+    let (last, path) = ENROLL_TO_WAIT_CALL_BACK.split_last().expect("a path");
+    for &event in path {
         for result in store.apply_events(uuids.iter().map(|&u| (u, event)))? {
             result?;
         }
@@ -176,7 +170,7 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
         if i > 0 {
             clock.advance(Duration::from_micros(1));
         }
-        (u, Event::Wait)
+        (u, *last)
     }))?;
     for r in results {
         r?;

@@ -15,14 +15,26 @@ fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
 
 fn open_recovered(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Recovery, Clock) {
     let clock = Clock::manual(T0);
-    let (store, recovery) = Store::open(
-        &dir.path().join("store"),
-        &StoreConfig::default(),
-        Timeouts::uniform(Duration::from_secs(timeout_s)),
-        clock.clone(),
-    )
-    .unwrap();
-    (store, recovery, clock)
+    let timeouts = Timeouts::uniform(Duration::from_secs(timeout_s));
+    // sled releases its file lock from a background thread shortly after a drop; reopening
+    // in the same process (a real restart is a new process) waits for it.
+    for _ in 0..200 {
+        match Store::open(
+            &dir.path().join("store"),
+            &StoreConfig::default(),
+            timeouts,
+            clock.clone(),
+        ) {
+            Ok((store, recovery)) => return (store, recovery, clock),
+            Err(StoreError::Db(sled::Error::Io(e)))
+                if e.to_string().contains("could not acquire lock") =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("opening the store: {e}"),
+        }
+    }
+    panic!("the store's lock was never released");
 }
 
 fn new_node(name: Option<&str>) -> NewNode {
@@ -34,14 +46,7 @@ fn new_node(name: Option<&str>) -> NewNode {
 }
 
 fn to_wait_call_back(store: &Store, uuid: Uuid) {
-    for e in [
-        Event::Manage,
-        Event::Done,
-        Event::Provide,
-        Event::Done,
-        Event::Deploy,
-        Event::Wait,
-    ] {
+    for e in crate::state_machine::ENROLL_TO_WAIT_CALL_BACK {
         store.apply_event(uuid, e, None).unwrap();
     }
 }

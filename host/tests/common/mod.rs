@@ -21,13 +21,24 @@ use uuid::Uuid;
 pub const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
 pub fn open(dir: &tempfile::TempDir, timeouts: Timeouts, clock: &Clock) -> (Store, Recovery) {
-    Store::open(
-        &dir.path().join("store"),
-        &StoreConfig::default(),
-        timeouts,
-        clock.clone(),
-    )
-    .unwrap()
+    // sled releases its file lock from a background thread shortly after a drop; a test
+    // that reopens in the same process (a real restart is a new process) waits for it.
+    for _ in 0..200 {
+        match Store::open(
+            &dir.path().join("store"),
+            &StoreConfig::default(),
+            timeouts,
+            clock.clone(),
+        ) {
+            Err(deployd::store::StoreError::Db(sled::Error::Io(e)))
+                if e.to_string().contains("could not acquire lock") =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    panic!("the store's lock was never released");
 }
 
 pub fn fake_node() -> NewNode {
@@ -37,14 +48,7 @@ pub fn fake_node() -> NewNode {
     }
 }
 
-pub const TO_WAIT_CALL_BACK: [Event; 6] = [
-    Event::Manage,
-    Event::Done,
-    Event::Provide,
-    Event::Done,
-    Event::Deploy,
-    Event::Wait,
-];
+pub use deployd::state_machine::ENROLL_TO_WAIT_CALL_BACK as TO_WAIT_CALL_BACK;
 
 pub fn node_in_wait_call_back(store: &Store) -> Uuid {
     let uuid = store.create_node(fake_node()).unwrap().uuid();
