@@ -85,7 +85,7 @@ async fn deploy(lab: &Lab, driver: &str, path: &str, bmc: Value) -> (Uuid, Arc<C
             other => panic!("{driver}: node went to {other}: {:?}", node.body.last_error),
         }
         assert!(
-            heartbeats < 200,
+            heartbeats < 600,
             "{driver}: not active after {heartbeats} heartbeats"
         );
         match lab.conductor.heartbeat(uuid, &token, &agent_url, "13.0.0") {

@@ -87,7 +87,9 @@ impl Lab {
 
     /// Waits until the node is in `state` and no flow step runs on it.
     pub async fn settle(&self, uuid: Uuid, state: ProvisionState) -> Node {
-        for _ in 0..2000 {
+        // Hardware flows wait for BMCs (sushy applies power changes asynchronously): be
+        // patient, it costs nothing when the node is quick.
+        for _ in 0..12_000 {
             let node = self.store.node(uuid).unwrap();
             if node.state() == state && !self.conductor.is_busy(uuid) {
                 return node;
