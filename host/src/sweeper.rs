@@ -22,15 +22,6 @@ pub trait TimeoutHook: Send + Sync + 'static {
     fn timed_out(&self, event: TimedOut);
 }
 
-/// A hook that only logs; the plugin host brings one that calls the driver's clean-up.
-pub struct LogTimeouts;
-
-impl TimeoutHook for LogTimeouts {
-    fn timed_out(&self, event: TimedOut) {
-        tracing::warn!(node = %event.node, from = %event.waited_in, to = %event.failed_to, "{}", event.last_error);
-    }
-}
-
 /// How the sweeper runs.
 #[derive(Clone, Copy, Debug)]
 pub struct SweeperConfig {

@@ -13,7 +13,6 @@
 
 use std::fmt::Write as _;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -145,10 +144,9 @@ end
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    let left = Arc::new(store.clone());
     let mut moved = 0;
     for uuid in &uuids {
-        if left.node(*uuid)?.state() != ProvisionState::WaitCallBack {
+        if store.node(*uuid)?.state() != ProvisionState::WaitCallBack {
             moved += 1;
         }
     }
