@@ -24,15 +24,7 @@ async fn waiting_node(s: &Server) -> String {
         )
         .await;
     assert_eq!(port.status, StatusCode::CREATED);
-    s.walk(
-        &uuid,
-        &[
-            ("manage", "manageable"),
-            ("provide", "available"),
-            ("active", "wait call-back"),
-        ],
-    )
-    .await;
+    s.walk(&uuid, Server::TO_WAIT_CALL_BACK).await;
     uuid
 }
 

@@ -623,15 +623,7 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
     let uuid = s
         .node(json!({"driver": "test_driver", "instance_info": {"mode": "wait"}}))
         .await;
-    s.walk(
-        &uuid,
-        &[
-            ("manage", "manageable"),
-            ("provide", "available"),
-            ("active", "wait call-back"),
-        ],
-    )
-    .await;
+    s.walk(&uuid, Server::TO_WAIT_CALL_BACK).await;
     let busy = s
         .call(
             Method::DELETE,

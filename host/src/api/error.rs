@@ -73,7 +73,9 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(_)
             | StoreError::IllegalTransition { .. }
             | StoreError::NotWaiting { .. } => StatusCode::BAD_REQUEST,
-            StoreError::Corrupt(_) | StoreError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            StoreError::Corrupt(_) | StoreError::Db(_) | StoreError::Locked(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         };
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),

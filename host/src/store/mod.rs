@@ -80,6 +80,10 @@ pub enum StoreError {
     },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error(
+        "the store in {0} is in use by another process (another deployd on the same data dir?)"
+    )]
+    Locked(std::path::PathBuf),
     #[error("storage error: {0}")]
     Db(#[from] sled::Error),
 }
@@ -143,12 +147,7 @@ impl Store {
         timeouts: Timeouts,
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(Some(config.flush_every_ms.max(1)))
-            .cache_capacity(config.cache_capacity)
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
+        let db = open_db(path, config)?;
         let tree = |name: &str| db.open_tree(name);
         let store = Store {
             nodes: tree("nodes")?,
@@ -524,6 +523,31 @@ fn claim_name(
         return abort(StoreError::NameTaken(name.to_owned()));
     }
     Ok(())
+}
+
+/// How long `open` waits for the store's file lock (about 2 s): a restarted engine whose predecessor
+/// is still exiting (or a test reopening in-process, where sled releases the lock from a
+/// background thread just after the drop) gets it; a second engine on the same data dir
+/// gets a clear error.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+const LOCK_POLLS: u32 = 200;
+
+fn open_db(path: &Path, config: &StoreConfig) -> Result<sled::Db, StoreError> {
+    for _ in 0..LOCK_POLLS {
+        let opened = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+            .cache_capacity(config.cache_capacity)
+            .mode(sled::Mode::HighThroughput)
+            .open();
+        match opened {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(LOCK_POLL)
+            }
+            other => return Ok(other?),
+        }
+    }
+    Err(StoreError::Locked(path.to_path_buf()))
 }
 
 fn pair_key(a: Uuid, b: Uuid) -> [u8; 32] {

@@ -16,25 +16,33 @@ fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
 fn open_recovered(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Recovery, Clock) {
     let clock = Clock::manual(T0);
     let timeouts = Timeouts::uniform(Duration::from_secs(timeout_s));
-    // sled releases its file lock from a background thread shortly after a drop; reopening
-    // in the same process (a real restart is a new process) waits for it.
-    for _ in 0..200 {
-        match Store::open(
-            &dir.path().join("store"),
-            &StoreConfig::default(),
-            timeouts,
-            clock.clone(),
-        ) {
-            Ok((store, recovery)) => return (store, recovery, clock),
-            Err(StoreError::Db(sled::Error::Io(e)))
-                if e.to_string().contains("could not acquire lock") =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("opening the store: {e}"),
-        }
-    }
-    panic!("the store's lock was never released");
+    let (store, recovery) = Store::open(
+        &dir.path().join("store"),
+        &StoreConfig::default(),
+        timeouts,
+        clock.clone(),
+    )
+    .unwrap();
+    (store, recovery, clock)
+}
+
+#[test]
+fn a_second_open_of_a_store_in_use_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, _) = open(&dir, 60);
+    let clock = Clock::manual(T0);
+    let second = Store::open(
+        &dir.path().join("store"),
+        &StoreConfig::default(),
+        Timeouts::uniform(Duration::from_secs(60)),
+        clock,
+    );
+    let err = second.err().expect("the lock is held");
+    assert!(matches!(err, StoreError::Locked(_)), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
 }
 
 fn new_node(name: Option<&str>) -> NewNode {

@@ -21,24 +21,13 @@ use uuid::Uuid;
 pub const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
 pub fn open(dir: &tempfile::TempDir, timeouts: Timeouts, clock: &Clock) -> (Store, Recovery) {
-    // sled releases its file lock from a background thread shortly after a drop; a test
-    // that reopens in the same process (a real restart is a new process) waits for it.
-    for _ in 0..200 {
-        match Store::open(
-            &dir.path().join("store"),
-            &StoreConfig::default(),
-            timeouts,
-            clock.clone(),
-        ) {
-            Err(deployd::store::StoreError::Db(sled::Error::Io(e)))
-                if e.to_string().contains("could not acquire lock") =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            other => return other.unwrap(),
-        }
-    }
-    panic!("the store's lock was never released");
+    Store::open(
+        &dir.path().join("store"),
+        &StoreConfig::default(),
+        timeouts,
+        clock.clone(),
+    )
+    .unwrap()
 }
 
 pub fn fake_node() -> NewNode {

@@ -113,6 +113,13 @@ impl Server {
         self.call(Method::DELETE, path, Some("1.67"), None).await
     }
 
+    /// From enroll to waiting for the agent, with the test driver in `wait` mode.
+    pub const TO_WAIT_CALL_BACK: &[(&str, &str)] = &[
+        ("manage", "manageable"),
+        ("provide", "available"),
+        ("active", "wait call-back"),
+    ];
+
     /// Moves a node through provision targets, waiting for each state in turn.
     pub async fn walk(&self, node: &str, steps: &[(&str, &str)]) {
         for (target, state) in steps {
