@@ -146,10 +146,21 @@ impl Client {
     }
 
     /// Sends, and turns an Ironic error body into its faultstring.
+    /// Like python-ironicclient, retries 409 (node locked by a running step) and 503,
+    /// 5 times, 1 s apart.
     fn send(&self, r: reqwest::blocking::RequestBuilder) -> anyhow::Result<Value> {
-        let response = r
-            .send()
-            .with_context(|| format!("cannot reach deployd at {}", self.url))?;
+        let mut attempt = 0;
+        let response = loop {
+            let request = r.try_clone().context("a request that can be sent again")?;
+            let answer = request
+                .send()
+                .with_context(|| format!("cannot reach deployd at {}", self.url))?;
+            if !matches!(answer.status().as_u16(), 409 | 503) || attempt == 5 {
+                break answer;
+            }
+            attempt += 1;
+            std::thread::sleep(Duration::from_secs(1));
+        };
         let status = response.status();
         let text = response.text()?;
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
