@@ -11,7 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Drivers embedded in the `deployd` binary and loaded at start.
-const BUNDLED: &[&str] = &["fake", "agent_ipmitool", "agent_redfish", "pxe_ipmitool"];
+const BUNDLED: &[&str] = &[
+    "fake",
+    "agent_ipmitool",
+    "agent_redfish",
+    "pxe_ipmitool",
+    "pxe_redfish",
+];
 /// Everything else the tests use.
 const FIXTURES: &[&str] = &["template", "test_driver", "fs_driver", "wrong_world"];
 

@@ -84,7 +84,13 @@ fn the_baremetal_cli_enrolls_deploys_undeploys_and_deletes_a_node() {
     assert_eq!(show(&engine, "cli-1", &["provision_state"]), ["available"]);
 
     let drivers = baremetal(&engine, &["driver", "list", "-f", "value", "-c", "name"]);
-    for d in ["fake", "agent_ipmitool", "agent_redfish", "pxe_ipmitool"] {
+    for d in [
+        "fake",
+        "agent_ipmitool",
+        "agent_redfish",
+        "pxe_ipmitool",
+        "pxe_redfish",
+    ] {
         assert!(
             drivers.lines().any(|l| l.trim() == d),
             "{d} missing from {drivers}"

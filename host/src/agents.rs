@@ -19,6 +19,8 @@ pub struct AgentSession {
     pub url: Option<String>,
     pub version: Option<String>,
     pub last_heartbeat: Option<Timestamp>,
+    /// The agent's own account of what it is doing (`agent_status_message`).
+    pub status_message: Option<String>,
 }
 
 #[derive(Default)]
@@ -56,6 +58,13 @@ impl Agents {
             s.version = Some(version.to_owned());
         }
         s.last_heartbeat = Some(at);
+    }
+
+    /// Records the `agent_status_message` of a heartbeat that was accepted.
+    pub fn status(&self, node: Uuid, message: String) {
+        if let Some(s) = self.lock().get_mut(&node) {
+            s.status_message = Some(message);
+        }
     }
 
     /// Forgets a node's agent (its flow ended, or the node is gone).

@@ -5,7 +5,8 @@
 //!   node is refused with [`ConductorError::Busy`] (HTTP 409), and a heartbeat that finds
 //!   the node busy still touches it but skips the driver call.
 //! - **Touch first.** A heartbeat of a waiting node touches its clock before anything else
-//!   can fail or wait, so a live agent always keeps its node alive.
+//!   can fail or wait, so a live agent always keeps its node alive. While a step runs on a
+//!   waiting node the engine touches it too: a node being worked on is not silent.
 //! - **Pinned versions.** A deploy records the hash of the driver version it started with
 //!   in `driver_internal_info.driver_hash`; every later step of that flow uses that
 //!   version, even after an operator loaded a new one. The pin goes when the flow ends.
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 use crate::agents::Agents;
 use crate::capability::bmc::{self, PowerAction};
+use crate::images::Images;
 use crate::node::Node;
 use crate::plugin::bindings::Outcome;
 use crate::plugin::sandbox::{Export, Reply};
@@ -42,6 +44,8 @@ pub enum Verb {
     Deploy,
     Rebuild,
     Undeploy,
+    /// Manual cleaning (from manageable): wipe the disk, back to manageable.
+    Clean,
     Abort,
 }
 
@@ -55,6 +59,9 @@ pub enum ConductorError {
     Busy(Uuid),
     #[error("driver {0:?} is not loaded")]
     NoDriver(String),
+    /// The node's record cannot start this flow (e.g. its local image is unreadable).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Nodes with a flow step in progress.
@@ -82,6 +89,8 @@ pub struct Conductor {
     pub registry: Arc<Registry>,
     pub agents: Arc<Agents>,
     reservations: Arc<Reservations>,
+    /// Where local images are staged for agents to download (set by the engine).
+    pub images: std::sync::OnceLock<Images>,
 }
 
 impl Conductor {
@@ -91,6 +100,7 @@ impl Conductor {
             registry,
             agents,
             reservations: Arc::default(),
+            images: std::sync::OnceLock::new(),
         })
     }
 
@@ -146,13 +156,27 @@ impl Conductor {
                 state
                     .next(event)
                     .map_err(|source| StoreError::IllegalTransition { node, source })?;
+                self.stage_image(&current)?;
                 self.pin(node, Some(&driver.hash))?;
                 self.store.apply_event_from(node, state, event, None)?;
                 self.spawn(claim, Step::Deploy);
             }
-            Verb::Undeploy => {
-                self.store
-                    .apply_event_from(node, state, Event::Delete, None)?;
+            Verb::Undeploy | Verb::Clean => {
+                let event = if verb == Verb::Undeploy {
+                    Event::Delete
+                } else {
+                    Event::Clean
+                };
+                let driver = self
+                    .registry
+                    .get(&current.body.driver)
+                    .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
+                state
+                    .next(event)
+                    .map_err(|source| StoreError::IllegalTransition { node, source })?;
+                // Cleaning boots the ramdisk again: pin the driver, wipe the old token.
+                self.pin(node, Some(&driver.hash))?;
+                self.store.apply_event_from(node, state, event, None)?;
                 self.spawn(claim, Step::TearDown);
             }
             Verb::Abort => {
@@ -166,7 +190,7 @@ impl Conductor {
     }
 
     /// A heartbeat from the node's agent, whose token the caller verified. Touches the node
-    /// first, then lets the driver act unless a step is already running (then `Busy`, and
+    /// first, then (in `wait call-back` or `clean wait`) lets the driver act unless a step is already running (then `Busy`, and
     /// the agent retries soon, as IPA does on 409).
     pub fn heartbeat(
         self: &Arc<Self>,
@@ -186,7 +210,10 @@ impl Conductor {
         let Some(provision) = touched else {
             return Ok(());
         };
-        if provision.state != ProvisionState::WaitCallBack {
+        if !matches!(
+            provision.state,
+            ProvisionState::WaitCallBack | ProvisionState::CleanWait
+        ) {
             return Ok(());
         }
         let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
@@ -198,11 +225,26 @@ impl Conductor {
         let me = self.clone();
         tokio::spawn(async move {
             let node = claim.node;
-            if let Err(e) = me.run(node, step).await {
+            let ran = tokio::select! {
+                ran = me.run(node, step) => ran,
+                never = me.keep_alive(node) => match never {},
+            };
+            if let Err(e) = ran {
                 tracing::error!(%node, "flow step failed in the engine: {e}");
             }
             drop(claim);
         });
+    }
+
+    /// Touches a waiting node every half second for as long as a step runs on it: the
+    /// node is not silent, its engine is working on it (booting it through a slow BMC,
+    /// say, after its agent powered off). Ironic's sweeper skips reserved nodes for the
+    /// same reason. A step is bounded by its driver's deadline, so this ends.
+    async fn keep_alive(&self, node: Uuid) -> std::convert::Infallible {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let _ = self.store.touch_provisioning(node);
+        }
     }
 
     async fn run(&self, node: Uuid, step: Step) -> Result<(), ConductorError> {
@@ -234,69 +276,101 @@ impl Conductor {
                     Ok(()) => self.outcome(node, Export::Deploy).await,
                     Err(e) => Outcome::Fail(e),
                 };
-                self.after_deploy_step(node, ProvisionState::Deploying, outcome)
+                self.after_step(node, ProvisionState::Deploying, outcome)
                     .await?;
             }
             Step::Heartbeat => {
-                let outcome = self.outcome(node, Export::Heartbeat).await;
-                self.after_deploy_step(node, ProvisionState::WaitCallBack, outcome)
-                    .await?;
+                // The state the heartbeat found may have moved on (a timeout, an abort).
+                let state = self.store.node(node)?.state();
+                if matches!(
+                    state,
+                    ProvisionState::WaitCallBack | ProvisionState::CleanWait
+                ) {
+                    let outcome = self.outcome(node, Export::Heartbeat).await;
+                    self.after_step(node, state, outcome).await?;
+                }
             }
+            // Undeploy (from deleting) and manual clean (from cleaning): the driver powers
+            // the instance off and may boot the ramdisk to wipe the disk (`wait`).
             Step::TearDown => {
                 self.agents.forget(node);
-                match self.outcome(node, Export::TearDown).await {
-                    Outcome::Fail(e) => {
+                let outcome = self.outcome(node, Export::TearDown).await;
+                let state = self.store.node(node)?.state();
+                match (state, outcome) {
+                    (ProvisionState::Deleting, Outcome::Fail(e)) => {
                         self.store.apply_event(
                             node,
                             Event::Fail,
                             Some(format!("Tear down failed: {e}")),
                         )?;
+                        self.flow_ended(node)?;
                     }
-                    Outcome::Done | Outcome::Wait => {
+                    (ProvisionState::Deleting, outcome) => {
                         self.store.apply_event(node, Event::Clean, None)?;
-                        self.store.apply_event(node, Event::Done, None)?;
+                        self.after_step(node, ProvisionState::Cleaning, outcome)
+                            .await?;
                     }
+                    (state, outcome) => self.after_step(node, state, outcome).await?,
                 }
-                self.pin(node, None)?;
             }
             Step::CleanUp(reason) => self.clean_up(node, reason).await?,
         }
         Ok(())
     }
 
-    /// Moves a deploy on after the driver answered, from `state` (deploying or waiting).
-    async fn after_deploy_step(
+    /// Moves a flow on after the driver answered in `state`: deploying or wait call-back
+    /// (a deploy), cleaning or clean wait (an undeploy's or a manual cleaning).
+    async fn after_step(
         &self,
         node: Uuid,
         state: ProvisionState,
         outcome: Outcome,
     ) -> Result<(), ConductorError> {
+        use ProvisionState as S;
         match (state, outcome) {
             (_, Outcome::Fail(reason)) => {
                 self.store
                     .apply_event_from(node, state, Event::Fail, Some(reason.clone()))?;
                 self.clean_up(node, reason).await?;
             }
-            (ProvisionState::Deploying, Outcome::Wait) => {
+            (S::Deploying | S::Cleaning, Outcome::Wait) => {
                 self.store
                     .apply_event_from(node, state, Event::Wait, None)?;
             }
-            (ProvisionState::Deploying, Outcome::Done) => {
+            (S::Deploying, Outcome::Done) => {
                 self.store
                     .apply_event_from(node, state, Event::Done, None)?;
                 self.flow_ended(node)?;
             }
-            (ProvisionState::WaitCallBack, Outcome::Done) => {
+            (S::WaitCallBack, Outcome::Done) => {
                 self.store
                     .apply_event_from(node, state, Event::Resume, None)?;
                 self.store
-                    .apply_event_from(node, ProvisionState::Deploying, Event::Done, None)?;
+                    .apply_event_from(node, S::Deploying, Event::Done, None)?;
                 self.flow_ended(node)?;
             }
-            (_, Outcome::Wait) => {}
-            (_, Outcome::Done) => {}
+            (S::CleanWait, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Resume, None)?;
+                self.cleaned(node)?;
+            }
+            (S::Cleaning, Outcome::Done) => self.cleaned(node)?,
+            (_, Outcome::Wait | Outcome::Done) => {}
         }
         Ok(())
+    }
+
+    /// Cleaning finished: on to available (undeploy) or back to manageable (manual).
+    fn cleaned(&self, node: Uuid) -> Result<(), ConductorError> {
+        let target = self.store.node(node)?.provision.target;
+        let event = if target == Some(ProvisionState::Manageable) {
+            Event::Manage
+        } else {
+            Event::Done
+        };
+        self.store
+            .apply_event_from(node, ProvisionState::Cleaning, event, None)?;
+        self.flow_ended(node)
     }
 
     /// Runs the driver's clean-up after a failure or timeout, then ends the flow.
@@ -328,6 +402,24 @@ impl Conductor {
         })?;
         let driver = self.driver_for(&record)?;
         self.registry.call(&driver, node, export).await
+    }
+
+    /// Makes a local `image_source` downloadable (see [`crate::images`]).
+    fn stage_image(&self, node: &Node) -> Result<(), ConductorError> {
+        let Some(images) = self.images.get() else {
+            return Ok(());
+        };
+        let mut info = node.body.instance_info.clone();
+        if images
+            .stage(node.uuid(), &mut info)
+            .map_err(ConductorError::Invalid)?
+        {
+            self.store.update_node(node.uuid(), |b| {
+                b.instance_info = info.clone();
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// The driver version a node's flow uses: the pinned one if any, else the active one.

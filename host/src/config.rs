@@ -54,6 +54,10 @@ pub struct Api {
     pub auth_strategy: AuthStrategy,
     pub http_basic_auth_user_file: Option<PathBuf>,
     pub ramdisk_heartbeat_timeout: u64,
+    /// The engine's url as agents reach it (image downloads); default `http://<listen>`.
+    pub public_url: Option<String>,
+    /// Served at `/images/<name>`; default `<data_dir>/images`.
+    pub images_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -78,6 +82,8 @@ impl Default for Api {
             auth_strategy: AuthStrategy::Noauth,
             http_basic_auth_user_file: None,
             ramdisk_heartbeat_timeout: 300,
+            public_url: None,
+            images_dir: None,
         }
     }
 }
@@ -194,6 +200,12 @@ pub struct Overrides {
     /// htpasswd file (bcrypt) for http_basic.
     #[arg(long, env = "DEPLOYD_HTTP_BASIC_AUTH_USER_FILE")]
     pub http_basic_auth_user_file: Option<PathBuf>,
+    /// Seconds agents are told to heartbeat within (every 30–60 % of it) [default: 300].
+    #[arg(long, env = "DEPLOYD_RAMDISK_HEARTBEAT_TIMEOUT")]
+    pub ramdisk_heartbeat_timeout: Option<u64>,
+    /// Directory served at /images/<name> [default: <data-dir>/images].
+    #[arg(long, env = "DEPLOYD_IMAGES_DIR")]
+    pub images_dir: Option<PathBuf>,
     /// Directory of driver components loaded at start [default: <data-dir>/plugins].
     #[arg(long, env = "DEPLOYD_PLUGINS_DIR")]
     pub plugins_dir: Option<PathBuf>,
@@ -237,6 +249,13 @@ impl Config {
         if o.plugins_dir.is_some() {
             config.plugins.dir = o.plugins_dir.clone();
         }
+        set(
+            &mut config.api.ramdisk_heartbeat_timeout,
+            o.ramdisk_heartbeat_timeout,
+        );
+        if o.images_dir.is_some() {
+            config.api.images_dir = o.images_dir.clone();
+        }
         Ok(config)
     }
 
@@ -262,6 +281,13 @@ impl Config {
             .dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("plugins"))
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.api
+            .images_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("images"))
     }
 
     pub fn sweeper(&self) -> SweeperConfig {

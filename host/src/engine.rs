@@ -15,6 +15,7 @@ use crate::capability::Services;
 use crate::clock::Clock;
 use crate::conductor::Conductor;
 use crate::config::{AuthStrategy, Config};
+use crate::images::Images;
 use crate::plugin::{Limits, Registry, built};
 use crate::store::{Recovery, Store};
 use crate::sweeper::Sweeper;
@@ -77,7 +78,16 @@ impl Engine {
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
         let (stop, mut stopped) = watch::channel(false);
-        let router = api::router(app);
+        let images = Images {
+            dir: config.images_dir(),
+            base_url: (config.api.public_url.clone()).unwrap_or_else(|| format!("http://{addr}")),
+        };
+        std::fs::create_dir_all(&images.dir)
+            .with_context(|| format!("creating {}", images.dir.display()))?;
+        // Outside the API's layers: downloads are long and need no API version or auth
+        // (as Ironic's image HTTP server).
+        let router = api::router(app).merge(crate::image_server::router(images.dir.clone()));
+        let _ = conductor.images.set(images);
         let server = tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {

@@ -11,6 +11,8 @@
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
+//! - [`agent`]: `deployd agent`, the ramdisk agent; [`lab`]: simulated machines with a
+//!   Redfish BMC whose power-on boots an agent; [`demo`]: the whole story in one command.
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
 pub mod agent;
@@ -23,10 +25,14 @@ pub mod cli;
 pub mod clock;
 pub mod conductor;
 pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod image_server;
+pub mod images;
+pub mod lab;
 pub mod node;
 pub mod plugin;
+pub mod signal;
 pub mod state_machine;
 pub mod store;
 pub mod sweeper;

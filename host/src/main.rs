@@ -41,6 +41,12 @@ enum Command {
         #[command(subcommand)]
         command: deployd::cli::DriverCommand,
     },
+    /// A ramdisk agent: looks its machine up, heartbeats, writes images to its disk.
+    Agent(deployd::agent::AgentArgs),
+    /// The whole story in a minute: engine, lab, image, deploys, a killed agent, a summary.
+    Demo(deployd::demo::DemoArgs),
+    /// Simulated machines behind a Redfish BMC, whose power-on boots `deployd agent`.
+    Lab(deployd::lab::LabArgs),
     /// Measure the engine.
     #[command(subcommand)]
     Bench(Bench),
@@ -57,17 +63,29 @@ enum Bench {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The demo draws on the terminal: only errors may interrupt it.
+    let default = if matches!(cli.command, Command::Demo(_)) {
+        "error"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
         )
         .init();
-    match Cli::parse().command {
+    let runtime = || tokio::runtime::Runtime::new();
+    match cli.command {
         Command::Serve(overrides) => serve(&Config::load(&overrides)?),
         Command::Node { endpoint, command } => deployd::cli::node(&endpoint, command),
         Command::Port { endpoint, command } => deployd::cli::port(&endpoint, command),
         Command::Driver { endpoint, command } => deployd::cli::driver(&endpoint, command),
+        Command::Agent(args) => runtime()?.block_on(deployd::agent::runner::run(args)),
+        Command::Demo(args) => runtime()?.block_on(deployd::demo::run(args)),
+        Command::Lab(args) => runtime()?.block_on(deployd::lab::run(args)),
         Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
         Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
         Command::Bench(Bench::Api(args)) => deployd::bench::run_api(&args),
@@ -88,18 +106,8 @@ fn serve(config: &Config) -> anyhow::Result<()> {
             drivers = engine.conductor.registry.list().len(),
             "deployd is running"
         );
-        shutdown_signal().await;
+        deployd::signal::shutdown().await;
         tracing::info!("shutting down");
         engine.shutdown().await
     })
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

@@ -575,6 +575,7 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
             "agent_redfish",
             "fake",
             "pxe_ipmitool",
+            "pxe_redfish",
             "test_driver"
         ]
     );
@@ -705,5 +706,114 @@ async fn http_basic_auth_guards_operators_but_not_agents_or_discovery() {
         lookup.status,
         StatusCode::NOT_FOUND,
         "lookup is token-gated, not password-gated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_cleaning_takes_known_steps_and_returns_to_manageable() {
+    let s = start(|_| {}).await;
+    let uuid = s.node(json!({"driver": "fake"})).await;
+    s.walk(&uuid, &[("manage", "manageable")]).await;
+    let path = format!("/v1/nodes/{uuid}/states/provision");
+    let refused = [
+        (json!({"target": "clean"}), "\"clean_steps\" is required"),
+        (
+            json!({"target": "clean", "clean_steps": []}),
+            "must not be empty",
+        ),
+        (
+            json!({"target": "clean", "clean_steps": [{"interface": "bios", "step": "apply_configuration"}]}),
+            "is not supported; deployd runs",
+        ),
+    ];
+    for (body, expected) in refused {
+        let answer = s.send(Method::PUT, &path, body.clone()).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            answer.fault().contains(expected),
+            "{body}: {}",
+            answer.fault()
+        );
+        let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+        assert_eq!(node["provision_state"], "manageable", "nothing changed");
+    }
+    let old = s
+        .call(
+            Method::PUT,
+            &path,
+            Some("1.14"),
+            Some(br#"{"target": "clean", "clean_steps": []}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(old.status, StatusCode::NOT_ACCEPTABLE);
+    let steps = json!([{"interface": "deploy", "step": "erase_devices_metadata"}]);
+    let accepted = s
+        .send(
+            Method::PUT,
+            &path,
+            json!({"target": "clean", "clean_steps": steps}),
+        )
+        .await;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{:?}", accepted.body);
+    let node = s.wait_for(&uuid, "manageable").await;
+    assert_eq!(node["target_provision_state"], Value::Null);
+    assert_eq!(node["last_error"], Value::Null);
+    // Not from available: Ironic cleans by hand only from manageable.
+    s.walk(&uuid, &[("provide", "available")]).await;
+    let illegal = s
+        .send(
+            Method::PUT,
+            &path,
+            json!({"target": "clean", "clean_steps": steps}),
+        )
+        .await;
+    assert_eq!(illegal.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_image_path_is_served_to_agents_by_the_engine() {
+    let s = start(|_| {}).await;
+    let image = s.dir.path().join("os.raw");
+    std::fs::write(&image, vec![7u8; 100_000]).unwrap();
+    let missing = s
+        .node(json!({"driver": "fake", "instance_info": {"image_source": "/no/such/os.raw"}}))
+        .await;
+    s.walk(
+        &missing,
+        &[("manage", "manageable"), ("provide", "available")],
+    )
+    .await;
+    let refused = s.provision(&missing, "active").await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.fault().contains("/no/such/os.raw"),
+        "{}",
+        refused.fault()
+    );
+    let node = s.get(&format!("/v1/nodes/{missing}")).await.body;
+    assert_eq!(node["provision_state"], "available", "nothing changed");
+
+    let source = format!("file://{}", image.display());
+    let uuid = s
+        .node(json!({"driver": "fake", "instance_info": {"image_source": source}}))
+        .await;
+    s.walk(&uuid, &[("manage", "manageable"), ("provide", "available")])
+        .await;
+    assert_eq!(
+        s.provision(&uuid, "active").await.status,
+        StatusCode::ACCEPTED
+    );
+    let node = s.wait_for(&uuid, "active").await;
+    let url = node["instance_info"]["image_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(url, format!("{}/images/{uuid}", s.base));
+    let served = s.http.get(&url).send().await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(served.content_length(), Some(100_000));
+    assert_eq!(
+        served.bytes().await.unwrap().as_ref(),
+        vec![7u8; 100_000].as_slice()
     );
 }

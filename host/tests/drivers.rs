@@ -62,9 +62,37 @@ async fn agent(dir: &tempfile::TempDir) -> (Arc<CommandApi>, String, String) {
     (api, url, token)
 }
 
+/// Heartbeats as the node's agent until the node leaves `waiting`; returns how many.
+async fn heartbeat_until_not(
+    lab: &Lab,
+    uuid: Uuid,
+    waiting: ProvisionState,
+    agent: &str,
+    token: &str,
+) -> usize {
+    let mut heartbeats = 0;
+    while lab.store.node(uuid).unwrap().state() == waiting {
+        assert!(
+            heartbeats < 600,
+            "still {waiting} after {heartbeats} heartbeats"
+        );
+        match lab.conductor.heartbeat(uuid, token, agent, "13.0.0") {
+            Ok(()) | Err(ConductorError::Busy(_)) => heartbeats += 1,
+            Err(e) => panic!("heartbeat refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    heartbeats
+}
+
 /// Deploys a node of `driver` with this BMC driver_info, heartbeating as its agent until
-/// it is active; returns the node and the agent.
-async fn deploy(lab: &Lab, driver: &str, path: &str, bmc: Value) -> (Uuid, Arc<CommandApi>) {
+/// it is active; returns the node, the agent and its url.
+async fn deploy(
+    lab: &Lab,
+    driver: &str,
+    path: &str,
+    bmc: Value,
+) -> (Uuid, Arc<CommandApi>, String) {
     lab.load(path, Limits::default()).await;
     let image = image().await;
     let instance = json!({
@@ -76,24 +104,9 @@ async fn deploy(lab: &Lab, driver: &str, path: &str, bmc: Value) -> (Uuid, Arc<C
     let (api, agent_url, token) = agent(&lab.dir).await;
     lab.deploy(uuid, ProvisionState::WaitCallBack).await;
 
-    let mut heartbeats = 0;
-    loop {
-        let node = lab.store.node(uuid).unwrap();
-        match node.state() {
-            ProvisionState::Active => break,
-            ProvisionState::WaitCallBack => {}
-            other => panic!("{driver}: node went to {other}: {:?}", node.body.last_error),
-        }
-        assert!(
-            heartbeats < 600,
-            "{driver}: not active after {heartbeats} heartbeats"
-        );
-        match lab.conductor.heartbeat(uuid, &token, &agent_url, "13.0.0") {
-            Ok(()) | Err(ConductorError::Busy(_)) => heartbeats += 1,
-            Err(e) => panic!("heartbeat refused: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let heartbeats =
+        heartbeat_until_not(lab, uuid, ProvisionState::WaitCallBack, &agent_url, &token).await;
+    lab.settle(uuid, ProvisionState::Active).await;
     assert!(
         heartbeats >= 3,
         "the write spanned several heartbeats ({heartbeats})"
@@ -107,7 +120,7 @@ async fn deploy(lab: &Lab, driver: &str, path: &str, bmc: Value) -> (Uuid, Arc<C
     );
     let node = lab.settle(uuid, ProvisionState::Active).await;
     assert_eq!(node.body.power_state.as_deref(), Some("power on"));
-    (uuid, api)
+    (uuid, api, agent_url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +128,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_sushy, base, system): (Process, String, String) = emulators::sushy().await;
     let info = json!({"redfish_address": base, "redfish_system_id": system});
-    let (_, api) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
+    let (_, api, _) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(commands, ["prepare_image", "power_off"]);
     let system: Value = reqwest::get(format!("{base}/redfish/v1/Systems/{system}"))
@@ -134,14 +147,24 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
-    let (uuid, _) = deploy(&lab, "agent_ipmitool", built::AGENT_IPMITOOL, info).await;
+    let (uuid, api, agent_url) = deploy(&lab, "agent_ipmitool", built::AGENT_IPMITOOL, info).await;
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is on"), "{status}");
-    // Undeploy powers it off through the BMC.
+    // Undeploy boots the ramdisk through the BMC; its agent erases the disk; then off.
     lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.settle(uuid, ProvisionState::CleanWait).await;
+    let token = "x".repeat(43);
+    heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
     lab.settle(uuid, ProvisionState::Available).await;
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is off"), "{status}");
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    assert_eq!(commands[2..], ["erase_devices_metadata", "power_off"]);
+    let disk = std::fs::read(&api.disk.path).unwrap();
+    assert!(
+        disk[..1 << 20].iter().all(|&b| b == 0),
+        "the disk's first MiB is wiped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +172,7 @@ async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
-    let (_, api) = deploy(&lab, "pxe_ipmitool", built::PXE_IPMITOOL, info).await;
+    let (_, api, _) = deploy(&lab, "pxe_ipmitool", built::PXE_IPMITOOL, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(
         commands,

@@ -28,7 +28,11 @@ impl Engine {
     /// Starts `deployd serve` on a free port with `data_dir` and extra flags, and waits
     /// until it answers.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Engine {
-        let port = free_port();
+        Engine::start_on(free_port(), data_dir, extra)
+    }
+
+    /// [`Engine::start`] on a given port (a restart where agents expect it).
+    pub fn start_on(port: u16, data_dir: &Path, extra: &[&str]) -> Engine {
         let log = data_dir.with_extension(format!("{port}.log"));
         let child = Command::new(BIN)
             .args([
@@ -114,6 +118,149 @@ pub fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, s
         status,
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// A `deployd lab` process: simulated machines behind its Redfish BMC, each booting a
+/// `deployd agent` process when powered on from the network. Stopped when dropped.
+pub struct Lab {
+    pub child: Child,
+    /// One enrollment per machine: name, mac, disk, redfish_address, redfish_system_id.
+    pub machines: Vec<serde_json::Value>,
+    pub bmc: String,
+}
+
+impl Lab {
+    pub fn start(dir: &Path, machines: usize, api_url: &str, throttle: &str) -> Lab {
+        use std::io::BufRead;
+        let mut child = Command::new(BIN)
+            .args(["lab", "--machines", &machines.to_string(), "--dir"])
+            .arg(dir)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--api-url",
+                api_url,
+                "--throttle",
+                throttle,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.with_extension("lab.log")).unwrap())
+            .spawn()
+            .expect("starting deployd lab");
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let machines: Vec<serde_json::Value> = stdout
+            .lines()
+            .take(machines)
+            .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+            .collect();
+        let bmc = machines[0]["redfish_address"].as_str().unwrap().to_owned();
+        Lab {
+            child,
+            machines,
+            bmc,
+        }
+    }
+
+    /// The lab's view of a machine: power, boot, agent pid, agent boots.
+    pub fn machine(&self, name: &str) -> serde_json::Value {
+        let all: Vec<serde_json::Value> =
+            reqwest::blocking::get(format!("{}/lab/machines", self.bmc))
+                .unwrap()
+                .json()
+                .unwrap();
+        all.into_iter().find(|m| m["name"] == name).unwrap()
+    }
+
+    /// SIGKILLs a machine's agent process (the machine stays on, hung).
+    pub fn kill_agent(&self, name: &str) {
+        let pid = self.machine(name)["agent_pid"]
+            .as_u64()
+            .expect("an agent runs");
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // SIGTERM: the lab powers its machines off (kills their agents) and exits.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A file of `bytes` pseudo-random bytes; its sha256.
+pub fn image(path: &Path, bytes: usize) -> String {
+    use sha2::Digest;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ bytes as u64;
+    let data: Vec<u8> = (0..bytes)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(path, &data).unwrap();
+    hex::encode(sha2::Sha256::digest(&data))
+}
+
+pub fn sha256_of(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// Polls a node until `done(node)` or `secs` pass; returns the node.
+pub fn wait_node(
+    url: &str,
+    node: &str,
+    secs: u64,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (_, n) = call("GET", &format!("{url}/v1/nodes/{node}"), None);
+        if done(&n) {
+            return n;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {node} did not get there in {secs} s: state {} last_error {}",
+            n["provision_state"],
+            n["last_error"]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Asks for a provision target, retrying while the node is locked (409).
+pub fn provision(url: &str, node: &str, target: &str) {
+    for _ in 0..100 {
+        let (status, body) = call(
+            "PUT",
+            &format!("{url}/v1/nodes/{node}/states/provision"),
+            Some(serde_json::json!({ "target": target })),
+        );
+        match status {
+            202 => return,
+            409 => std::thread::sleep(Duration::from_millis(100)),
+            _ => panic!("{target} on {node}: {status} {body}"),
+        }
+    }
+    panic!("{node} stayed locked");
+}
+
+/// Walks a node through manage and provide to available.
+pub fn make_available(url: &str, node: &str) {
+    provision(url, node, "manage");
+    wait_node(url, node, 30, |n| n["provision_state"] == "manageable");
+    provision(url, node, "provide");
+    wait_node(url, node, 30, |n| n["provision_state"] == "available");
 }
 
 /// The BMC emulators and the test virtualenv, shared with the library's tests.

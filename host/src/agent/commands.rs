@@ -11,12 +11,16 @@
 //! | `standby.get_partition_uuids` | sync | `{}` (whole-disk images) |
 //! | `standby.sync` | sync | flushes the disk |
 //! | `standby.power_off` | async | marks the agent as powering off (the BMC does the rest) |
+//! | `deploy.erase_devices_metadata` | sync | zeroes the disk's first and last MiB (cleaning) |
 //! | `deployd.expose_disk` | sync | lets the engine PUT an image to `/v1/disk` (pxe family) |
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
@@ -81,6 +85,8 @@ pub struct CommandApi {
     results: Mutex<Vec<CommandResult>>,
     /// Bytes written by the current or last image write.
     pub written: Arc<AtomicU64>,
+    /// The size of that image, when the server said (0 when unknown).
+    pub total: Arc<AtomicU64>,
     running: AtomicBool,
     exposed: AtomicBool,
     finished: Notify,
@@ -88,6 +94,8 @@ pub struct CommandApi {
     /// heartbeat); and when the engine asks for power off.
     pub command_ended: watch::Sender<u64>,
     pub powered_off: watch::Sender<bool>,
+    /// The running image write, stopped with the agent (see [`CommandApi::abort`]).
+    write: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl CommandApi {
@@ -102,11 +110,13 @@ impl CommandApi {
                 .expect("client"),
             results: Mutex::default(),
             written: Arc::default(),
+            total: Arc::default(),
             running: AtomicBool::new(false),
             exposed: AtomicBool::new(false),
             finished: Notify::new(),
             command_ended: watch::channel(0).0,
             powered_off: watch::channel(false).0,
+            write: Mutex::default(),
         })
     }
 
@@ -149,6 +159,35 @@ impl CommandApi {
         }
     }
 
+    /// Stops a running image write: the agent is going away (its machine lost power).
+    pub fn abort(&self) {
+        if let Some(task) = self.write.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// One line for the heartbeat's `agent_status_message`: what the agent is doing, with
+    /// the bytes written so far (the engine shows it as the node's progress).
+    pub fn status_message(&self) -> String {
+        let written = self.written.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let last = self.results.lock().unwrap().last().cloned();
+        let of_total = if total > 0 {
+            format!("{written} of {total} bytes written")
+        } else {
+            format!("{written} bytes written")
+        };
+        match last {
+            None if written > 0 => format!("disk: {of_total}"),
+            None => "ready".into(),
+            Some(c) => format!(
+                "{}: {}, {of_total}",
+                c.command_name,
+                c.command_status.to_ascii_lowercase()
+            ),
+        }
+    }
+
     pub fn is_exposed(&self) -> bool {
         self.exposed.load(Ordering::SeqCst)
     }
@@ -162,7 +201,7 @@ impl CommandApi {
         let (extension, command) = name
             .split_once('.')
             .ok_or_else(|| AgentError::UnknownCommand(name.to_owned()))?;
-        if !matches!(extension, "standby" | "deployd") {
+        if !matches!(extension, "standby" | "deploy" | "deployd") {
             return Err(AgentError::UnknownExtension(extension.to_owned()));
         }
         if self.running.swap(true, Ordering::SeqCst) {
@@ -197,6 +236,9 @@ impl CommandApi {
                 self.powered_off.send_replace(true);
                 Ok(Some(json!({"result": "power_off: powering off"})))
             }
+            ("deploy", "erase_devices_metadata") => disk::erase_metadata(&self.disk.path)
+                .map(|n| Some(json!({"result": format!("erased {n} bytes of metadata")})))
+                .map_err(AgentError::InvalidParams),
             ("deployd", "expose_disk") => {
                 self.exposed.store(true, Ordering::SeqCst);
                 let token = self.token().unwrap_or_default();
@@ -267,33 +309,42 @@ impl CommandApi {
             .to_owned();
         let (me, id) = (self.clone(), id.to_owned());
         me.written.store(0, Ordering::SeqCst);
-        tokio::spawn(async move {
+        me.total.store(0, Ordering::SeqCst);
+        let task = tokio::spawn(async move {
             let outcome = me.write_image(&url, &algo, &expected).await.map(|()| {
                 json!({"result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path.display())})
             });
             me.finish(&id, outcome);
         });
+        *self.write.lock().unwrap() = Some(task.abort_handle());
         Ok(())
     }
 
+    /// Downloads `url` onto the disk, verified. A download that breaks (the image server
+    /// restarted, the network dropped) resumes from the last byte written with a `Range`
+    /// request, with jittered backoff, for up to [`RESUME_ATTEMPTS`] attempts.
     async fn write_image(&self, url: &str, algo: &str, expected: &str) -> Result<(), String> {
-        let response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| format!("cannot download {url}: {e}"))?;
-        if !response.status().is_success() {
-            return Err(format!("downloading {url}: {}", response.status()));
+        let mut disk =
+            disk::DiskWriter::open(&self.disk.path, algo, &self.written, self.disk.throttle)
+                .await?;
+        let mut failures = 0u32;
+        while let Err(e) = self.download(url, &mut disk).await {
+            let e = match e {
+                Download::Broken(e) => e,
+                Download::Fatal(e) => return Err(e),
+            };
+            failures += 1;
+            if failures > RESUME_ATTEMPTS {
+                return Err(format!("{e} (gave up after {RESUME_ATTEMPTS} attempts)"));
+            }
+            tracing::warn!(
+                "the image download broke at byte {} ({e}); resuming",
+                disk.offset()
+            );
+            let backoff = Duration::from_millis(250 << failures.min(4));
+            tokio::time::sleep(backoff.mul_f64(rand::random_range(0.5..1.0))).await;
         }
-        let actual = disk::write_stream(
-            &self.disk.path,
-            response.bytes_stream(),
-            algo,
-            &self.written,
-            self.disk.throttle,
-        )
-        .await?;
+        let actual = disk.finish().await?;
         if actual != expected {
             return Err(format!(
                 "image checksum mismatch: expected {algo} {expected}, got {actual}"
@@ -301,4 +352,63 @@ impl CommandApi {
         }
         Ok(())
     }
+
+    /// One download attempt from the disk's current offset.
+    async fn download(&self, url: &str, disk: &mut disk::DiskWriter) -> Result<(), Download> {
+        let offset = disk.offset();
+        let mut request = self.http.get(url);
+        if offset > 0 {
+            request = request.header(reqwest::header::RANGE, format!("bytes={offset}-"));
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Download::Broken(format!("cannot download {url}: {e}")))?;
+        let status = response.status();
+        if status.is_server_error() {
+            return Err(Download::Broken(format!("downloading {url}: {status}")));
+        }
+        if !status.is_success() {
+            return Err(Download::Fatal(format!("downloading {url}: {status}")));
+        }
+        // A server that ignores the range sends it all again: skip what is on disk.
+        let mut skip = if status == reqwest::StatusCode::PARTIAL_CONTENT {
+            0
+        } else {
+            offset
+        };
+        if offset == 0 {
+            self.total
+                .store(response.content_length().unwrap_or(0), Ordering::SeqCst);
+        }
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let mut chunk =
+                chunk.map_err(|e| Download::Broken(format!("reading the image: {e}")))?;
+            if skip > 0 {
+                let n = skip.min(chunk.len() as u64);
+                skip -= n;
+                chunk = chunk.slice(n as usize..);
+            }
+            disk.write(&chunk).await.map_err(Download::Fatal)?;
+        }
+        if skip > 0 {
+            return Err(Download::Broken(format!(
+                "{url} ended before byte {offset}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How many times a broken download is resumed before the write fails (about two
+/// minutes of backoff: long enough for an engine restart).
+pub const RESUME_ATTEMPTS: u32 = 30;
+
+/// Why a download attempt stopped.
+enum Download {
+    /// Worth resuming: the connection or the server failed.
+    Broken(String),
+    /// Not: the disk failed, or the server refused the image.
+    Fatal(String),
 }

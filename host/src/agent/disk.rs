@@ -13,41 +13,87 @@ use tokio::time::Instant;
 
 use crate::checksum::Hasher;
 
-/// Writes `body` to `disk` from offset 0, counting into `written`, at most `throttle`
-/// bytes per second if set; returns the hex digest of what was written.
-pub async fn write_stream<E: std::fmt::Display>(
-    disk: &Path,
-    mut body: impl Stream<Item = Result<bytes::Bytes, E>> + Unpin,
-    algo: &str,
-    written: &Arc<AtomicU64>,
+/// An image being written to a disk from offset 0: the file, the running hash, the
+/// bytes written (shared, for heartbeats) and the throttle. Chunks may come from several
+/// downloads in turn (a resumed one continues where the last stopped).
+pub struct DiskWriter {
+    file: tokio::fs::File,
+    path: std::path::PathBuf,
+    hasher: Hasher,
+    written: Arc<AtomicU64>,
+    offset: u64,
     throttle: Option<u64>,
-) -> Result<String, String> {
-    let mut hasher = Hasher::new(algo)?;
-    let mut file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(disk)
-        .await
-        .map_err(|e| format!("cannot open the disk {}: {e}", disk.display()))?;
-    let started = Instant::now();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
-        hasher.update(&chunk);
-        file.write_all(&chunk)
+    started: Instant,
+}
+
+impl DiskWriter {
+    pub async fn open(
+        disk: &Path,
+        algo: &str,
+        written: &Arc<AtomicU64>,
+        throttle: Option<u64>,
+    ) -> Result<DiskWriter, String> {
+        let hasher = Hasher::new(algo)?;
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(disk)
             .await
-            .map_err(|e| format!("writing to {}: {e}", disk.display()))?;
-        let total = written.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
-        if let Some(rate) = throttle.filter(|&r| r > 0) {
-            let due = started + Duration::from_secs_f64(total as f64 / rate as f64);
+            .map_err(|e| format!("cannot open the disk {}: {e}", disk.display()))?;
+        written.store(0, Ordering::SeqCst);
+        Ok(DiskWriter {
+            file,
+            path: disk.to_path_buf(),
+            hasher,
+            written: written.clone(),
+            offset: 0,
+            throttle: throttle.filter(|&r| r > 0),
+            started: Instant::now(),
+        })
+    }
+
+    /// Bytes written so far: where a resumed download starts.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
+        self.hasher.update(chunk);
+        self.file
+            .write_all(chunk)
+            .await
+            .map_err(|e| format!("writing to {}: {e}", self.path.display()))?;
+        self.offset += chunk.len() as u64;
+        self.written.store(self.offset, Ordering::Relaxed);
+        if let Some(rate) = self.throttle {
+            let due = self.started + Duration::from_secs_f64(self.offset as f64 / rate as f64);
             tokio::time::sleep_until(due).await;
         }
+        Ok(())
     }
-    file.flush().await.map_err(|e| e.to_string())?;
-    file.sync_all()
-        .await
-        .map_err(|e| format!("syncing {}: {e}", disk.display()))?;
-    Ok(hasher.hex())
+
+    /// Writes every chunk of `body`.
+    pub async fn write_all<E: std::fmt::Display>(
+        &mut self,
+        mut body: impl Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    ) -> Result<(), String> {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
+            self.write(&chunk).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes to the device; returns the hex digest of everything written.
+    pub async fn finish(mut self) -> Result<String, String> {
+        self.file.flush().await.map_err(|e| e.to_string())?;
+        self.file
+            .sync_all()
+            .await
+            .map_err(|e| format!("syncing {}: {e}", self.path.display()))?;
+        Ok(self.hasher.hex())
+    }
 }
 
 /// The checksum an `image_info` asks for: `os_hash_algo`/`os_hash_value`, or a sha256 or
@@ -70,4 +116,30 @@ pub fn expected_hash(info: &serde_json::Value) -> Result<(String, String), Strin
             "image_info needs os_hash_algo and os_hash_value, or a sha256/sha512 checksum".into(),
         ),
     }
+}
+
+/// How much of each end of the disk [`erase_metadata`] zeroes: partition tables (MBR,
+/// GPT and its backup) and filesystem signatures live there.
+pub const METADATA_BYTES: u64 = 1 << 20;
+
+/// Zeroes the first and last MiB of the disk, as IPA's `erase_devices_metadata` wipes
+/// partition tables and signatures; returns the bytes zeroed.
+pub fn erase_metadata(disk: &Path) -> Result<u64, String> {
+    use std::io::{Seek, SeekFrom, Write};
+    let fail = |e: std::io::Error| format!("erasing {}: {e}", disk.display());
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(fail)?;
+    let size = file.seek(SeekFrom::End(0)).map_err(fail)?;
+    let zeros = vec![0u8; METADATA_BYTES as usize];
+    let head = size.min(METADATA_BYTES);
+    let tail_start = size.saturating_sub(METADATA_BYTES).max(head);
+    file.seek(SeekFrom::Start(0)).map_err(fail)?;
+    file.write_all(&zeros[..head as usize]).map_err(fail)?;
+    file.seek(SeekFrom::Start(tail_start)).map_err(fail)?;
+    file.write_all(&zeros[..(size - tail_start) as usize])
+        .map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    Ok(head + size - tail_start)
 }

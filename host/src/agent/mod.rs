@@ -4,9 +4,12 @@
 //!   time, as ironic-python-agent runs them.
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
+//! - [`runner`]: the process: lookup, then heartbeats until power-off.
 
 pub mod commands;
 pub mod disk;
+pub mod runner;
 pub mod server;
 
 pub use commands::{CommandApi, DiskTarget};
+pub use runner::AgentArgs;

@@ -10,7 +10,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
-use futures_util::TryStreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -122,6 +121,7 @@ async fn one(
 async fn receive_disk(
     State(api): State<Arc<CommandApi>>,
     Query(p): Query<Params>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
     if let Err(e) = api.check_token(p.agent_token.as_deref()) {
@@ -130,18 +130,20 @@ async fn receive_disk(
     if !api.is_exposed() {
         return AgentError::NotExposed.into_response();
     }
-    api.written.store(0, Ordering::SeqCst);
-    let stream = body.into_data_stream().map_err(|e| e.to_string());
+    let length = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    api.total.store(length.unwrap_or(0), Ordering::SeqCst);
+    let stream = body.into_data_stream();
     // The engine verifies the checksum end to end; sha256 here only counts and syncs.
-    match disk::write_stream(
-        &api.disk.path,
-        stream,
-        "sha256",
-        &api.written,
-        api.disk.throttle,
-    )
-    .await
-    {
+    let written = async {
+        let mut disk =
+            disk::DiskWriter::open(&api.disk.path, "sha256", &api.written, api.disk.throttle)
+                .await?;
+        disk.write_all(stream).await?;
+        disk.finish().await
+    };
+    match written.await {
         Ok(sha256) => {
             Json(json!({"bytes_written": api.written.load(Ordering::SeqCst), "sha256": sha256}))
                 .into_response()

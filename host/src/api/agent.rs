@@ -164,7 +164,7 @@ async fn heartbeat(
         return Err(ApiError::not_found("The resource could not be found."));
     }
     let hb: Heartbeat = parse(&body)?;
-    let _ = (&hb.agent_verify_ca, &hb.agent_status_message);
+    let _ = &hb.agent_verify_ca;
     let uuid = match Uuid::parse_str(&ident) {
         Ok(u) => u,
         Err(_) => app.conductor.store.find_node(&ident)?.uuid(),
@@ -208,10 +208,15 @@ async fn heartbeat(
         }
     }
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
-    match app
+    let result = app
         .conductor
-        .heartbeat(uuid, token, &hb.callback_url, agent_version)
+        .heartbeat(uuid, token, &hb.callback_url, agent_version);
+    if let (Ok(()) | Err(ConductorError::Busy(_)), Some(message)) =
+        (&result, hb.agent_status_message)
     {
+        app.conductor.agents.status(uuid, message);
+    }
+    match result {
         Ok(()) => Ok(StatusCode::ACCEPTED),
         Err(ConductorError::Busy(_)) => Err(ApiError::conflict(format!(
             "Node {uuid} is locked by host deployd, please retry after the current operation is completed."

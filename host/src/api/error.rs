@@ -95,7 +95,9 @@ impl From<ConductorError> for ApiError {
         match e {
             ConductorError::Store(e) => e.into(),
             ConductorError::Busy(_) => ApiError::conflict(e.to_string()),
-            ConductorError::NoDriver(_) => ApiError::bad_request(e.to_string()),
+            ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
+                ApiError::bad_request(e.to_string())
+            }
         }
     }
 }

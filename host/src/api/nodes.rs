@@ -125,7 +125,7 @@ fn list_nodes(
     let docs: Vec<Value> = out
         .iter()
         .map(|n| {
-            let doc = view::node(base, n);
+            let doc = view::node(base, n, app.conductor.agents.get(n.uuid()).as_ref());
             match (&fields, detail) {
                 (Some(f), _) => view::fields(doc, f),
                 (None, true) => doc,
@@ -196,7 +196,7 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(view::node(&base, &node)),
+        Json(view::node(&base, &node, None)),
     )
         .into_response())
 }
@@ -218,7 +218,8 @@ async fn show(
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
-    let doc = view::node(&base_url(&headers), &node);
+    let agent = app.conductor.agents.get(node.uuid());
+    let doc = view::node(&base_url(&headers), &node, agent.as_ref());
     Ok(Json(match q.fields {
         Some(f) => view::fields(doc, &f.split(',').map(str::trim).collect::<Vec<_>>()),
         None => doc,
@@ -375,7 +376,12 @@ async fn update(
         ) = keep;
         Ok(())
     })?;
-    Ok(Json(view::node(&base_url(&headers), &updated)))
+    let agent = app.conductor.agents.get(updated.uuid());
+    Ok(Json(view::node(
+        &base_url(&headers),
+        &updated,
+        agent.as_ref(),
+    )))
 }
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
@@ -419,6 +425,37 @@ struct ProvisionRequest {
     disable_ramdisk: Option<bool>,
 }
 
+/// The clean steps deployd's drivers run: erasing the disk's metadata (partition tables
+/// and signatures), which their tear-down does by booting the ramdisk.
+const CLEAN_STEPS: &[(&str, &str)] = &[("deploy", "erase_devices_metadata")];
+
+/// Manual cleaning needs `clean_steps`, a list of `{interface, step}` this engine knows.
+fn check_clean_steps(steps: Option<&Value>) -> Result<(), ApiError> {
+    let steps = steps.and_then(Value::as_array).ok_or_else(|| {
+        ApiError::bad_request(
+            "\"clean_steps\" is required when setting target provision state to clean",
+        )
+    })?;
+    if steps.is_empty() {
+        return Err(ApiError::bad_request("\"clean_steps\" must not be empty"));
+    }
+    for step in steps {
+        let field = |k: &str| step.get(k).and_then(Value::as_str).unwrap_or("");
+        let (interface, name) = (field("interface"), field("step"));
+        if !CLEAN_STEPS.contains(&(interface, name)) {
+            return Err(ApiError::bad_request(format!(
+                "Clean step {step} is not supported; deployd runs: {}",
+                CLEAN_STEPS
+                    .iter()
+                    .map(|(i, s)| format!("{{\"interface\": \"{i}\", \"step\": \"{s}\"}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 async fn provision(
     app: State,
     Extension(version): Extension<Version>,
@@ -443,14 +480,17 @@ async fn provision(
         "deleted" => Verb::Undeploy,
         "undeploy" if version.at_least(73) => Verb::Undeploy,
         "abort" if version.at_least(13) => Verb::Abort,
-        "manage" | "provide" | "abort" | "deploy" | "undeploy" => {
+        "clean" if version.at_least(15) => {
+            check_clean_steps(request.clean_steps.as_ref())?;
+            Verb::Clean
+        }
+        "manage" | "provide" | "abort" | "deploy" | "undeploy" | "clean" => {
             return Err(ApiError::not_acceptable(format!(
                 "The provision target \"{}\" needs a newer API version than {version}.",
                 request.target
             )));
         }
-        "clean" | "inspect" | "adopt" | "rescue" | "unrescue" | "service" | "unhold" => {
-            let _ = &request.clean_steps;
+        "inspect" | "adopt" | "rescue" | "unrescue" | "service" | "unhold" => {
             return Err(ApiError::bad_request(format!(
                 "deployd does not support the provision target \"{}\".",
                 request.target

@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::agents::AgentSession;
 use crate::node::{Node, Port};
 
 /// Keys whose values are never shown (Ironic's `node_sanitize` masks these the same way).
@@ -36,13 +37,33 @@ pub fn links(base: &str, kind: &str, id: &str) -> Value {
     ])
 }
 
-/// The full node, as `GET /v1/nodes/{ident}` shows it.
-pub fn node(base: &str, node: &Node) -> Value {
+/// The full node, as `GET /v1/nodes/{ident}` shows it. What its agent last said (kept in
+/// memory, not written per heartbeat) shows in driver_internal_info, where Ironic keeps
+/// `agent_url`, `agent_version` and `agent_last_heartbeat`; `agent_status_message` is
+/// the agent's own progress line (bytes written).
+pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>) -> Value {
     let mut v = serde_json::to_value(node).expect("a node serialises");
     let obj = v.as_object_mut().expect("a node is an object");
     let b = &node.body;
     obj.insert("driver_info".into(), mask(&b.driver_info));
-    obj.insert("driver_internal_info".into(), mask(&b.driver_internal_info));
+    let mut internal = mask(&b.driver_internal_info);
+    if let (Some(a), Value::Object(m)) = (agent, &mut internal) {
+        let fields = [
+            ("agent_url", a.url.clone()),
+            ("agent_version", a.version.clone()),
+            (
+                "agent_last_heartbeat",
+                a.last_heartbeat.map(|t| t.to_string()),
+            ),
+            ("agent_status_message", a.status_message.clone()),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                m.insert(key.into(), Value::String(value));
+            }
+        }
+    }
+    obj.insert("driver_internal_info".into(), internal);
     obj.insert("instance_info".into(), mask(&b.instance_info));
     let uuid = b.uuid.to_string();
     for (key, default) in [

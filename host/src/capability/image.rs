@@ -109,6 +109,7 @@ async fn write(
     if !source.status().is_success() {
         return Err(format!("fetching the image {url}: {}", source.status()));
     }
+    let length = source.content_length();
     let mut last_touch = Instant::now();
     let (h, w, s) = (hasher.clone(), written.clone(), services.clone());
     let body = source.bytes_stream().map(move |chunk| {
@@ -123,11 +124,12 @@ async fn write(
         }
         Ok::<_, String>(chunk)
     });
-    let put = http
-        .put(target.clone())
-        .body(reqwest::Body::wrap_stream(body))
-        .send()
-        .await;
+    let mut put = http.put(target.clone());
+    if let Some(length) = length {
+        // Lets the agent report progress as a fraction.
+        put = put.header(reqwest::header::CONTENT_LENGTH, length);
+    }
+    let put = put.body(reqwest::Body::wrap_stream(body)).send().await;
     let put = put.map_err(|e| format!("writing to the agent's disk at {target}: {e}"))?;
     if !put.status().is_success() {
         return Err(format!(

@@ -303,8 +303,7 @@ impl Store {
             .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
         let new = Provision {
             state: to,
-            // A failed state keeps the target of its flow, as Ironic's does.
-            target: to.target(),
+            target: target(old, event, to),
             updated_at: now,
             deadline: self.timeouts.for_state(to).map(|d| now.plus(d)),
             indexed: None,
@@ -326,5 +325,25 @@ impl Store {
             body,
             provision: new,
         })
+    }
+}
+
+/// Where the flow is heading after `old --event--> to`. Mostly the state's own target (a
+/// failed state keeps its flow's, as Ironic's does); manual cleaning, which shares its
+/// states with an undeploy's, heads back to manageable from start to end.
+fn target(old: Provision, event: Event, to: ProvisionState) -> Option<ProvisionState> {
+    use ProvisionState as S;
+    let cleaning = matches!(
+        to,
+        S::Cleaning | S::CleanWait | S::CleanHold | S::CleanFailed
+    );
+    match (old.state, event) {
+        (S::Manageable, Event::Clean) => Some(S::Manageable),
+        (S::Cleaning | S::CleanWait | S::CleanHold, _)
+            if cleaning && old.target == Some(S::Manageable) =>
+        {
+            Some(S::Manageable)
+        }
+        _ => to.target(),
     }
 }

@@ -441,3 +441,30 @@ fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
         ProvisionState::WaitCallBack
     );
 }
+
+#[test]
+fn manual_cleaning_heads_for_manageable_through_its_waits_and_undeploy_for_available() {
+    use ProvisionState as S;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    let step = |e: Event| {
+        let p = store.apply_event(uuid, e, None).unwrap().provision;
+        (p.state, p.target)
+    };
+    assert_eq!(step(Event::Manage), (S::Verifying, Some(S::Manageable)));
+    assert_eq!(step(Event::Done), (S::Manageable, None));
+    assert_eq!(step(Event::Clean), (S::Cleaning, Some(S::Manageable)));
+    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Manageable)));
+    assert_eq!(step(Event::Resume), (S::Cleaning, Some(S::Manageable)));
+    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Manageable)));
+    assert_eq!(step(Event::Fail), (S::CleanFailed, Some(S::Manageable)));
+    assert_eq!(step(Event::Manage), (S::Manageable, None));
+    // Provide's cleaning and an undeploy's head for available.
+    assert_eq!(step(Event::Provide), (S::Cleaning, Some(S::Available)));
+    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Available)));
+    assert_eq!(step(Event::Resume), (S::Cleaning, Some(S::Available)));
+    assert_eq!(step(Event::Done), (S::Available, None));
+    let reopened = store.node(uuid).unwrap().provision;
+    assert_eq!((reopened.state, reopened.target), (S::Available, None));
+}

@@ -9,6 +9,10 @@
 //!
 //! Progress is kept in the driver's scratch key `deploy_step`, so every heartbeat resumes
 //! where the last one left off, across engine restarts too.
+//!
+//! Undeploy and manual cleaning boot the ramdisk again (tear-down answers `wait`); in
+//! `clean wait` the agent's heartbeat has it erase the disk's metadata, then the machine
+//! is powered off and the node goes on to available (or back to manageable).
 
 use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
 use deployd_driver_sdk::image::{self, WriteProgress as Progress};
@@ -113,7 +117,38 @@ pub fn deploy() -> Outcome {
 
 /// The agent family's heartbeat: start the write, follow it, then boot the instance.
 pub fn agent_heartbeat() -> Outcome {
+    if cleaning() {
+        return into_outcome(clean_step());
+    }
     into_outcome(agent_step())
+}
+
+fn cleaning() -> bool {
+    node::get().provision_state == "clean wait"
+}
+
+/// In `clean wait`: erase the disk's metadata through the agent, then power off.
+fn clean_step() -> Result<Outcome, String> {
+    let erased = agent::run("deploy.erase_devices_metadata", &json!({}), true)?;
+    if !erased.succeeded() {
+        return Ok(Outcome::Fail(format!(
+            "the agent could not erase the disk: {}",
+            erased.error_text()
+        )));
+    }
+    log::info("the disk's metadata is erased");
+    power_off()?;
+    Ok(Outcome::Done)
+}
+
+/// Asks the agent to power the machine off cleanly; the BMC makes sure of it.
+fn power_off() -> Result<(), String> {
+    if let Err(e) = agent::run("standby.power_off", &json!({}), false) {
+        log::warn(&format!(
+            "soft power-off through the agent failed ({e}); using the BMC"
+        ));
+    }
+    bmc::set_power(PowerState::Off)
 }
 
 fn agent_step() -> Result<Outcome, String> {
@@ -162,6 +197,9 @@ fn agent_step() -> Result<Outcome, String> {
 
 /// The pxe family's heartbeat: expose the disk, let the engine write, then boot.
 pub fn pxe_heartbeat() -> Outcome {
+    if cleaning() {
+        return into_outcome(clean_step());
+    }
     into_outcome(pxe_step())
 }
 
@@ -201,13 +239,7 @@ fn pxe_step() -> Result<Outcome, String> {
 
 /// The image is on the disk: boot from it.
 fn boot_instance() -> Result<Outcome, String> {
-    // Ask the agent to power the machine off cleanly; the BMC makes sure of it.
-    if let Err(e) = agent::run("standby.power_off", &json!({}), false) {
-        log::warn(&format!(
-            "soft power-off through the agent failed ({e}); using the BMC"
-        ));
-    }
-    bmc::set_power(PowerState::Off)?;
+    power_off()?;
     bmc::set_boot_device(BootDevice::Disk, true)?;
     bmc::set_power(PowerState::On)?;
     scratch::remove(STEP)?;
@@ -218,11 +250,18 @@ fn into_outcome(step: Result<Outcome, String>) -> Outcome {
     step.unwrap_or_else(Outcome::Fail)
 }
 
+/// Undeploy or manual cleaning: power the instance off and boot the ramdisk, whose agent
+/// erases the disk when it heartbeats (see [`clean_step`]).
 pub fn tear_down() -> Outcome {
-    let off = scratch::remove(STEP).and_then(|()| bmc::set_power(PowerState::Off));
-    match off {
-        Ok(()) => Outcome::Done,
-        Err(e) => Outcome::Fail(format!("could not power the node off: {e}")),
+    let boot = scratch::remove(STEP)
+        .and_then(|()| bmc::set_power(PowerState::Off))
+        .and_then(|()| bmc::set_boot_device(BootDevice::Pxe, false))
+        .and_then(|()| bmc::set_power(PowerState::On));
+    match boot {
+        Ok(()) => Outcome::Wait,
+        Err(e) => Outcome::Fail(format!(
+            "could not boot the node into its ramdisk to clean it: {e}"
+        )),
     }
 }
 

@@ -1,0 +1,395 @@
+//! The agent's life, as ironic-python-agent lives it: serve the command API, discover the
+//! engine's API version, look the machine up by its MACs (or node uuid) until the engine
+//! expects it, then heartbeat until the machine is powered off.
+//!
+//! - Heartbeats come every `heartbeat_timeout × U(0.3, 0.6)` (IPA's interval), and at once
+//!   when a command ends, so the engine learns of a finished write without waiting.
+//! - An unreachable engine (restarting, say) is retried with jittered backoff: an agent
+//!   must outlive its engine's restarts, since the deploy goes on on the machine.
+//! - A heartbeat the engine refuses for its token (the engine forgot it, the node was
+//!   re-booted into a new flow) sends the agent back to lookup for a fresh one.
+//! - Each heartbeat carries `agent_status_message`: the running command and the bytes
+//!   written so far, which the engine shows as the node's progress.
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rand::Rng;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{CommandApi, DiskTarget, server};
+
+/// The newest API microversion this agent speaks (tokens arrived in 1.62).
+const MAX_VERSION: (u32, u32) = (1, 67);
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct AgentArgs {
+    /// The engine's API, e.g. http://127.0.0.1:6385.
+    #[arg(long)]
+    pub api_url: String,
+    /// A MAC address of this machine, as enrolled in a port (repeatable).
+    #[arg(long = "mac")]
+    pub macs: Vec<String>,
+    /// Look the node up by uuid too (IPA's `ipa-node-uuid`).
+    #[arg(long)]
+    pub node_uuid: Option<Uuid>,
+    /// The target disk: a file or a block device.
+    #[arg(long)]
+    pub disk: PathBuf,
+    /// Where the command API listens.
+    #[arg(long, default_value = "127.0.0.1:9999")]
+    pub listen: SocketAddr,
+    /// The url the engine should call back on, if not `http://<listen>`.
+    #[arg(long)]
+    pub advertise_url: Option<String>,
+    /// Write at most this many bytes per second (suffixes K, M, G): for demos and tests.
+    #[arg(long, value_parser = parse_rate)]
+    pub throttle: Option<u64>,
+    /// Seconds between heartbeats, instead of heartbeat_timeout × U(0.3, 0.6).
+    #[arg(long)]
+    pub heartbeat_interval: Option<f64>,
+}
+
+/// `10M` → 10 MiB/s.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: f64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate like 512K or 10M"))?;
+    let scale = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1u64,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}")),
+    };
+    Ok((n * scale as f64) as u64)
+}
+
+/// The engine, as the agent sees it.
+struct Engine {
+    http: reqwest::Client,
+    base: String,
+    version: String,
+}
+
+/// Why a heartbeat did not land.
+enum Refused {
+    /// Network error or 5xx: retry soon with backoff.
+    Unreachable(String),
+    /// The node is busy (409): retry soon.
+    Busy,
+    /// The token or the node is unknown: look up again.
+    Lookup(String),
+}
+
+/// Runs the agent until the machine is powered off (`standby.power_off`).
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    run_on(args, listener).await
+}
+
+/// [`run`] on a socket already bound. Everything the agent does lives in this future:
+/// dropping it (the lab pulling a simulated machine's power) stops the command API and
+/// any image write at once.
+pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    if args.macs.is_empty() && args.node_uuid.is_none() {
+        anyhow::bail!(
+            "give at least one --mac or --node-uuid, so the engine can find this machine"
+        );
+    }
+    let addr = listener.local_addr()?;
+    let advertise = args
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let disk = DiskTarget {
+        path: args.disk.clone(),
+        throttle: args.throttle,
+    };
+    let api = CommandApi::new(disk, advertise.clone());
+    let _writes = StopWrites(api.clone());
+    let server = axum::serve(listener, server::router(api.clone())).into_future();
+    tracing::info!(%advertise, disk = %args.disk.display(), "agent command API is up");
+    tokio::select! {
+        r = server => r.context("the command API stopped"),
+        r = live(&args, &api) => r,
+    }
+}
+
+/// Aborts the image write when the agent's future is dropped.
+struct StopWrites(Arc<CommandApi>);
+
+impl Drop for StopWrites {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Discovery, lookup, then heartbeats until power-off.
+async fn live(args: &AgentArgs, api: &Arc<CommandApi>) -> anyhow::Result<()> {
+    let engine = discover(&args.api_url).await;
+    let mut session = lookup(&engine, args).await;
+    api.set_token(session.token.clone());
+    let mut ended = api.command_ended.subscribe();
+    let mut off = api.powered_off.subscribe();
+    let mut failures = 0u32;
+    loop {
+        let delay = match heartbeat(&engine, &session, api).await {
+            Ok(()) => {
+                failures = 0;
+                session.interval(args.heartbeat_interval)
+            }
+            Err(Refused::Busy) => jitter(Duration::from_millis(500)),
+            Err(Refused::Unreachable(e)) => {
+                failures += 1;
+                tracing::warn!("heartbeat failed (attempt {failures}): {e}");
+                backoff(failures, session.interval(args.heartbeat_interval))
+            }
+            Err(Refused::Lookup(e)) => {
+                tracing::warn!("the engine refused the heartbeat ({e}); looking up again");
+                session = lookup(&engine, args).await;
+                api.set_token(session.token.clone());
+                continue;
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = ended.changed() => {}
+            _ = off.changed() => {}
+        }
+        if *off.borrow() {
+            // Give the engine a moment to read the command's result, then "power off".
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            tracing::info!("powered off");
+            return Ok(());
+        }
+    }
+}
+
+/// `d × U(0.5, 1.0)`: spreads a fleet's retries.
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(rand::rng().random_range(0.5..1.0))
+}
+
+/// 1 s, 2 s, 4 s… capped at the heartbeat interval (and at 10 s), jittered.
+fn backoff(failures: u32, interval: Duration) -> Duration {
+    let cap = interval
+        .min(Duration::from_secs(10))
+        .max(Duration::from_secs(1));
+    jitter(Duration::from_secs(1 << failures.min(4).saturating_sub(1)).min(cap))
+}
+
+/// Finds the engine's newest API version, retrying until it answers.
+async fn discover(base: &str) -> Engine {
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client");
+    let base = base.trim_end_matches('/').to_owned();
+    let mut failures = 0;
+    loop {
+        match root_version(&http, &base).await {
+            Ok(version) => {
+                tracing::info!(%version, "engine found");
+                return Engine {
+                    http,
+                    base,
+                    version,
+                };
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!("engine not reachable at {base} yet: {e}");
+                tokio::time::sleep(backoff(failures, Duration::from_secs(10))).await;
+            }
+        }
+    }
+}
+
+async fn root_version(http: &reqwest::Client, base: &str) -> Result<String, String> {
+    let root: Value = http
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let max = root
+        .pointer("/default_version/version")
+        .and_then(Value::as_str)
+        .ok_or("the engine's root document has no default_version.version")?;
+    let (major, minor) = max
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| format!("unreadable API version {max:?}"))?;
+    let (major, minor) = std::cmp::min((major, minor), MAX_VERSION);
+    if (major, minor) < (1, 22) {
+        return Err(format!(
+            "API {max} is too old for lookup and heartbeat (1.22)"
+        ));
+    }
+    Ok(format!("{major}.{minor}"))
+}
+
+/// What lookup gave: the node, its token, and how often to heartbeat.
+struct Session {
+    node: String,
+    token: String,
+    heartbeat_timeout: f64,
+}
+
+impl Session {
+    fn interval(&self, fixed: Option<f64>) -> Duration {
+        let secs =
+            fixed.unwrap_or_else(|| self.heartbeat_timeout * rand::rng().random_range(0.3..0.6));
+        Duration::from_secs_f64(secs.max(0.05))
+    }
+}
+
+/// Looks the machine up until the engine expects it and hands out a token.
+async fn lookup(engine: &Engine, args: &AgentArgs) -> Session {
+    let mut query = vec![];
+    if !args.macs.is_empty() {
+        query.push(("addresses", args.macs.join(",")));
+    }
+    if let Some(u) = args.node_uuid {
+        query.push(("node_uuid", u.to_string()));
+    }
+    let mut failures = 0;
+    loop {
+        match lookup_once(engine, &query).await {
+            Ok(session) => {
+                tracing::info!(node = %session.node, "looked up");
+                return session;
+            }
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures % 10 == 0 {
+                    tracing::info!("lookup: {e}; retrying");
+                }
+                tokio::time::sleep(jitter(Duration::from_secs(1))).await;
+            }
+        }
+    }
+}
+
+async fn lookup_once(engine: &Engine, query: &[(&str, String)]) -> Result<Session, String> {
+    let response = engine
+        .http
+        .get(format!("{}/v1/lookup", engine.base))
+        .query(query)
+        .header("X-OpenStack-Ironic-API-Version", &engine.version)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        return Err(format!("{status}: {}", fault(&body)));
+    }
+    let node = body
+        .pointer("/node/uuid")
+        .and_then(Value::as_str)
+        .ok_or("lookup answered without node.uuid")?;
+    let token = body
+        .pointer("/config/agent_token")
+        .and_then(Value::as_str)
+        .ok_or("lookup answered without an agent token")?;
+    if token == "******" {
+        return Err(format!(
+            "node {node} already issued its token to another agent; waiting for a new boot"
+        ));
+    }
+    Ok(Session {
+        node: node.to_owned(),
+        token: token.to_owned(),
+        heartbeat_timeout: body
+            .pointer("/config/heartbeat_timeout")
+            .and_then(Value::as_f64)
+            .unwrap_or(300.0),
+    })
+}
+
+/// The message of an Ironic error body (`error_message` holds a JSON string).
+fn fault(body: &Value) -> String {
+    let inner = body.get("error_message").and_then(Value::as_str);
+    inner
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| {
+            v.get("faultstring")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .or(inner.map(str::to_owned))
+        .unwrap_or_else(|| body.to_string())
+}
+
+async fn heartbeat(
+    engine: &Engine,
+    session: &Session,
+    api: &Arc<CommandApi>,
+) -> Result<(), Refused> {
+    let body = json!({
+        "callback_url": api.advertise,
+        "agent_token": session.token,
+        "agent_version": concat!("deployd-agent ", env!("CARGO_PKG_VERSION")),
+        "agent_status_message": api.status_message(),
+    });
+    let response = engine
+        .http
+        .post(format!("{}/v1/heartbeat/{}", engine.base, session.node))
+        .header("X-OpenStack-Ironic-API-Version", &engine.version)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| Refused::Unreachable(e.to_string()))?;
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    match status {
+        200..=299 => Ok(()),
+        409 => Err(Refused::Busy),
+        400 | 401 | 403 | 404 => Err(Refused::Lookup(format!("{status}: {}", fault(&body)))),
+        _ => Err(Refused::Unreachable(format!("{status}: {}", fault(&body)))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_with_binary_units() {
+        assert_eq!(parse_rate("512").unwrap(), 512);
+        assert_eq!(parse_rate("2K").unwrap(), 2048);
+        assert_eq!(parse_rate("10M").unwrap(), 10 << 20);
+        assert_eq!(parse_rate("1.5MiB").unwrap(), 3 << 19);
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("3X").is_err());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped_by_the_interval() {
+        let long = Duration::from_secs(60);
+        assert!(backoff(1, long) <= Duration::from_secs(1));
+        assert!(backoff(3, long) >= Duration::from_secs(2));
+        assert!(backoff(30, long) <= Duration::from_secs(8));
+        assert!(backoff(30, Duration::from_secs(2)) <= Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,130 @@
+//! The demo's operator: plain calls to the engine's HTTP API, as any Ironic client would
+//! make them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::lab::Enrollment;
+
+pub struct Operator {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Operator {
+    pub fn new(url: &str) -> Operator {
+        Operator {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+        }
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut r = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url))
+            .header("X-OpenStack-Ironic-API-Version", "1.67");
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let response = r.send().await.with_context(|| format!("{method} {path}"))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{method} {path}: {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    /// Creates the node (driver_info pointing at its BMC, the image as a local path) and
+    /// its port; returns the node's uuid.
+    pub async fn enroll(
+        &self,
+        m: &Enrollment,
+        driver: &str,
+        image: &Path,
+        sha256: &str,
+    ) -> anyhow::Result<String> {
+        let node = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/nodes",
+                Some(json!({
+                    "name": m.name,
+                    "driver": driver,
+                    "driver_info": {
+                        "redfish_address": m.redfish_address,
+                        "redfish_system_id": m.redfish_system_id,
+                    },
+                    "instance_info": {
+                        "image_source": image.display().to_string(),
+                        "image_os_hash_algo": "sha256",
+                        "image_os_hash_value": sha256,
+                    },
+                })),
+            )
+            .await?;
+        let uuid = node["uuid"]
+            .as_str()
+            .context("a node has a uuid")?
+            .to_owned();
+        self.call(
+            reqwest::Method::POST,
+            "/v1/ports",
+            Some(json!({"node_uuid": uuid, "address": m.mac})),
+        )
+        .await?;
+        Ok(uuid)
+    }
+
+    pub async fn provision(&self, node: &str, target: &str) -> anyhow::Result<()> {
+        let path = format!("/v1/nodes/{node}/states/provision");
+        for _ in 0..50 {
+            match self
+                .call(
+                    reqwest::Method::PUT,
+                    &path,
+                    Some(json!({ "target": target })),
+                )
+                .await
+            {
+                // Locked by the step that just ended: retry, as the CLIs do.
+                Err(e) if e.to_string().contains("409") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+        bail!("node {node} stayed locked")
+    }
+
+    /// Asks for `target` and waits until the node is in `state`.
+    pub async fn walk(&self, node: &str, target: &str, state: &str) -> anyhow::Result<()> {
+        self.provision(node, target).await?;
+        for _ in 0..600 {
+            let n = self
+                .call(reqwest::Method::GET, &format!("/v1/nodes/{node}"), None)
+                .await?;
+            if n["provision_state"] == state {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("node {node} did not reach {state}")
+    }
+
+    pub async fn nodes(&self) -> anyhow::Result<Vec<Value>> {
+        let list = self
+            .call(reqwest::Method::GET, "/v1/nodes/detail", None)
+            .await?;
+        Ok(list["nodes"].as_array().cloned().unwrap_or_default())
+    }
+}

@@ -1,0 +1,263 @@
+//! One simulated machine: a power switch, a boot device, a disk file, and the ramdisk
+//! agent that runs while the machine is on and boots from the network.
+//!
+//! Power-on with a network boot starts the agent (a `deployd agent` process, or a task in
+//! this process for fleets too big for a process each); power-off stops it as pulling the
+//! plug would (SIGKILL, or dropping the task). When the agent powers the machine off
+//! itself (`standby.power_off`, exit status 0), the machine is off. An agent killed from
+//! outside leaves the machine on: a hung machine, which only a timeout notices.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::agent::AgentArgs;
+
+/// How a machine's agent runs.
+#[derive(Clone, Debug)]
+pub enum AgentMode {
+    /// A `deployd agent` process of this executable.
+    Process(PathBuf),
+    /// A task in this process (a thousand machines on one host).
+    Task,
+}
+
+/// Where a machine boots from, as Redfish's `BootSourceOverrideTarget` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Boot {
+    Pxe,
+    Hdd,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MachineView {
+    pub name: String,
+    pub mac: String,
+    pub disk: PathBuf,
+    pub power: &'static str,
+    pub boot: Boot,
+    /// "Once" or "Continuous" while an override is set.
+    pub boot_override: Option<&'static str>,
+    /// The agent's process id, while one runs as a process.
+    pub agent_pid: Option<u32>,
+    pub agent_running: bool,
+    /// Times the machine powered on into its agent.
+    pub agent_boots: u32,
+}
+
+enum Running {
+    Process(tokio::process::Child),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+struct State {
+    on: bool,
+    boot: Boot,
+    once: Option<bool>,
+    agent: Option<Running>,
+    boots: u32,
+    /// Bumped at every power change, so a watcher of an old agent does not act.
+    generation: u64,
+}
+
+pub struct Machine {
+    pub name: String,
+    pub mac: String,
+    pub disk: PathBuf,
+    log: PathBuf,
+    args: AgentArgs,
+    mode: AgentMode,
+    state: Mutex<State>,
+}
+
+impl Machine {
+    pub fn new(
+        name: String,
+        mac: String,
+        dir: &std::path::Path,
+        args: AgentArgs,
+        mode: AgentMode,
+    ) -> Arc<Machine> {
+        let disk = dir.join(format!("{name}.disk"));
+        Arc::new(Machine {
+            log: dir.join(format!("{name}.agent.log")),
+            args: AgentArgs {
+                macs: vec![mac.clone()],
+                disk: disk.clone(),
+                ..args
+            },
+            name,
+            mac,
+            disk,
+            mode,
+            state: Mutex::new(State {
+                on: false,
+                boot: Boot::Hdd,
+                once: None,
+                agent: None,
+                boots: 0,
+                generation: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn view(&self) -> MachineView {
+        let mut s = self.lock();
+        let running = match &mut s.agent {
+            Some(Running::Process(c)) => c.try_wait().map(|r| r.is_none()).unwrap_or(false),
+            Some(Running::Task(t)) => !t.is_finished(),
+            None => false,
+        };
+        MachineView {
+            name: self.name.clone(),
+            mac: self.mac.clone(),
+            disk: self.disk.clone(),
+            power: if s.on { "On" } else { "Off" },
+            boot: s.boot,
+            boot_override: s.once.map(|once| if once { "Once" } else { "Continuous" }),
+            agent_pid: match &s.agent {
+                Some(Running::Process(c)) if running => c.id(),
+                _ => None,
+            },
+            agent_running: running,
+            agent_boots: s.boots,
+        }
+    }
+
+    pub fn set_boot(&self, boot: Boot, once: bool) {
+        let mut s = self.lock();
+        s.boot = boot;
+        s.once = Some(once);
+    }
+
+    /// Powers on (a no-op when on): a network boot starts the agent.
+    pub fn power_on(self: &Arc<Self>) -> std::io::Result<()> {
+        let mut s = self.lock();
+        if s.on {
+            return Ok(());
+        }
+        s.on = true;
+        s.generation += 1;
+        let boot = s.boot;
+        if s.once == Some(true) {
+            s.boot = Boot::Hdd;
+            s.once = None;
+        }
+        if boot == Boot::Pxe {
+            s.boots += 1;
+            let generation = s.generation;
+            s.agent = Some(self.start_agent(generation)?);
+        }
+        Ok(())
+    }
+
+    /// Cuts the power: the agent dies at once, whatever it was doing.
+    pub fn power_off(&self) {
+        let mut s = self.lock();
+        s.on = false;
+        s.generation += 1;
+        stop(s.agent.take());
+    }
+
+    /// Kills the agent only (a crash, a hang): the machine stays on.
+    pub fn kill_agent(&self) -> bool {
+        let mut s = self.lock();
+        let had = s.agent.is_some();
+        stop(s.agent.take());
+        had
+    }
+
+    fn start_agent(self: &Arc<Self>, generation: u64) -> std::io::Result<Running> {
+        match &self.mode {
+            AgentMode::Process(exe) => {
+                let mut command = tokio::process::Command::new(exe);
+                command
+                    .arg("agent")
+                    .args(["--api-url", &self.args.api_url, "--mac", &self.mac])
+                    .arg("--disk")
+                    .arg(&self.disk)
+                    .args(["--listen", &self.args.listen.to_string()]);
+                if let Some(t) = self.args.throttle {
+                    command.args(["--throttle", &t.to_string()]);
+                }
+                if let Some(i) = self.args.heartbeat_interval {
+                    command.args(["--heartbeat-interval", &i.to_string()]);
+                }
+                let log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.log)?;
+                let child = command
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(log)
+                    .kill_on_drop(true)
+                    .spawn()?;
+                self.watch_process(generation);
+                Ok(Running::Process(child))
+            }
+            AgentMode::Task => {
+                let (args, me) = (self.args.clone(), self.clone());
+                Ok(Running::Task(tokio::spawn(async move {
+                    let ended = crate::agent::runner::run(args).await;
+                    if let Err(e) = &ended {
+                        tracing::warn!(machine = %me.name, "agent stopped: {e:#}");
+                    }
+                    me.agent_exited(generation, ended.is_ok());
+                })))
+            }
+        }
+    }
+
+    /// Polls the agent process; its clean exit is the machine powering itself off.
+    fn watch_process(self: &Arc<Self>, generation: u64) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let Some(me) = me.upgrade() else { return };
+                let mut s = me.lock();
+                if s.generation != generation {
+                    return;
+                }
+                let status = match &mut s.agent {
+                    Some(Running::Process(c)) => c.try_wait().ok().flatten(),
+                    _ => return,
+                };
+                if let Some(status) = status {
+                    drop(s);
+                    me.agent_exited(generation, status.success());
+                    return;
+                }
+            }
+        });
+    }
+
+    fn agent_exited(&self, generation: u64, clean: bool) {
+        let mut s = self.lock();
+        if s.generation == generation && clean {
+            s.on = false;
+            s.generation += 1;
+            s.agent = None;
+        }
+    }
+}
+
+fn stop(agent: Option<Running>) {
+    match agent {
+        Some(Running::Process(mut c)) => {
+            let _ = c.start_kill();
+            // Reap it in the background.
+            tokio::spawn(async move {
+                let _ = c.wait().await;
+            });
+        }
+        Some(Running::Task(t)) => t.abort(),
+        None => {}
+    }
+}

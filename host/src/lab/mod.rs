@@ -1,0 +1,160 @@
+//! `deployd lab`: simulated machines for the engine to deploy, needing nothing outside
+//! this binary.
+//!
+//! - [`machine`]: one machine: power, boot device, a disk file, and its agent, which
+//!   runs while the machine is on and network-booted.
+//! - [`redfish`]: the BMC all machines share, Redfish-compatible, so the bundled
+//!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones.
+
+pub mod machine;
+pub mod redfish;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde::Serialize;
+
+pub use machine::{AgentMode, Machine, MachineView};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct LabArgs {
+    /// How many machines.
+    #[arg(long, default_value_t = 3)]
+    pub machines: usize,
+    /// Where the machines' disks and agent logs go.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The BMC's address (Redfish).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// The engine's API, for the agents.
+    #[arg(long, default_value = "http://127.0.0.1:6385")]
+    pub api_url: String,
+    /// The agents' write rate limit (suffixes K, M, G).
+    #[arg(long, value_parser = crate::agent::runner::parse_rate)]
+    pub throttle: Option<u64>,
+    /// Seconds between the agents' heartbeats (default: from the engine's lookup).
+    #[arg(long)]
+    pub heartbeat_interval: Option<f64>,
+    /// Run the agents as tasks of the lab process instead of `deployd agent` processes.
+    #[arg(long)]
+    pub agent_tasks: bool,
+}
+
+/// What a caller needs to enroll a machine: its name, MAC and BMC address.
+#[derive(Clone, Debug, Serialize)]
+pub struct Enrollment {
+    pub name: String,
+    pub mac: String,
+    pub disk: PathBuf,
+    pub redfish_address: String,
+    pub redfish_system_id: String,
+}
+
+pub struct Lab {
+    pub addr: SocketAddr,
+    pub machines: redfish::Machines,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Lab {
+    /// Creates the machines (powered off, disks empty) and starts the BMC.
+    pub async fn start(args: &LabArgs, mode: AgentMode) -> anyhow::Result<Lab> {
+        std::fs::create_dir_all(&args.dir)
+            .with_context(|| format!("creating {}", args.dir.display()))?;
+        let agent = crate::agent::AgentArgs {
+            api_url: args.api_url.clone(),
+            macs: vec![],
+            node_uuid: None,
+            disk: PathBuf::new(),
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            advertise_url: None,
+            throttle: args.throttle,
+            heartbeat_interval: args.heartbeat_interval,
+        };
+        // A random middle byte keeps two labs on one engine from sharing MACs.
+        let lab_id: u8 = rand::random();
+        let mut machines = BTreeMap::new();
+        for i in 0..args.machines {
+            let name = format!("machine-{i:03}");
+            let mac = format!("52:54:00:{lab_id:02x}:{:02x}:{:02x}", i >> 8, i & 0xff);
+            let machine = Machine::new(name.clone(), mac, &args.dir, agent.clone(), mode.clone());
+            std::fs::File::create(&machine.disk)
+                .with_context(|| format!("creating {}", machine.disk.display()))?;
+            machines.insert(name, machine);
+        }
+        let machines = Arc::new(machines);
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("the lab's BMC cannot listen on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        let router = redfish::router(machines.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(Lab {
+            addr,
+            machines,
+            server,
+        })
+    }
+
+    pub fn enrollments(&self) -> Vec<Enrollment> {
+        self.machines
+            .values()
+            .map(|m| Enrollment {
+                name: m.name.clone(),
+                mac: m.mac.clone(),
+                disk: m.disk.clone(),
+                redfish_address: format!("http://{}", self.addr),
+                redfish_system_id: format!("/redfish/v1/Systems/{}", m.name),
+            })
+            .collect()
+    }
+
+    /// Powers every machine off, stopping every agent.
+    pub fn stop(&self) {
+        for machine in self.machines.values() {
+            machine.power_off();
+        }
+        self.server.abort();
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `deployd lab`: prints the machines as JSON lines on stdout, then runs until Ctrl-C or
+/// SIGTERM, and powers everything off.
+pub async fn run(args: LabArgs) -> anyhow::Result<()> {
+    let mode = if args.agent_tasks {
+        AgentMode::Task
+    } else {
+        AgentMode::Process(std::env::current_exe().context("finding this executable")?)
+    };
+    let lab = Lab::start(&args, mode).await?;
+    for e in lab.enrollments() {
+        println!("{}", serde_json::to_string(&e)?);
+    }
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    tracing::info!(bmc = %lab.addr, machines = args.machines, "lab is running");
+    crate::signal::shutdown().await;
+    lab.stop();
+    Ok(())
+}
+
+/// The sha256 of a machine's disk, for checking a deploy.
+pub fn disk_sha256(disk: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut file = std::fs::File::open(disk)?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}

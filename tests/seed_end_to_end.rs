@@ -1,0 +1,417 @@
+//! The seed bug, end to end over real processes on loopback: `deployd serve`, `deployd
+//! lab` (a Redfish BMC whose power-on boots a `deployd agent` process per machine), the
+//! agents writing real disk files, and the image given as a local path the engine serves.
+//!
+//! The contract: every heartbeat of a live agent moves `provision_updated_at`, so a write
+//! far longer than `deploy_callback_timeout` ends active; a dead agent still times out;
+//! a timeout of 0 disables the check; an engine crash loses nothing.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::{Value, json};
+use support::{Engine, Lab, call, image, make_available, provision, sha256_of, wait_node};
+
+/// Engine flags: this deploy timeout, sweeps every second, agents heartbeating every
+/// 0.3–0.6 s (30–60 % of a 1 s heartbeat timeout).
+fn flags(timeout: u64) -> Vec<String> {
+    [
+        "--deploy-callback-timeout",
+        &timeout.to_string(),
+        "--clean-callback-timeout",
+        "30",
+        "--check-provision-state-interval",
+        "1",
+        "--ramdisk-heartbeat-timeout",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn engine(dir: &Path, timeout: u64) -> Engine {
+    let flags = flags(timeout);
+    Engine::start(
+        &dir.join("data"),
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+}
+
+/// Enrolls a lab machine with `driver`, its port, and the image; walks it to available.
+fn enroll(url: &str, machine: &Value, driver: &str, image: &Path, sha256: &str) -> String {
+    let (status, node) = call(
+        "POST",
+        &format!("{url}/v1/nodes"),
+        Some(json!({
+            "name": machine["name"],
+            "driver": driver,
+            "driver_info": {
+                "redfish_address": machine["redfish_address"],
+                "redfish_system_id": machine["redfish_system_id"],
+            },
+            "instance_info": {
+                "image_source": image.display().to_string(),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": sha256,
+            },
+        })),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let (status, port) = call(
+        "POST",
+        &format!("{url}/v1/ports"),
+        Some(json!({"node_uuid": uuid, "address": machine["mac"]})),
+    );
+    assert_eq!(status, 201, "{port}");
+    make_available(url, &uuid);
+    uuid
+}
+
+fn state(n: &Value) -> &str {
+    n["provision_state"].as_str().unwrap_or("?")
+}
+
+/// Bytes the agent reported in its last heartbeat.
+fn written(n: &Value) -> u64 {
+    n["driver_internal_info"]["agent_status_message"]
+        .as_str()
+        .and_then(|m| m.split(" of ").next()?.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn time(n: &Value, field: &str) -> chrono::DateTime<chrono::Utc> {
+    let text = n[field]
+        .as_str()
+        .or_else(|| n["driver_internal_info"][field].as_str())
+        .unwrap_or_else(|| panic!("{field} in {n}"));
+    chrono::DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+}
+
+#[test]
+fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), 2);
+    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
+    // 11 MiB at 1 MiB/s: about 11 s of writing against a 2 s timeout.
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 11 << 20);
+    let nodes = [
+        enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha),
+        enroll(&engine.url, &lab.machines[1], "pxe_redfish", &img, &sha),
+    ];
+    let started = Instant::now();
+    for n in &nodes {
+        provision(&engine.url, n, "active");
+    }
+    for n in &nodes {
+        let node = wait_node(&engine.url, n, 90, |n| {
+            assert!(
+                !matches!(state(n), "deploy failed" | "error"),
+                "{}",
+                n["last_error"]
+            );
+            state(n) == "active"
+        });
+        assert_eq!(node["last_error"], Value::Null);
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(10),
+        "the premise: the writes lasted 5 × the timeout ({took:?})"
+    );
+    for m in &lab.machines {
+        let disk = Path::new(m["disk"].as_str().unwrap());
+        assert_eq!(sha256_of(disk), sha, "{} holds the image", m["name"]);
+        let view = lab.machine(m["name"].as_str().unwrap());
+        assert_eq!(view["power"], "On", "booted into the instance");
+        assert_eq!(view["boot"], "Hdd");
+        assert_eq!(view["agent_running"], false);
+    }
+}
+
+#[test]
+fn a_killed_agent_fails_its_deploy_within_the_timeout_and_one_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), 2);
+    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    provision(&engine.url, &node, "active");
+    wait_node(&engine.url, &node, 30, |n| written(n) >= 1 << 20);
+    lab.kill_agent("machine-000");
+    // A heartbeat in flight at the kill still lands; then there are no more.
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, before) = call("GET", &format!("{}/v1/nodes/{node}", engine.url), None);
+    let last_heartbeat = time(&before, "agent_last_heartbeat");
+    let failed = wait_node(&engine.url, &node, 30, |n| state(n) != "wait call-back");
+    assert_eq!(state(&failed), "deploy failed");
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("Timeout reached while waiting for callback")
+            && error.contains("deploy_callback_timeout is 2 s"),
+        "{error}"
+    );
+    // Failed at timeout + at most one sweep interval (1 s) after the last heartbeat, on
+    // the engine's own clock.
+    let silent = (time(&failed, "provision_updated_at") - last_heartbeat)
+        .to_std()
+        .unwrap();
+    assert!(
+        silent >= Duration::from_secs(2) && silent <= Duration::from_millis(3_300),
+        "failed {silent:?} after the last heartbeat"
+    );
+    let disk = Path::new(lab.machines[0]["disk"].as_str().unwrap());
+    assert_ne!(sha256_of(disk), sha, "the disk does not hold the image");
+    assert_eq!(
+        lab.machine("machine-000")["power"],
+        "Off",
+        "the driver's clean-up powered it off"
+    );
+}
+
+#[test]
+fn with_a_timeout_of_zero_a_dead_agent_leaves_its_node_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), 0);
+    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    provision(&engine.url, &node, "active");
+    wait_node(&engine.url, &node, 30, |n| written(n) >= 1 << 20);
+    lab.kill_agent("machine-000");
+    // Five sweeps later (one a second) the node still waits, untouched.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, n) = call("GET", &format!("{}/v1/nodes/{node}", engine.url), None);
+    assert_eq!(state(&n), "wait call-back");
+    assert_eq!(n["last_error"], Value::Null);
+    assert_eq!(lab.machine("machine-000")["power"], "On");
+}
+
+#[test]
+fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let data = dir.path().join("data");
+    let flags = flags(20);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine = Engine::start_on(port, &data, &flags);
+    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 6 << 20);
+    let nodes = [
+        enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha),
+        enroll(&engine.url, &lab.machines[1], "pxe_redfish", &img, &sha),
+    ];
+    // A bystander in available, to check no record is lost or changed.
+    let (_, bystander) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"name": "bystander", "driver": "fake", "extra": {"rack": 7}})),
+    );
+    let bystander_uuid = bystander["uuid"].as_str().unwrap().to_owned();
+    make_available(&engine.url, &bystander_uuid);
+    let (_, before) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
+    for n in &nodes {
+        provision(&engine.url, n, "active");
+    }
+    for n in &nodes {
+        wait_node(&engine.url, n, 30, |n| written(n) >= 1 << 20);
+    }
+    engine.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let engine = Engine::start_on(port, &data, &flags);
+    for n in &nodes {
+        let node = wait_node(&engine.url, n, 90, |n| {
+            assert!(
+                !matches!(state(n), "deploy failed" | "error"),
+                "{}",
+                n["last_error"]
+            );
+            state(n) == "active"
+        });
+        assert_eq!(node["last_error"], Value::Null);
+    }
+    for m in &lab.machines {
+        let disk = Path::new(m["disk"].as_str().unwrap());
+        assert_eq!(sha256_of(disk), sha, "{} holds the image", m["name"]);
+    }
+    let agent_log = std::fs::read_to_string(dir.path().join("lab/machine-000.agent.log")).unwrap();
+    assert!(
+        agent_log.contains("heartbeat failed"),
+        "the agent outlived the engine, retrying its heartbeats: {agent_log}"
+    );
+    let (_, after) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
+    assert_eq!(after, before, "the bystander's record is intact");
+    let (_, list) = call("GET", &format!("{}/v1/nodes", engine.url), None);
+    assert_eq!(list["nodes"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn undeploy_wipes_the_disk_through_the_agent_and_returns_the_node_to_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), 10);
+    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "8M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 4 << 20);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    provision(&engine.url, &node, "active");
+    wait_node(&engine.url, &node, 60, |n| state(n) == "active");
+    let disk = Path::new(lab.machines[0]["disk"].as_str().unwrap()).to_path_buf();
+    assert_eq!(sha256_of(&disk), sha);
+
+    provision(&engine.url, &node, "deleted");
+    let n = wait_node(&engine.url, &node, 60, |n| state(n) == "available");
+    assert_eq!(n["last_error"], Value::Null);
+    let bytes = std::fs::read(&disk).unwrap();
+    assert_eq!(bytes.len(), 4 << 20);
+    assert!(
+        bytes[..1 << 20].iter().all(|&b| b == 0),
+        "the first MiB is wiped"
+    );
+    assert!(
+        bytes[(3 << 20)..].iter().all(|&b| b == 0),
+        "the last MiB is wiped"
+    );
+    assert_ne!(sha256_of(&disk), sha);
+    let machine = lab.machine("machine-000");
+    assert_eq!(machine["power"], "Off");
+    assert_eq!(
+        machine["agent_boots"], 2,
+        "one boot to deploy, one to clean"
+    );
+}
+
+#[test]
+fn deployd_demo_tells_the_whole_story_and_exits_zero() {
+    let out = std::process::Command::new(support::BIN)
+        .args([
+            "demo",
+            "--machines",
+            "3",
+            "--image-mb",
+            "6",
+            "--throttle",
+            "2M",
+            "--timeout",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("the demo ended as expected"), "{stdout}");
+    assert!(
+        stdout.contains("killed the agent of machine-002"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("= image").count(), 2, "{stdout}");
+}
+
+/// Deploys with a hardware driver against an emulated BMC, with a `deployd agent` process
+/// started by hand (the emulator's power-on boots nothing) looking up by MAC. The 5 s
+/// timeout covers the boot (BMC calls, the first lookup) as well as the silences.
+fn deploy_with_real_bmc(driver: &str, driver_info: Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), 5);
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 6 << 20);
+    let mac = "52:54:00:ee:00:01";
+    let (status, node) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({
+            "driver": driver,
+            "driver_info": driver_info,
+            "instance_info": {
+                "image_source": format!("file://{}", img.display()),
+                "image_checksum": sha,
+            },
+        })),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let port = json!({"node_uuid": uuid, "address": mac});
+    assert_eq!(
+        call("POST", &format!("{}/v1/ports", engine.url), Some(port)).0,
+        201
+    );
+    make_available(&engine.url, &uuid);
+    let disk = dir.path().join("disk.img");
+    let mut agent = std::process::Command::new(support::BIN)
+        .args([
+            "agent",
+            "--api-url",
+            &engine.url,
+            "--mac",
+            mac,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--disk")
+        .arg(&disk)
+        .args(["--throttle", "1M"])
+        .stderr(std::fs::File::create(dir.path().join("agent.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    provision(&engine.url, &uuid, "active");
+    let agent_log = dir.path().join("agent.log");
+    let node = wait_node(&engine.url, &uuid, 90, |n| {
+        assert!(
+            !matches!(state(n), "deploy failed" | "error"),
+            "{}\nagent log:\n{}\nengine log:\n{}",
+            n["last_error"],
+            std::fs::read_to_string(&agent_log).unwrap_or_default(),
+            engine.log_text()
+        );
+        state(n) == "active"
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "the write outlasted the timeout"
+    );
+    assert_eq!(node["power_state"], "power on");
+    assert_eq!(sha256_of(&disk), sha, "the disk holds the image");
+    // The agent powered the machine off when asked, and exited.
+    for _ in 0..100 {
+        if let Some(status) = agent.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = agent.kill();
+    panic!("the agent did not exit after standby.power_off");
+}
+
+#[test]
+fn the_ipmitool_path_deploys_against_pyghmi_fakebmc_with_a_real_agent() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_bmc, port) = runtime.block_on(support::emulators::fakebmc());
+    deploy_with_real_bmc(
+        "agent_ipmitool",
+        json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),
+    );
+}
+
+#[test]
+fn the_redfish_path_deploys_against_sushy_tools_with_a_real_agent() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_sushy, base, system) = runtime.block_on(support::emulators::sushy());
+    deploy_with_real_bmc(
+        "agent_redfish",
+        json!({"redfish_address": base, "redfish_system_id": system}),
+    );
+}
