@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
 
@@ -26,6 +27,8 @@ pub struct AgentSession {
 #[derive(Default)]
 pub struct Agents {
     sessions: Mutex<HashMap<Uuid, AgentSession>>,
+    /// Heartbeats accepted since start (for `deployd bench fleet`).
+    pub heartbeats: AtomicU64,
 }
 
 impl Agents {
@@ -46,6 +49,7 @@ impl Agents {
 
     /// Records a heartbeat whose token was already verified.
     pub fn heartbeat(&self, node: Uuid, token: &str, url: &str, version: &str, at: Timestamp) {
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.lock();
         let s = sessions.entry(node).or_default();
         if s.token.as_deref() != Some(token) {

@@ -27,9 +27,7 @@ pub enum NodeCommand {
     /// One line per node.
     List,
     /// Every field of a node.
-    Show {
-        node: String,
-    },
+    Show { node: String },
     /// Enroll a node.
     Create {
         #[arg(long)]
@@ -43,11 +41,13 @@ pub enum NodeCommand {
         #[arg(long = "instance-info", value_parser = key_value)]
         instance_info: Vec<(String, Value)>,
     },
+    /// enroll → manageable (validates the node's driver_info).
     Manage {
         node: String,
         #[arg(long)]
         wait: bool,
     },
+    /// manageable → available.
     Provide {
         node: String,
         #[arg(long)]
@@ -59,22 +59,24 @@ pub enum NodeCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// active → available: power off, wipe the disk through the ramdisk, power off.
     Undeploy {
         node: String,
         #[arg(long)]
         wait: bool,
     },
-    Abort {
+    /// Manual cleaning of a manageable node (erase_devices_metadata), back to manageable.
+    Clean {
         node: String,
+        #[arg(long)]
+        wait: bool,
     },
-    Delete {
-        node: String,
-    },
+    /// Stops a deploy or cleaning that waits for its agent.
+    Abort { node: String },
+    /// Removes a node (in enroll, manageable, available or a failed state).
+    Delete { node: String },
     /// power on | power off | rebooting
-    Power {
-        node: String,
-        target: String,
-    },
+    Power { node: String, target: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -262,6 +264,15 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
             provision(&node, "deleted"),
             wait.then_some("available"),
         )?,
+        NodeCommand::Clean { node, wait } => {
+            let steps = json!([{"interface": "deploy", "step": "erase_devices_metadata"}]);
+            let accepted = c.json(
+                reqwest::Method::PUT,
+                &format!("/v1/nodes/{node}/states/provision"),
+                json!({"target": "clean", "clean_steps": steps}),
+            );
+            run(&c, &node, accepted, wait.then_some("manageable"))?
+        }
         NodeCommand::Abort { node } => run(&c, &node, provision(&node, "abort"), None)?,
         NodeCommand::Delete { node } => {
             c.send(c.request(reqwest::Method::DELETE, &format!("/v1/nodes/{node}")))?;
@@ -305,13 +316,14 @@ fn run(
         });
         if state != last || ticks.is_multiple_of(5) {
             let age = age.map_or("-".into(), |a| format!("{a:.1}s"));
+            let agent = n["driver_internal_info"]["agent_status_message"]
+                .as_str()
+                .map(|m| format!("agent: {m}"));
+            let error = (!n["last_error"].is_null())
+                .then(|| format!("last_error: {}", text(&n["last_error"])));
             println!(
                 "{node}: {state:<16} (clock moved {age} ago) {}",
-                if n["last_error"].is_null() {
-                    String::new()
-                } else {
-                    format!("last_error: {}", text(&n["last_error"]))
-                }
+                error.or(agent).unwrap_or_default()
             );
             last = state.clone();
         }

@@ -60,6 +60,10 @@ enum Bench {
     Plugins(deployd::bench::PluginBench),
     /// The API under load from wrk: heartbeats and node reads.
     Api(deployd::bench::ApiBench),
+    /// The agent's verified image write against dd of the same image.
+    Agent(deployd::bench::AgentBench),
+    /// A thousand simulated machines deploying at once.
+    Fleet(deployd::bench::FleetBench),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -89,6 +93,8 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
         Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
         Command::Bench(Bench::Api(args)) => deployd::bench::run_api(&args),
+        Command::Bench(Bench::Agent(args)) => deployd::bench::run_agent(&args),
+        Command::Bench(Bench::Fleet(args)) => deployd::bench::run_fleet(&args),
     }
 }
 

@@ -1,12 +1,16 @@
 //! `deployd bench`: the measurements quoted in the README and the issue notes.
 //! Figures are medians and p99s of many samples, printed with the command that made them.
 
+pub mod agent;
 pub mod api;
 pub mod core;
+pub mod fleet;
 pub mod plugins;
 
+pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
 pub use self::core::{CoreBench, run_core};
+pub use self::fleet::{FleetBench, run_fleet};
 pub use self::plugins::{PluginBench, run_plugins};
 
 use std::time::Duration;
@@ -44,7 +48,12 @@ pub fn mib(bytes: u64) -> f64 {
 }
 
 pub fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    rss_of("self")
+}
+
+/// The resident set of a process (`/proc/<pid>/status`), 0 if unknown.
+pub fn rss_of(pid: impl std::fmt::Display) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))

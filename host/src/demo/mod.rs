@@ -11,15 +11,13 @@
 //! - [`operator`]: the HTTP calls an operator would make.
 //! - [`screen`]: the live progress table and the summary.
 
-mod operator;
+pub(crate) mod operator;
 mod screen;
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use sha2::Digest;
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -77,7 +75,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     let image = dir.join("image.raw");
     print!("writing a {} MiB image of random bytes… ", args.image_mb);
-    let sha256 = make_image(&image, args.image_mb << 20).await?;
+    let sha256 = crate::lab::random_image(&image, args.image_mb << 20).await?;
     println!("sha256 {}", &sha256[..16]);
 
     let config = Config {
@@ -182,23 +180,4 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     lab.stop();
     engine.shutdown().await?;
     Ok(ok)
-}
-
-/// Writes `bytes` of random data to `path`; returns its sha256.
-async fn make_image(path: &Path, bytes: u64) -> anyhow::Result<String> {
-    use rand::{RngCore, SeedableRng};
-    let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut file = tokio::fs::File::create(path).await?;
-    let mut hasher = sha2::Sha256::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        rng.fill_bytes(&mut chunk[..n]);
-        hasher.update(&chunk[..n]);
-        file.write_all(&chunk[..n]).await?;
-        left -= n as u64;
-    }
-    file.sync_all().await?;
-    Ok(hex::encode(hasher.finalize()))
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use machine::{AgentMode, Machine, MachineView};
 
@@ -45,7 +45,7 @@ pub struct LabArgs {
 }
 
 /// What a caller needs to enroll a machine: its name, MAC and BMC address.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Enrollment {
     pub name: String,
     pub mac: String,
@@ -156,5 +156,27 @@ pub fn disk_sha256(disk: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(disk)?;
     let mut hasher = sha2::Sha256::new();
     std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Writes `bytes` of random data to `path` (an image for the lab's machines); returns its
+/// sha256.
+pub async fn random_image(path: &Path, bytes: u64) -> anyhow::Result<String> {
+    use rand::{RngCore, SeedableRng};
+    use sha2::Digest;
+    use tokio::io::AsyncWriteExt;
+    let mut rng = rand::rngs::StdRng::from_os_rng();
+    let mut file = tokio::fs::File::create(path).await?;
+    let mut hasher = sha2::Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        rng.fill_bytes(&mut chunk[..n]);
+        hasher.update(&chunk[..n]);
+        file.write_all(&chunk[..n]).await?;
+        left -= n as u64;
+    }
+    file.sync_all().await?;
     Ok(hex::encode(hasher.finalize()))
 }
