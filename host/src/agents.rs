@@ -36,6 +36,14 @@ impl Agents {
         self.lock().get(&node).cloned()
     }
 
+    /// Whether `token` is the one the engine knows for the node's agent (no copy made).
+    pub fn token_is(&self, node: Uuid, token: &str) -> bool {
+        self.lock()
+            .get(&node)
+            .and_then(|s| s.token.as_deref())
+            .is_some_and(|t| t == token)
+    }
+
     /// Records a token the engine just issued (lookup).
     pub fn issued(&self, node: Uuid, token: String) {
         self.lock().insert(

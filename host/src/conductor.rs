@@ -91,6 +91,8 @@ pub struct Conductor {
     reservations: Arc<Reservations>,
     /// Where local images are staged for agents to download (set by the engine).
     pub images: std::sync::OnceLock<Images>,
+    /// The [`keep_alive`] task, started with the first step.
+    keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl Conductor {
@@ -101,6 +103,7 @@ impl Conductor {
             agents,
             reservations: Arc::default(),
             images: std::sync::OnceLock::new(),
+            keep_alive: std::sync::OnceLock::new(),
         })
     }
 
@@ -207,44 +210,31 @@ impl Conductor {
         };
         let now = self.store.clock().now();
         self.agents.heartbeat(node, token, url, version, now);
-        let Some(provision) = touched else {
+        let Some(touched) = touched else {
             return Ok(());
         };
         if !matches!(
-            provision.state,
+            touched.provision.state,
             ProvisionState::WaitCallBack | ProvisionState::CleanWait
         ) {
             return Ok(());
         }
         let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
-        self.spawn(claim, Step::Heartbeat);
+        self.spawn(claim, Step::Heartbeat(touched));
         Ok(())
     }
 
     fn spawn(self: &Arc<Self>, claim: Claim, step: Step) {
         let me = self.clone();
+        self.keep_alive
+            .get_or_init(|| tokio::spawn(keep_alive(Arc::downgrade(self))));
         tokio::spawn(async move {
             let node = claim.node;
-            let ran = tokio::select! {
-                ran = me.run(node, step) => ran,
-                never = me.keep_alive(node) => match never {},
-            };
-            if let Err(e) = ran {
+            if let Err(e) = me.run(node, step).await {
                 tracing::error!(%node, "flow step failed in the engine: {e}");
             }
             drop(claim);
         });
-    }
-
-    /// Touches a waiting node every half second for as long as a step runs on it: the
-    /// node is not silent, its engine is working on it (booting it through a slow BMC,
-    /// say, after its agent powered off). Ironic's sweeper skips reserved nodes for the
-    /// same reason. A step is bounded by its driver's deadline, so this ends.
-    async fn keep_alive(&self, node: Uuid) -> std::convert::Infallible {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            let _ = self.store.touch_provisioning(node);
-        }
     }
 
     async fn run(&self, node: Uuid, step: Step) -> Result<(), ConductorError> {
@@ -279,14 +269,16 @@ impl Conductor {
                 self.after_step(node, ProvisionState::Deploying, outcome)
                     .await?;
             }
-            Step::Heartbeat => {
-                // The state the heartbeat found may have moved on (a timeout, an abort).
-                let state = self.store.node(node)?.state();
+            Step::Heartbeat(touched) => {
+                // The node as the touch read it. It may have moved on since (a timeout):
+                // the transitions below only apply from the state the driver saw.
+                let record = touched.node()?;
+                let state = record.state();
                 if matches!(
                     state,
                     ProvisionState::WaitCallBack | ProvisionState::CleanWait
                 ) {
-                    let outcome = self.outcome(node, Export::Heartbeat).await;
+                    let outcome = self.outcome_on(record, Export::Heartbeat).await;
                     self.after_step(node, state, outcome).await?;
                 }
             }
@@ -388,7 +380,15 @@ impl Conductor {
 
     /// Calls an export that returns an outcome; a driver failure is a `fail` outcome.
     async fn outcome(&self, node: Uuid, export: Export) -> Outcome {
-        match self.call(node, export).await {
+        match self.store.node(node) {
+            Ok(record) => self.outcome_on(record, export).await,
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    }
+
+    /// [`Conductor::outcome`] on the record the caller just read.
+    async fn outcome_on(&self, record: Node, export: Export) -> Outcome {
+        match self.call_on(record, export).await {
             Ok(Reply::Outcome(o)) => o,
             Ok(other) => Outcome::Fail(format!("driver answered with {other:?}")),
             Err(e) => Outcome::Fail(e.to_string()),
@@ -400,8 +400,12 @@ impl Conductor {
             driver: "?".into(),
             message: e.to_string(),
         })?;
+        self.call_on(record, export).await
+    }
+
+    async fn call_on(&self, record: Node, export: Export) -> Result<Reply, PluginError> {
         let driver = self.driver_for(&record)?;
-        self.registry.call(&driver, node, export).await
+        self.registry.call_on(&driver, record, export).await
     }
 
     /// Makes a local `image_source` downloadable (see [`crate::images`]).
@@ -535,11 +539,38 @@ impl Conductor {
     }
 }
 
+/// Every half second, touches the waiting nodes a step is running on: such a node is not
+/// silent, its engine is working on it (booting it through a slow BMC, say, after its
+/// agent powered off). Ironic's sweeper skips reserved nodes for the same reason. A step
+/// is bounded by its driver's deadline, so this cannot keep a node alive for ever. One
+/// task for all nodes (not a timer per step: heartbeats are hot); it ends with the
+/// conductor.
+async fn keep_alive(conductor: std::sync::Weak<Conductor>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Some(conductor) = conductor.upgrade() else {
+            return;
+        };
+        let busy: Vec<Uuid> = conductor
+            .reservations
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        for node in busy {
+            // Only nodes in wait states can be touched; the others say so, harmlessly.
+            let _ = conductor.store.touch_provisioning(node);
+        }
+    }
+}
+
 enum Step {
     Verify,
     Clean,
     Deploy,
-    Heartbeat,
+    Heartbeat(crate::store::Touched),
     TearDown,
     CleanUp(String),
 }

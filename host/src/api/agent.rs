@@ -187,12 +187,7 @@ async fn heartbeat(
             "Agent did not transmit a version, and a version is required.",
         ));
     }
-    let known = app
-        .conductor
-        .agents
-        .get(uuid)
-        .and_then(|s| s.token)
-        .is_some_and(|t| t == token);
+    let known = app.conductor.agents.token_is(uuid, token);
     if !known {
         // After a restart the engine knows only the hash.
         let node = app.conductor.store.node(uuid)?;

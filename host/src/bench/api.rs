@@ -8,7 +8,9 @@
 //!    `wait`, no network);
 //! 2. `GET /v1/nodes/{uuid}` for random nodes.
 //!
-//! Afterwards it counts nodes that left `wait call-back` (false timeouts: must be 0).
+//! Before measuring, every node gets one heartbeat (the driver's first one records its
+//! step, a durable write; later ones, as mid-deploy, only read). Afterwards it counts
+//! nodes that left `wait call-back` (false timeouts: must be 0).
 //! It reads the test driver from the build tree, so run it from a source checkout.
 
 use std::fmt::Write as _;
@@ -17,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -83,6 +86,24 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
         writeln!(lua_nodes, "  {{\"{uuid}\", \"{token}\"}},")?;
     }
     lua_nodes += "}\n";
+    // Steady state: each node's driver has seen a heartbeat and recorded its step (the
+    // test driver's one durable scratch write per node), as mid-deploy nodes have.
+    let warm = Instant::now();
+    runtime.block_on(async {
+        for (i, uuid) in uuids.iter().enumerate() {
+            let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
+            let _ = engine
+                .conductor
+                .heartbeat(*uuid, &token, "http://127.0.0.1:9", "13.0.0");
+        }
+        while uuids.iter().any(|u| engine.conductor.is_busy(*u)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    println!(
+        "warm-up: one heartbeat per node in {:.1} s",
+        warm.elapsed().as_secs_f64()
+    );
     let heartbeat = dir.join("heartbeat.lua");
     std::fs::write(
         &heartbeat,

@@ -59,6 +59,10 @@ impl Services {
 /// The state of one driver call.
 pub struct HostState {
     pub node: Uuid,
+    /// The node's record as this call sees it: read once (the conductor hands over the one
+    /// it just read) and replaced by this call's own writes to it. `node.get` and
+    /// `get-scratch` answer from it instead of reading and parsing the record again.
+    pub snapshot: Option<crate::node::Node>,
     pub driver: String,
     /// The power backend the driver described ("ipmitool", "redfish", "fake").
     pub power: String,
@@ -66,6 +70,17 @@ pub struct HostState {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
     pub limits: StoreLimits,
+}
+
+impl HostState {
+    /// The node's record for this call (see [`HostState::snapshot`]).
+    pub fn record(&mut self) -> wasmtime::Result<&crate::node::Node> {
+        if self.snapshot.is_none() {
+            let node = self.services.store.node(self.node).map_err(host_failure)?;
+            self.snapshot = Some(node);
+        }
+        Ok(self.snapshot.as_ref().expect("just filled"))
+    }
 }
 
 impl WasiView for HostState {

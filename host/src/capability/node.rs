@@ -3,33 +3,46 @@
 //! Scratch keys live under `driver_internal_info.scratch`, apart from the keys the engine
 //! owns (agent url, token hash, pinned driver version), which a driver cannot overwrite.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{HostState, host_failure};
 use crate::plugin::bindings::deployd::driver::node::Host;
 
 const SCRATCH: &str = "scratch";
+
+/// What `node.get` shows a driver (the WIT's list of fields).
+#[derive(serde::Serialize)]
+struct NodeView<'a> {
+    uuid: &'a uuid::Uuid,
+    name: &'a Option<String>,
+    driver: &'a str,
+    driver_info: &'a Map<String, Value>,
+    instance_info: &'a Map<String, Value>,
+    properties: &'a Map<String, Value>,
+    provision_state: crate::state_machine::ProvisionState,
+}
 const MAX_KEY: usize = 128;
 const MAX_VALUE: usize = 64 << 10;
 
 impl Host for HostState {
     async fn get(&mut self) -> wasmtime::Result<String> {
-        let node = self.services.store.node(self.node).map_err(host_failure)?;
+        let node = self.record()?;
         let b = &node.body;
-        Ok(json!({
-            "uuid": b.uuid,
-            "name": b.name,
-            "driver": b.driver,
-            "driver_info": b.driver_info,
-            "instance_info": b.instance_info,
-            "properties": b.properties,
-            "provision_state": node.provision.state,
-        })
-        .to_string())
+        // Serialised from borrows: no copy of the maps (this runs on every heartbeat).
+        let view = NodeView {
+            uuid: &b.uuid,
+            name: &b.name,
+            driver: &b.driver,
+            driver_info: &b.driver_info,
+            instance_info: &b.instance_info,
+            properties: &b.properties,
+            provision_state: node.provision.state,
+        };
+        Ok(serde_json::to_string(&view).expect("a node serialises"))
     }
 
     async fn get_scratch(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        let node = self.services.store.node(self.node).map_err(host_failure)?;
+        let node = self.record()?;
         Ok(node
             .body
             .driver_internal_info
@@ -56,7 +69,8 @@ impl Host for HostState {
             },
             None => None,
         };
-        self.services
+        let updated = self
+            .services
             .store
             .update_node(self.node, |body| {
                 let scratch = body
@@ -76,6 +90,7 @@ impl Host for HostState {
                 Ok(())
             })
             .map_err(host_failure)?;
+        self.snapshot = Some(updated);
         Ok(Ok(()))
     }
 }

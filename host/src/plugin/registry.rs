@@ -132,7 +132,8 @@ impl Registry {
             pre,
         };
         driver.description =
-            match sandbox::call(&self.services, &driver, Uuid::nil(), Export::Describe).await {
+            match sandbox::call(&self.services, &driver, Uuid::nil(), None, Export::Describe).await
+            {
                 Ok(Reply::Description(d)) => d,
                 Ok(other) => {
                     return Err(LoadError::Description(format!(
@@ -228,7 +229,18 @@ impl Registry {
         node: Uuid,
         export: Export,
     ) -> Result<Reply, PluginError> {
-        sandbox::call(&self.services, driver, node, export).await
+        sandbox::call(&self.services, driver, node, None, export).await
+    }
+
+    /// [`Registry::call`] with the node's record the caller just read, so the driver's
+    /// first `node.get` needs no store read.
+    pub async fn call_on(
+        &self,
+        driver: &LoadedDriver,
+        node: crate::node::Node,
+        export: Export,
+    ) -> Result<Reply, PluginError> {
+        sandbox::call(&self.services, driver, node.uuid(), Some(node), export).await
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Drivers> {

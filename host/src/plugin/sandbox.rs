@@ -68,6 +68,7 @@ pub async fn call(
     services: &Arc<Services>,
     driver: &LoadedDriver,
     node: Uuid,
+    snapshot: Option<crate::node::Node>,
     export: Export,
 ) -> Result<Reply, PluginError> {
     let limits = driver.limits;
@@ -81,6 +82,7 @@ pub async fn call(
     let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
     let state = HostState {
         node,
+        snapshot,
         driver: name.clone(),
         power: driver.description.power.clone(),
         services: services.clone(),

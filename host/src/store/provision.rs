@@ -125,7 +125,7 @@ impl Store {
     /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
     /// its state alone. This is what every heartbeat of a live agent does. One write: the
     /// record is replaced and the body's JSON copied as it is, not parsed.
-    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;
@@ -143,7 +143,11 @@ impl Store {
         };
         self.nodes
             .insert(uuid.as_bytes(), record::join(&new, json))?;
-        Ok(new)
+        Ok(Touched {
+            provision: new,
+            uuid,
+            value,
+        })
     }
 
     /// Writes a node whose record goes from `old` to `new`, moving its index entry from
@@ -345,5 +349,40 @@ fn target(old: Provision, event: Event, to: ProvisionState) -> Option<ProvisionS
             Some(S::Manageable)
         }
         _ => to.target(),
+    }
+}
+
+/// A node just touched: its new provision record, and its body as it was read for the
+/// touch. A heartbeat's driver step parses the node from these bytes instead of reading
+/// it again: under a storm of touches a second sled read of a just-written page cost
+/// more than the touch and the driver call together (measured with `bench api`).
+pub struct Touched {
+    pub provision: Provision,
+    uuid: Uuid,
+    value: sled::IVec,
+}
+
+/// A touch is read mostly for its new record.
+impl std::ops::Deref for Touched {
+    type Target = Provision;
+    fn deref(&self) -> &Provision {
+        &self.provision
+    }
+}
+
+impl std::fmt::Debug for Touched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Touched").field(&self.provision).finish()
+    }
+}
+
+impl Touched {
+    /// The node, parsed now, with its new provision record.
+    pub fn node(&self) -> Result<Node, StoreError> {
+        let (_, json) = record::split(self.uuid, &self.value)?;
+        Ok(Node {
+            body: parse_body(self.uuid, json)?,
+            provision: self.provision,
+        })
     }
 }

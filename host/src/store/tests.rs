@@ -216,7 +216,7 @@ fn touch_moves_the_clock_and_deadline_but_never_the_state() {
     assert_eq!(touched.state, ProvisionState::WaitCallBack);
     assert_eq!(touched.updated_at, now);
     assert_eq!(touched.deadline, Some(now.plus(Duration::from_secs(60))));
-    assert_eq!(store.node(uuid).unwrap().provision, touched);
+    assert_eq!(store.node(uuid).unwrap().provision, *touched);
     // The index entry stays where it was, at or before the deadline...
     assert_eq!(touched.indexed, entered.deadline);
     assert_eq!(
