@@ -252,10 +252,12 @@ fn stop(agent: Option<Running>) {
     match agent {
         Some(Running::Process(mut c)) => {
             let _ = c.start_kill();
-            // Reap it in the background.
-            tokio::spawn(async move {
-                let _ = c.wait().await;
-            });
+            // Reap it in the background (outside a runtime, tokio's orphan reaper does).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = c.wait().await;
+                });
+            }
         }
         Some(Running::Task(t)) => t.abort(),
         None => {}
