@@ -78,25 +78,16 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     let sha256 = crate::lab::random_image(&image, args.image_mb << 20).await?;
     println!("sha256 {}", &sha256[..16]);
 
-    let config = Config {
+    let mut config = Config {
         data_dir: dir.join("engine"),
         listen: "127.0.0.1:0".parse()?,
         ..Config::default()
     };
-    let config = Config {
-        conductor: crate::config::Conductor {
-            deploy_callback_timeout: args.timeout,
-            clean_callback_timeout: args.timeout,
-            check_provision_state_interval: 1,
-            ..config.conductor.clone()
-        },
-        api: crate::config::Api {
-            // Agents heartbeat every 30–60 % of this: well inside the timeout.
-            ramdisk_heartbeat_timeout: args.timeout.max(2) - 1,
-            ..config.api.clone()
-        },
-        ..config
-    };
+    config.conductor.deploy_callback_timeout = args.timeout;
+    config.conductor.clean_callback_timeout = args.timeout;
+    config.conductor.check_provision_state_interval = 1;
+    // Agents heartbeat every 30–60 % of this: well inside the timeout.
+    config.api.ramdisk_heartbeat_timeout = args.timeout.max(2) - 1;
     let engine = Engine::start(&config, Clock::new()).await?;
     let api_url = format!("http://{}", engine.addr);
     let lab = Lab::start(
