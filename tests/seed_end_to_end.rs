@@ -135,10 +135,11 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
     }
 }
 
-#[test]
-fn a_killed_agent_fails_its_deploy_within_the_timeout_and_one_sweep() {
+/// One lab machine deploying an 8 MiB image at 1 MiB/s under this timeout, its agent
+/// SIGKILLed once it reported 1 MiB written: (dir, engine, lab, node, image sha256).
+fn kill_an_agent_mid_write(timeout: u64) -> (tempfile::TempDir, Engine, Lab, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path(), 2);
+    let engine = engine(dir.path(), timeout);
     let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "1M");
     let img = dir.path().join("image.raw");
     let sha = image(&img, 8 << 20);
@@ -146,6 +147,12 @@ fn a_killed_agent_fails_its_deploy_within_the_timeout_and_one_sweep() {
     provision(&engine.url, &node, "active");
     wait_node(&engine.url, &node, 30, |n| written(n) >= 1 << 20);
     lab.kill_agent("machine-000");
+    (dir, engine, lab, node, sha)
+}
+
+#[test]
+fn a_killed_agent_fails_its_deploy_within_the_timeout_and_one_sweep() {
+    let (_dir, engine, lab, node, sha) = kill_an_agent_mid_write(2);
     // A heartbeat in flight at the kill still lands; then there are no more.
     std::thread::sleep(Duration::from_millis(500));
     let (_, before) = call("GET", &format!("{}/v1/nodes/{node}", engine.url), None);
@@ -182,15 +189,7 @@ fn a_killed_agent_fails_its_deploy_within_the_timeout_and_one_sweep() {
 
 #[test]
 fn with_a_timeout_of_zero_a_dead_agent_leaves_its_node_waiting() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path(), 0);
-    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "1M");
-    let img = dir.path().join("image.raw");
-    let sha = image(&img, 8 << 20);
-    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
-    provision(&engine.url, &node, "active");
-    wait_node(&engine.url, &node, 30, |n| written(n) >= 1 << 20);
-    lab.kill_agent("machine-000");
+    let (_dir, engine, lab, node, _) = kill_an_agent_mid_write(0);
     // Five sweeps later (one a second) the node still waits, untouched.
     std::thread::sleep(Duration::from_secs(5));
     let (_, n) = call("GET", &format!("{}/v1/nodes/{node}", engine.url), None);

@@ -152,36 +152,11 @@ impl Conductor {
                 } else {
                     Event::Rebuild
                 };
-                let driver = self
-                    .registry
-                    .get(&current.body.driver)
-                    .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
-                state
-                    .next(event)
-                    .map_err(|source| StoreError::IllegalTransition { node, source })?;
-                self.stage_image(&current)?;
-                self.pin(node, Some(&driver.hash))?;
-                self.store.apply_event_from(node, state, event, None)?;
-                self.spawn(claim, Step::Deploy);
+                self.start_flow(claim, &current, event, Step::Deploy)?;
             }
-            Verb::Undeploy | Verb::Clean => {
-                let event = if verb == Verb::Undeploy {
-                    Event::Delete
-                } else {
-                    Event::Clean
-                };
-                let driver = self
-                    .registry
-                    .get(&current.body.driver)
-                    .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
-                state
-                    .next(event)
-                    .map_err(|source| StoreError::IllegalTransition { node, source })?;
-                // Cleaning boots the ramdisk again: pin the driver, wipe the old token.
-                self.pin(node, Some(&driver.hash))?;
-                self.store.apply_event_from(node, state, event, None)?;
-                self.spawn(claim, Step::TearDown);
-            }
+            // Cleaning boots the ramdisk again, so it is a flow of its own too.
+            Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::TearDown)?,
+            Verb::Clean => self.start_flow(claim, &current, Event::Clean, Step::TearDown)?,
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
                 self.store
@@ -189,6 +164,33 @@ impl Conductor {
                 self.spawn(claim, Step::CleanUp(message));
             }
         }
+        Ok(())
+    }
+
+    /// Starts a flow that runs the driver over several steps (deploy, rebuild, undeploy,
+    /// clean): the transition must be legal, a local image is staged, the driver version
+    /// is pinned and the last boot's agent token wiped, then the first step runs.
+    fn start_flow(
+        self: &Arc<Self>,
+        claim: Claim,
+        current: &Node,
+        event: Event,
+        step: Step,
+    ) -> Result<(), ConductorError> {
+        let (node, state) = (current.uuid(), current.state());
+        let driver = self
+            .registry
+            .get(&current.body.driver)
+            .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
+        state
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        if matches!(step, Step::Deploy) {
+            self.stage_image(current)?;
+        }
+        self.pin(node, Some(&driver.hash))?;
+        self.store.apply_event_from(node, state, event, None)?;
+        self.spawn(claim, step);
         Ok(())
     }
 
