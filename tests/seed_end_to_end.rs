@@ -85,6 +85,28 @@ fn written(n: &Value) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until the node is active; a failure on the way stops the test with its
+/// `last_error` and the logs (the engine's and these).
+fn wait_active(engine: &Engine, node: &str, logs: &[&Path]) -> Value {
+    let n = wait_node(&engine.url, node, 90, |n| {
+        if matches!(state(n), "deploy failed" | "error") {
+            let logs: Vec<String> = logs
+                .iter()
+                .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .collect();
+            panic!(
+                "{}\nlogs:\n{}\nengine log:\n{}",
+                n["last_error"],
+                logs.join("\n"),
+                engine.log_text()
+            );
+        }
+        state(n) == "active"
+    });
+    assert_eq!(n["last_error"], Value::Null);
+    n
+}
+
 fn time(n: &Value, field: &str) -> chrono::DateTime<chrono::Utc> {
     let text = n[field]
         .as_str()
@@ -110,15 +132,7 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
         provision(&engine.url, n, "active");
     }
     for n in &nodes {
-        let node = wait_node(&engine.url, n, 90, |n| {
-            assert!(
-                !matches!(state(n), "deploy failed" | "error"),
-                "{}",
-                n["last_error"]
-            );
-            state(n) == "active"
-        });
-        assert_eq!(node["last_error"], Value::Null);
+        wait_active(&engine, n, &[]);
     }
     let took = started.elapsed();
     assert!(
@@ -232,15 +246,7 @@ fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
     std::thread::sleep(Duration::from_secs(1));
     let engine = Engine::start_on(port, &data, &flags);
     for n in &nodes {
-        let node = wait_node(&engine.url, n, 90, |n| {
-            assert!(
-                !matches!(state(n), "deploy failed" | "error"),
-                "{}",
-                n["last_error"]
-            );
-            state(n) == "active"
-        });
-        assert_eq!(node["last_error"], Value::Null);
+        wait_active(&engine, n, &[]);
     }
     for m in &lab.machines {
         let disk = Path::new(m["disk"].as_str().unwrap());
@@ -370,17 +376,7 @@ fn deploy_with_real_bmc(driver: &str, driver_info: Value) {
         .unwrap();
     let started = Instant::now();
     provision(&engine.url, &uuid, "active");
-    let agent_log = dir.path().join("agent.log");
-    let node = wait_node(&engine.url, &uuid, 90, |n| {
-        assert!(
-            !matches!(state(n), "deploy failed" | "error"),
-            "{}\nagent log:\n{}\nengine log:\n{}",
-            n["last_error"],
-            std::fs::read_to_string(&agent_log).unwrap_or_default(),
-            engine.log_text()
-        );
-        state(n) == "active"
-    });
+    let node = wait_active(&engine, &uuid, &[&dir.path().join("agent.log")]);
     assert!(
         started.elapsed() >= Duration::from_secs(5),
         "the write outlasted the timeout"

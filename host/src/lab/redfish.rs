@@ -33,19 +33,25 @@ pub fn router(machines: Machines) -> Router {
         .with_state(machines)
 }
 
-/// A Redfish error body (`error.message`), with its status.
-fn error(status: StatusCode, message: String) -> Response {
-    let body = json!({"error": {"code": "Base.1.0.GeneralError", "message": message}});
-    (status, Json(body)).into_response()
+/// A refusal, answered as a Redfish error body (`error.message`) with its status.
+struct Refused(StatusCode, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": "Base.1.0.GeneralError", "message": self.1}});
+        (self.0, Json(body)).into_response()
+    }
 }
 
-fn find(machines: &Machines, id: &str) -> Result<Arc<Machine>, Box<Response>> {
-    machines.get(id).cloned().ok_or_else(|| {
-        Box::new(error(
-            StatusCode::NOT_FOUND,
-            format!("System {id} not found"),
-        ))
-    })
+fn bad_request(message: String) -> Refused {
+    Refused(StatusCode::BAD_REQUEST, message)
+}
+
+fn find(machines: &Machines, id: &str) -> Result<Arc<Machine>, Refused> {
+    machines
+        .get(id)
+        .cloned()
+        .ok_or_else(|| Refused(StatusCode::NOT_FOUND, format!("System {id} not found")))
 }
 
 async fn service_root() -> Json<Value> {
@@ -93,59 +99,47 @@ fn system_doc(v: &MachineView) -> Value {
     })
 }
 
-async fn system(State(m): State<Machines>, Path(id): Path<String>) -> Response {
-    match find(&m, &id) {
-        Ok(machine) => Json(system_doc(&machine.view())).into_response(),
-        Err(e) => *e,
-    }
+async fn system(State(m): State<Machines>, Path(id): Path<String>) -> Result<Json<Value>, Refused> {
+    Ok(Json(system_doc(&find(&m, &id)?.view())))
 }
 
 async fn patch_system(
     State(m): State<Machines>,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Response {
-    let machine = match find(&m, &id) {
-        Ok(machine) => machine,
-        Err(e) => return *e,
-    };
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "the body is not JSON".into());
-    };
+) -> Result<Json<Value>, Refused> {
+    let machine = find(&m, &id)?;
+    let body = serde_json::from_slice::<Value>(&body)
+        .map_err(|_| bad_request("the body is not JSON".into()))?;
     let field = |k: &str| body.pointer(&format!("/Boot/{k}")).and_then(Value::as_str);
     let boot = match field("BootSourceOverrideTarget") {
         Some("Pxe") => Boot::Pxe,
         Some("Hdd") => Boot::Hdd,
         other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd"),
-            );
+            return Err(bad_request(format!(
+                "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd"
+            )));
         }
     };
     let once = match field("BootSourceOverrideEnabled") {
         Some("Once") | None => true,
         Some("Continuous") => false,
         Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("BootSourceOverrideEnabled {other:?} is not one of Once, Continuous"),
-            );
+            return Err(bad_request(format!(
+                "BootSourceOverrideEnabled {other:?} is not one of Once, Continuous"
+            )));
         }
     };
     machine.set_boot(boot, once);
-    Json(system_doc(&machine.view())).into_response()
+    Ok(Json(system_doc(&machine.view())))
 }
 
 async fn reset(
     State(m): State<Machines>,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Response {
-    let machine = match find(&m, &id) {
-        Ok(machine) => machine,
-        Err(e) => return *e,
-    };
+) -> Result<StatusCode, Refused> {
+    let machine = find(&m, &id)?;
     let kind = serde_json::from_slice::<Value>(&body).ok().and_then(|b| {
         b.get("ResetType")
             .and_then(Value::as_str)
@@ -161,30 +155,27 @@ async fn reset(
             machine.power_off();
             machine.power_on()
         }
-        other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("ResetType {other:?} is not supported"),
-            );
-        }
+        other => return Err(bad_request(format!("ResetType {other:?} is not supported"))),
     };
-    match done {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error(
+    done.map(|()| StatusCode::NO_CONTENT).map_err(|e| {
+        Refused(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the machine did not start: {e}"),
-        ),
-    }
+        )
+    })
 }
 
 async fn list(State(m): State<Machines>) -> Json<Vec<MachineView>> {
     Json(m.values().map(|machine| machine.view()).collect())
 }
 
-async fn kill_agent(State(m): State<Machines>, Path(id): Path<String>) -> Response {
-    match find(&m, &id) {
-        Ok(machine) if machine.kill_agent() => StatusCode::NO_CONTENT.into_response(),
-        Ok(_) => error(StatusCode::CONFLICT, format!("{id} runs no agent")),
-        Err(e) => *e,
+async fn kill_agent(
+    State(m): State<Machines>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Refused> {
+    if find(&m, &id)?.kill_agent() {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Refused(StatusCode::CONFLICT, format!("{id} runs no agent")))
     }
 }
