@@ -75,6 +75,27 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
     );
     assert!(ok(&engine, &["node", "list"]).contains("power on"));
 
+    // A node whose verification fails settles back in enroll: --wait says so and fails,
+    // instead of waiting for manageable for ever.
+    ok(
+        &engine,
+        &[
+            "node",
+            "create",
+            "--driver",
+            "agent_redfish",
+            "--name",
+            "r1",
+        ],
+    );
+    let (success, text) = deployd(&engine, &["node", "manage", "r1", "--wait"]);
+    assert!(
+        !success
+            && text.contains("went to \"enroll\" instead of \"manageable\"")
+            && text.contains("redfish_address"),
+        "{text}"
+    );
+
     let (success, text) = deployd(&engine, &["node", "provide", "c1"]);
     assert!(
         !success && text.contains("can not be performed on node"),

@@ -13,11 +13,58 @@ use uuid::Uuid;
 
 use crate::clock::Timestamp;
 
+/// Where an agent's command API is: `scheme://host:port`, and nothing else.
+///
+/// A heartbeat's `callback_url` decides where the engine sends the agent's token and its
+/// commands, so it is held to the shape IPA sends (`http(s)://host:port`, optionally with
+/// a trailing `/`): no user info, path, query or fragment. Command urls are built from
+/// these parts, never by appending to what the agent said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackUrl(String);
+
+impl CallbackUrl {
+    pub fn parse(given: &str) -> Result<CallbackUrl, String> {
+        let refuse = |why: &str| {
+            Err(format!(
+                "Invalid callback_url {given:?}: {why}; expected http(s)://host:port"
+            ))
+        };
+        let Ok(url) = reqwest::Url::parse(given) else {
+            return refuse("it is not a url");
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return refuse("the scheme must be http or https");
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return refuse("user info is not allowed");
+        }
+        if url.query().is_some() || url.fragment().is_some() || given.contains(['?', '#']) {
+            return refuse("a query or fragment is not allowed");
+        }
+        if url.path() != "/" {
+            return refuse("a path is not allowed");
+        }
+        let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
+            return refuse("it names no host");
+        };
+        Ok(CallbackUrl(format!("{}://{host}:{port}", url.scheme())))
+    }
+
+    /// The agent's command list and command endpoint (Ironic's `agent_client`).
+    pub fn commands(&self) -> String {
+        format!("{}/v1/commands/", self.0)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// One node's agent, as its last heartbeat described it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AgentSession {
     pub token: Option<String>,
-    pub url: Option<String>,
+    pub url: Option<CallbackUrl>,
     pub version: Option<String>,
     pub last_heartbeat: Option<Timestamp>,
     /// The agent's own account of what it is doing (`agent_status_message`).
@@ -56,15 +103,22 @@ impl Agents {
     }
 
     /// Records a heartbeat whose token was already verified.
-    pub fn heartbeat(&self, node: Uuid, token: &str, url: &str, version: &str, at: Timestamp) {
+    pub fn heartbeat(
+        &self,
+        node: Uuid,
+        token: &str,
+        url: &CallbackUrl,
+        version: &str,
+        at: Timestamp,
+    ) {
         self.heartbeats.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.lock();
         let s = sessions.entry(node).or_default();
         if s.token.as_deref() != Some(token) {
             s.token = Some(token.to_owned());
         }
-        if s.url.as_deref() != Some(url) {
-            s.url = Some(url.to_owned());
+        if s.url.as_ref() != Some(url) {
+            s.url = Some(url.clone());
         }
         if s.version.as_deref() != Some(version) {
             s.version = Some(version.to_owned());
@@ -86,5 +140,41 @@ impl Agents {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, AgentSession>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallbackUrl;
+
+    #[test]
+    fn a_callback_url_is_scheme_host_and_port_only() {
+        for (given, kept) in [
+            ("http://127.0.0.1:9999", "http://127.0.0.1:9999"),
+            ("http://127.0.0.1:9999/", "http://127.0.0.1:9999"),
+            ("https://agent.example:8443", "https://agent.example:8443"),
+            ("http://[fd00::1]:9999", "http://[fd00::1]:9999"),
+            ("http://10.0.0.5", "http://10.0.0.5:80"),
+        ] {
+            let url = CallbackUrl::parse(given).unwrap();
+            assert_eq!(url.as_str(), kept, "{given}");
+            assert_eq!(url.commands(), format!("{kept}/v1/commands/"));
+        }
+        for bad in [
+            "http://127.0.0.1:9999/arbitrary/path?x=1#",
+            "http://127.0.0.1:9999/v1",
+            "http://127.0.0.1:9999/?",
+            "http://127.0.0.1:9999/#",
+            "http://127.0.0.1:9999?x=1",
+            "http://user:pw@127.0.0.1:9999",
+            "http://user@127.0.0.1:9999",
+            "ftp://127.0.0.1:9999",
+            "file:///etc/passwd",
+            "127.0.0.1:9999",
+            "",
+        ] {
+            let e = CallbackUrl::parse(bad).unwrap_err();
+            assert!(e.starts_with("Invalid callback_url"), "{bad}: {e}");
+        }
     }
 }

@@ -327,15 +327,28 @@ fn run(
             );
             last = state.clone();
         }
-        if state == until && n["target_provision_state"].is_null() {
+        let settled = n["target_provision_state"].is_null();
+        if state == until && settled {
             return Ok(());
         }
-        if state == "error" || state.ends_with(" failed") {
-            bail!("{node} went to \"{state}\": {}", text(&n["last_error"]));
+        // A failure state, or a stable one other than the goal (a failed verification
+        // returns the node to enroll): it will not get there by itself.
+        if state == "error" || state.ends_with(" failed") || (settled && is_stable(&state)) {
+            bail!(
+                "{node} went to \"{state}\" instead of \"{until}\": {}",
+                text(&n["last_error"])
+            );
         }
         ticks += 1;
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Whether a state (as the API spells it) is one a node rests in.
+fn is_stable(state: &str) -> bool {
+    state
+        .parse::<crate::state_machine::ProvisionState>()
+        .is_ok_and(|s| s.is_stable())
 }
 
 pub fn port(endpoint: &Endpoint, command: PortCommand) -> anyhow::Result<()> {

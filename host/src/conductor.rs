@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::agents::Agents;
 use crate::capability::bmc::{self, PowerAction};
-use crate::images::Images;
+use crate::images::{Images, STAGED_TOKEN};
 use crate::node::Node;
 use crate::plugin::bindings::Outcome;
 use crate::plugin::sandbox::{Export, Reply};
@@ -188,7 +188,7 @@ impl Conductor {
         if matches!(step, Step::Deploy) {
             self.stage_image(current)?;
         }
-        self.pin(node, Some(&driver.hash))?;
+        self.pin(node, Some(&driver.id))?;
         self.store.apply_event_from(node, state, event, None)?;
         self.spawn(claim, step);
         Ok(())
@@ -201,7 +201,7 @@ impl Conductor {
         self: &Arc<Self>,
         node: Uuid,
         token: &str,
-        url: &str,
+        url: &crate::agents::CallbackUrl,
         version: &str,
     ) -> Result<(), ConductorError> {
         let touched = match self.store.touch_provisioning(node) {
@@ -410,21 +410,44 @@ impl Conductor {
         self.registry.call_on(&driver, record, export).await
     }
 
-    /// Makes a local `image_source` downloadable (see [`crate::images`]).
+    /// Makes a local `image_source` downloadable for this deploy (see [`crate::images`]),
+    /// on the record as it is under the node's lock.
     fn stage_image(&self, node: &Node) -> Result<(), ConductorError> {
         let Some(images) = self.images.get() else {
             return Ok(());
         };
-        let mut info = node.body.instance_info.clone();
-        if images
-            .stage(node.uuid(), &mut info)
-            .map_err(ConductorError::Invalid)?
-        {
-            self.store.update_node(node.uuid(), |b| {
-                b.instance_info = info.clone();
-                Ok(())
-            })?;
+        let uuid = node.uuid();
+        if !images.needs_staging(uuid, &node.body.instance_info) {
+            return Ok(());
         }
+        self.store.edit_node(uuid, |_, b| {
+            images
+                .stage(uuid, &mut b.instance_info, &mut b.driver_internal_info)
+                .map_err(ConductorError::Invalid)
+        })?;
+        Ok(())
+    }
+
+    /// An operator's change to a node's record (`PATCH`). It holds the node's claim, so
+    /// no flow step starts or writes meanwhile, and `change` sees the record as it is
+    /// under the node's lock, so nothing written since an earlier read is undone.
+    pub fn edit<E>(
+        &self,
+        node: Uuid,
+        change: impl Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>,
+    ) -> Result<Node, E>
+    where
+        E: From<StoreError> + From<ConductorError>,
+    {
+        let _claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        self.store.edit_node(node, change)
+    }
+
+    /// Deletes a node (`DELETE`), holding its claim: never while a flow step runs.
+    pub fn delete(&self, node: Uuid) -> Result<(), ConductorError> {
+        let _claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        self.store.delete_node(node)?;
+        self.agents.forget(node);
         Ok(())
     }
 
@@ -452,11 +475,13 @@ impl Conductor {
     /// Starts (`Some(hash)`: the driver version to pin) or ends (`None`) a node's flow.
     /// Either way the agent token of the previous boot is wiped, as Ironic's
     /// `wipe_token_and_url` does: the next boot of the ramdisk looks up afresh.
+    /// A flow's end also ends its image staging: the staged url stops being served.
     fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
         let current = self.store.node(node)?;
         let info = &current.body.driver_internal_info;
         let pinned = info.get(DRIVER_HASH).and_then(Value::as_str);
-        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) {
+        let staged = hash.is_none() && info.contains_key(STAGED_TOKEN);
+        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) && !staged {
             return Ok(());
         }
         self.store.update_node(node, |b| {
@@ -465,6 +490,9 @@ impl Conductor {
                 None => b.driver_internal_info.remove(DRIVER_HASH),
             };
             b.driver_internal_info.remove(AGENT_TOKEN_HASH);
+            if let (None, Some(images)) = (hash, self.images.get()) {
+                images.unstage(node, &mut b.instance_info, &mut b.driver_internal_info);
+            }
             Ok(())
         })?;
         Ok(())

@@ -20,6 +20,13 @@
 //! auth_strategy = "noauth"           # or "http_basic"
 //! http_basic_auth_user_file = "/etc/deployd/htpasswd"   # bcrypt entries (htpasswd -B)
 //! ramdisk_heartbeat_timeout = 300    # agents heartbeat every 30–60 % of this
+//! public_url = "http://10.0.0.1:6385" # how clients and agents reach the engine (links,
+//!                                    # image urls); default http://<listen>
+//! max_connections = 1000             # more are refused at once with a 503
+//! header_read_timeout = 30           # seconds to send a request's headers, and the
+//!                                    # longest a kept-alive connection may sit idle
+//! file_url_allowed_paths = []        # directories local image_source files may be in
+//!                                    # (besides the images directory)
 //!
 //! [plugins]
 //! dir = "deployd-data/plugins"       # *.wasm loaded at start; uploads are kept here
@@ -58,12 +65,23 @@ pub struct Api {
     pub public_url: Option<String>,
     /// Served at `/images/<name>`; default `<data_dir>/images`.
     pub images_dir: Option<PathBuf>,
+    /// API connections open at once; one more is refused with a 503.
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (and to send the next request on
+    /// a kept-alive connection) before the connection is closed.
+    pub header_read_timeout: u64,
+    /// Directories (besides the images directory) that a local `image_source` may name a
+    /// file in, as Ironic's `file_url_allowed_paths`. Anything else is refused.
+    pub file_url_allowed_paths: Vec<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum AuthStrategy {
     Noauth,
+    /// Ironic spells it `http_basic`; both spellings are accepted everywhere.
+    #[serde(alias = "http-basic")]
+    #[value(alias = "http_basic")]
     HttpBasic,
 }
 
@@ -84,6 +102,9 @@ impl Default for Api {
             ramdisk_heartbeat_timeout: 300,
             public_url: None,
             images_dir: None,
+            max_connections: 1000,
+            header_read_timeout: 30,
+            file_url_allowed_paths: Vec::new(),
         }
     }
 }
@@ -162,6 +183,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: toml::de::Error,
     },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
 }
 
 /// Values given on the command line or in the environment; `None` keeps the file's value.
@@ -206,6 +229,22 @@ pub struct Overrides {
     /// Directory served at /images/<name> [default: <data-dir>/images].
     #[arg(long, env = "DEPLOYD_IMAGES_DIR")]
     pub images_dir: Option<PathBuf>,
+    /// The engine's url as clients and agents reach it [default: http://<listen>].
+    #[arg(long, env = "DEPLOYD_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// API connections open at once; more are refused with a 503 [default: 1000].
+    #[arg(long, env = "DEPLOYD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Seconds to send request headers, and the idle limit of kept-alive connections [default: 30].
+    #[arg(long, env = "DEPLOYD_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Option<u64>,
+    /// A directory local image_source files may be in (repeat for more) [default: none but the images dir].
+    #[arg(
+        long = "file-url-allowed-path",
+        env = "DEPLOYD_FILE_URL_ALLOWED_PATHS",
+        value_delimiter = ','
+    )]
+    pub file_url_allowed_paths: Vec<PathBuf>,
     /// Directory of driver components loaded at start [default: <data-dir>/plugins].
     #[arg(long, env = "DEPLOYD_PLUGINS_DIR")]
     pub plugins_dir: Option<PathBuf>,
@@ -256,6 +295,19 @@ impl Config {
         if o.images_dir.is_some() {
             config.api.images_dir = o.images_dir.clone();
         }
+        if o.public_url.is_some() {
+            config.api.public_url = o.public_url.clone();
+        }
+        set(&mut config.api.max_connections, o.max_connections);
+        set(&mut config.api.header_read_timeout, o.header_read_timeout);
+        if !o.file_url_allowed_paths.is_empty() {
+            config.api.file_url_allowed_paths = o.file_url_allowed_paths.clone();
+        }
+        if config.api.max_connections == 0 || config.api.header_read_timeout == 0 {
+            return Err(ConfigError::Invalid(
+                "api.max_connections and api.header_read_timeout must be at least 1".into(),
+            ));
+        }
         Ok(config)
     }
 
@@ -281,6 +333,13 @@ impl Config {
             .dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("plugins"))
+    }
+
+    pub fn connection_limits(&self) -> crate::api::listener::ConnectionLimits {
+        crate::api::listener::ConnectionLimits {
+            max_connections: self.api.max_connections,
+            header_read_timeout: Duration::from_secs(self.api.header_read_timeout),
+        }
     }
 
     pub fn images_dir(&self) -> PathBuf {
@@ -330,6 +389,20 @@ mod tests {
                 .for_state(crate::state_machine::ProvisionState::WaitCallBack),
             None
         );
+    }
+
+    #[test]
+    fn both_spellings_of_http_basic_are_accepted() {
+        use clap::ValueEnum;
+        for spelling in ["http_basic", "http-basic"] {
+            assert_eq!(
+                AuthStrategy::from_str(spelling, false),
+                Ok(AuthStrategy::HttpBasic)
+            );
+            let toml = format!("[api]\nauth_strategy = \"{spelling}\"\n");
+            let config: Config = toml::from_str(&toml).unwrap();
+            assert_eq!(config.api.auth_strategy, AuthStrategy::HttpBasic);
+        }
     }
 
     #[test]

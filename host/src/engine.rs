@@ -67,34 +67,45 @@ impl Engine {
                 Auth::http_basic(file).map_err(anyhow::Error::msg)?
             }
         };
-        let app = Arc::new(App {
-            conductor: conductor.clone(),
-            auth,
-            ramdisk_heartbeat_timeout: config.api.ramdisk_heartbeat_timeout,
-            plugins_dir: Some(config.plugins_dir()),
-        });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let (stop, mut stopped) = watch::channel(false);
-        let images = Images {
-            dir: config.images_dir(),
-            base_url: (config.api.public_url.clone()).unwrap_or_else(|| format!("http://{addr}")),
+        let public_url = match &config.api.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                if addr.ip().is_unspecified() {
+                    tracing::warn!(
+                        "listening on {addr} without public_url: links and image urls will name {addr}, which clients cannot reach; set api.public_url"
+                    );
+                }
+                format!("http://{addr}")
+            }
         };
-        std::fs::create_dir_all(&images.dir)
-            .with_context(|| format!("creating {}", images.dir.display()))?;
+        let images = Images::new(
+            config.images_dir(),
+            public_url.clone(),
+            &config.api.file_url_allowed_paths,
+        )
+        .map_err(anyhow::Error::msg)?;
+        let app = Arc::new(App::new(
+            conductor.clone(),
+            auth,
+            config.api.ramdisk_heartbeat_timeout,
+            Some(config.plugins_dir()),
+            public_url,
+        ));
+        let (stop, mut stopped) = watch::channel(false);
         // Outside the API's layers: downloads are long and need no API version or auth
-        // (as Ironic's image HTTP server).
-        let router = api::router(app).merge(crate::image_server::router(images.dir.clone()));
+        // (as Ironic's image HTTP server); staged images are gated by their own token.
+        let router =
+            api::router(app).merge(crate::image_server::router(images.clone(), store.clone()));
         let _ = conductor.images.set(images);
-        let server = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        let mut limits = config.connection_limits();
+        limits.max_connections = api::listener::fit_to_descriptor_limit(limits.max_connections);
+        let server = tokio::spawn(api::listener::serve(listener, router, limits, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
         Ok(Engine {
             store,
             conductor,

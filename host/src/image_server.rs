@@ -1,25 +1,111 @@
-//! Serves the files of one directory over HTTP, so `image_source` can be a url the agents
-//! download from: `GET /images/<name>` with the exact `Content-Length`, streamed from disk.
-//! Names are plain file names; anything with a path separator or `..` is refused.
+//! Serves images over HTTP, so agents can download what they write: the exact
+//! `Content-Length`, streamed from disk, and `Range: bytes=N-` (and `N-M`) answered with
+//! 206 from offset N, so an agent whose download broke (the engine restarted) resumes
+//! where it stopped instead of writing the image again.
 //!
-//! `Range: bytes=N-` (and `N-M`) answers 206 from offset N: an agent whose download broke
-//! (the engine restarted) resumes where it stopped instead of writing the image again.
+//! - `GET /images/<name>`: a regular file placed in the images directory by the operator.
+//!   Names are plain file names, and symlinks are not followed.
+//! - `GET /images/staged/<node>/<token>`: a node's local `image_source`, only while that
+//!   node is in its deploy flow and with the token of that deploy (see [`crate::images`]).
+//!
+//! Every refusal is the same 404, so a probe learns nothing about nodes or files.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
+use uuid::Uuid;
 
-pub fn router(dir: PathBuf) -> Router {
+use crate::images::{Images, STAGED_TOKEN, same_secret};
+use crate::state_machine::ProvisionState;
+use crate::store::Store;
+
+struct Served {
+    images: Images,
+    store: Arc<Store>,
+}
+
+/// The engine's image routes: the images directory's files and staged images.
+pub fn router(images: Images, store: Arc<Store>) -> Router {
+    let staged_routes = Router::new()
+        .route("/images/staged/{node}/{token}", get(staged).head(staged))
+        .with_state(Arc::new(Served {
+            images: images.clone(),
+            store,
+        }));
+    files(images.dir).merge(staged_routes)
+}
+
+/// Only the regular files of one directory (an image server for tests and the lab).
+pub fn files(dir: PathBuf) -> Router {
     Router::new()
-        .route("/images/{name}", get(image).head(image))
-        .with_state(dir)
+        .route("/images/{name}", get(plain).head(plain))
+        .with_state(Arc::new(dir))
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "no such image").into_response()
+}
+
+async fn plain(
+    State(dir): State<Arc<PathBuf>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if name.contains('/') || name.contains('\\') || name.starts_with('.') {
+        return not_found();
+    }
+    let path = dir.join(&name);
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    match tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow)
+        .open(&path)
+        .await
+    {
+        Ok(file) => send(file, &headers).await,
+        Err(_) => not_found(),
+    }
+}
+
+async fn staged(
+    State(served): State<Arc<Served>>,
+    Path((node, token)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(path) = staged_path(&served, &node, &token) else {
+        return not_found();
+    };
+    match tokio::fs::File::open(&path).await {
+        Ok(file) => send(file, &headers).await,
+        Err(_) => not_found(),
+    }
+}
+
+/// The file a staging url may serve now, if any.
+fn staged_path(served: &Served, node: &str, token: &str) -> Option<PathBuf> {
+    let node = served.store.node(Uuid::parse_str(node).ok()?).ok()?;
+    if !matches!(
+        node.state(),
+        ProvisionState::Deploying | ProvisionState::WaitCallBack
+    ) {
+        return None;
+    }
+    let internal = &node.body.driver_internal_info;
+    let staged = internal.get(STAGED_TOKEN).and_then(Value::as_str)?;
+    if !same_secret(staged, token) {
+        return None;
+    }
+    let source = node.body.instance_info.get("image_source")?.as_str()?;
+    served.images.resolve(source)?.ok()
 }
 
 /// `bytes=N-` or `bytes=N-M` (inclusive) within `len`: (start, end exclusive).
@@ -33,22 +119,11 @@ fn range(value: &str, len: u64) -> Option<(u64, u64)> {
     (start < end).then_some((start, end))
 }
 
-async fn image(
-    State(dir): State<PathBuf>,
-    Path(name): Path<String>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    if name.contains('/') || name.contains('\\') || name.starts_with('.') {
-        return (StatusCode::BAD_REQUEST, "invalid image name").into_response();
-    }
-    let path = dir.join(&name);
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => f,
-        Err(_) => return (StatusCode::NOT_FOUND, format!("no image {name}")).into_response(),
-    };
+/// Streams a regular file, whole or the asked range.
+async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Response {
     let len = match file.metadata().await {
         Ok(m) if m.is_file() => m.len(),
-        _ => return (StatusCode::NOT_FOUND, format!("no image {name}")).into_response(),
+        _ => return not_found(),
     };
     let asked = headers
         .get(header::RANGE)
@@ -62,7 +137,6 @@ async fn image(
             return (StatusCode::RANGE_NOT_SATISFIABLE, unsatisfiable).into_response();
         }
     };
-    let mut file = file;
     if start > 0
         && let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await
     {

@@ -64,6 +64,8 @@ enum Bench {
     Agent(deployd::bench::AgentBench),
     /// A thousand simulated machines deploying at once.
     Fleet(deployd::bench::FleetBench),
+    /// GET /v1 latency and engine memory during a flood (auth, lookup, list).
+    Flood(deployd::bench::FloodBench),
 }
 
 /// mimalloc instead of glibc's malloc: a heartbeat allocates and frees many small
@@ -101,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Api(args)) => deployd::bench::run_api(&args),
         Command::Bench(Bench::Agent(args)) => deployd::bench::run_agent(&args),
         Command::Bench(Bench::Fleet(args)) => deployd::bench::run_fleet(&args),
+        Command::Bench(Bench::Flood(args)) => deployd::bench::run_flood(&args),
     }
 }
 

@@ -28,6 +28,16 @@ async fn waiting_node(s: &Server) -> String {
     uuid
 }
 
+/// A waiting node whose agent looked it up: (uuid, agent token).
+async fn looked_up_node(s: &Server) -> (String, String) {
+    let uuid = waiting_node(s).await;
+    let token = s.get(&format!("/v1/lookup?addresses={MAC}")).await.body["config"]["agent_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (uuid, token)
+}
+
 async fn heartbeat(s: &Server, node: &str, token: Option<&str>) -> (StatusCode, String) {
     let mut body = json!({"callback_url": "http://127.0.0.1:9999", "agent_version": "13.0.0"});
     if let Some(t) = token {
@@ -122,11 +132,7 @@ async fn lookup_issues_a_token_once_and_hides_unknown_and_wrong_state_nodes_alik
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_without_the_right_token_are_refused_and_touch_nothing() {
     let s = start(|_| {}).await;
-    let uuid = waiting_node(&s).await;
-    let token = s.get(&format!("/v1/lookup?addresses={MAC}")).await.body["config"]["agent_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (uuid, token) = looked_up_node(&s).await;
     let before = updated_at(&s, &uuid).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 
@@ -160,10 +166,11 @@ async fn heartbeats_without_the_right_token_are_refused_and_touch_nothing() {
         )
         .await;
     assert_eq!(unknown_field.status, StatusCode::BAD_REQUEST);
-    assert_eq!(
-        heartbeat(&s, "no-such-node", Some(&token)).await.0,
-        StatusCode::NOT_FOUND
-    );
+    // An unknown node answers exactly as a wrong token does: no existence oracle.
+    let wrong_token = heartbeat(&s, &uuid, Some("wrong-token-wrong-token-wrong-token")).await;
+    for unknown in ["no-such-node", "6d3c5f0e-9a8b-4c7d-8e6f-5a4b3c2d1e0f"] {
+        assert_eq!(heartbeat(&s, unknown, Some(&token)).await, wrong_token);
+    }
     assert_eq!(
         updated_at(&s, &uuid).await,
         before,
@@ -182,11 +189,7 @@ async fn heartbeats_without_the_right_token_are_refused_and_touch_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_keep_a_slow_deploy_alive_past_its_timeout_and_silence_fails_it() {
     let s = start(|c| c.conductor.deploy_callback_timeout = 1).await;
-    let uuid = waiting_node(&s).await;
-    let token = s.get(&format!("/v1/lookup?addresses={MAC}")).await.body["config"]["agent_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (uuid, token) = looked_up_node(&s).await;
     // 4 s of heartbeats every 0.3 s: four times the 1 s timeout.
     for _ in 0..13 {
         let (status, fault) = heartbeat(&s, &uuid, Some(&token)).await;
@@ -212,4 +215,84 @@ async fn heartbeats_keep_a_slow_deploy_alive_past_its_timeout_and_silence_fails_
     // A late heartbeat gets a clear answer, and the token is gone with the flow.
     let (status, fault) = heartbeat(&s, &uuid, Some(&token)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{fault}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_lookup_is_a_read_that_changes_nothing() {
+    let s = start(|_| {}).await;
+    let uuid = waiting_node(&s).await;
+    let first = s.get(&format!("/v1/lookup?addresses={MAC}")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body["config"]["agent_token"].as_str().unwrap().len(),
+        43
+    );
+    let before = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+    for _ in 0..50 {
+        let again = s.get(&format!("/v1/lookup?addresses={MAC}")).await;
+        assert_eq!(again.status, StatusCode::OK);
+        assert_eq!(again.body["config"]["agent_token"], "******");
+    }
+    let after = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+    assert_eq!(after["updated_at"], before["updated_at"], "no write");
+    assert_eq!(
+        after["provision_updated_at"],
+        before["provision_updated_at"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_scheme_host_and_port_callback_url_is_accepted() {
+    let s = start(|_| {}).await;
+    let (uuid, token) = looked_up_node(&s).await;
+    let before = updated_at(&s, &uuid).await;
+    for url in [
+        "http://127.0.0.1:9999/arbitrary/path?x=1#",
+        "http://127.0.0.1:9999/v1/commands",
+        "http://127.0.0.1:9999/?x=1",
+        "http://127.0.0.1:9999/#frag",
+        "http://user:secret@127.0.0.1:9999",
+        "ftp://127.0.0.1:9999",
+        "not a url",
+    ] {
+        let a = s
+            .send(
+                Method::POST,
+                &format!("/v1/heartbeat/{uuid}"),
+                json!({"callback_url": url, "agent_token": token, "agent_version": "13.0.0"}),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{url}");
+        assert!(
+            a.fault().starts_with("Invalid callback_url"),
+            "{}",
+            a.fault()
+        );
+    }
+    let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+    assert_eq!(node["provision_updated_at"], before, "nothing was touched");
+    assert!(
+        node["driver_internal_info"]["agent_url"].is_null(),
+        "nor recorded"
+    );
+
+    for (given, kept) in [
+        ("http://127.0.0.1:9999/", "http://127.0.0.1:9999"),
+        ("http://127.0.0.1:9998", "http://127.0.0.1:9998"),
+    ] {
+        let a = s
+            .send(
+                Method::POST,
+                &format!("/v1/heartbeat/{uuid}"),
+                json!({"callback_url": given, "agent_token": token, "agent_version": "13.0.0"}),
+            )
+            .await;
+        assert!(
+            a.status.is_success() || a.status == StatusCode::CONFLICT,
+            "{given}: {:?}",
+            a.body
+        );
+        let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+        assert_eq!(node["driver_internal_info"]["agent_url"], kept);
+    }
 }

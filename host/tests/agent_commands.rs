@@ -79,7 +79,7 @@ fn sha256(data: &[u8]) -> String {
 async fn served(data: &[u8]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("os.raw"), data).unwrap();
-    let addr = emulators::serve(deployd::image_server::router(dir.path().to_path_buf())).await;
+    let addr = emulators::serve(deployd::image_server::files(dir.path().to_path_buf())).await;
     (dir, format!("http://{addr}/images/os.raw"))
 }
 

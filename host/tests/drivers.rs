@@ -34,7 +34,7 @@ async fn image() -> Image {
         *b = (i.wrapping_mul(2654435761) >> 13) as u8;
     }
     std::fs::write(dir.path().join("disk.raw"), &bytes).unwrap();
-    let addr = emulators::serve(deployd::image_server::router(dir.path().to_path_buf())).await;
+    let addr = emulators::serve(deployd::image_server::files(dir.path().to_path_buf())).await;
     Image {
         url: format!("http://{addr}/images/disk.raw"),
         sha256: hex::encode(Sha256::digest(&bytes)),
@@ -76,7 +76,8 @@ async fn heartbeat_until_not(
             heartbeats < 600,
             "still {waiting} after {heartbeats} heartbeats"
         );
-        match lab.conductor.heartbeat(uuid, token, agent, "13.0.0") {
+        let agent = deployd::agents::CallbackUrl::parse(agent).unwrap();
+        match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0") {
             Ok(()) | Err(ConductorError::Busy(_)) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
         }
@@ -94,6 +95,9 @@ async fn deploy(
     bmc: Value,
 ) -> (Uuid, Arc<CommandApi>, String) {
     lab.load(path, Limits::default()).await;
+    // The in-process agent cannot power its machine off: give it a second, then force.
+    let mut bmc = bmc;
+    bmc["soft_power_off_timeout"] = json!(1);
     let image = image().await;
     let instance = json!({
         "image_source": image.url,
@@ -128,9 +132,37 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_sushy, base, system): (Process, String, String) = emulators::sushy().await;
     let info = json!({"redfish_address": base, "redfish_system_id": system});
+    // Watch the BMC: when did the machine last go from On to Off?
+    let offs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watch = {
+        let (url, offs) = (format!("{base}/redfish/v1/Systems/{system}"), offs.clone());
+        tokio::spawn(async move {
+            let mut was_on = false;
+            loop {
+                let system: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+                let on = system["PowerState"] == "On";
+                if was_on && !on {
+                    offs.lock().unwrap().push(tokio::time::Instant::now());
+                }
+                was_on = on;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
     let (_, api, _) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
-    assert_eq!(commands, ["prepare_image", "power_off"]);
+    assert_eq!(commands, ["prepare_image", "sync", "power_off"]);
+    watch.abort();
+    let forced_off = *offs
+        .lock()
+        .unwrap()
+        .last()
+        .expect("the machine was powered off");
+    let synced = api.finished_at("sync").expect("the agent synced");
+    assert!(
+        synced < forced_off,
+        "the disk was flushed before the machine was forced off"
+    );
     let system: Value = reqwest::get(format!("{base}/redfish/v1/Systems/{system}"))
         .await
         .unwrap()
@@ -159,7 +191,10 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is off"), "{status}");
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
-    assert_eq!(commands[2..], ["erase_devices_metadata", "power_off"]);
+    assert_eq!(
+        commands[3..],
+        ["erase_devices_metadata", "sync", "power_off"]
+    );
     let disk = std::fs::read(&api.disk.path).unwrap();
     assert!(
         disk[..1 << 20].iter().all(|&b| b == 0),
@@ -176,7 +211,7 @@ async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(
         commands,
-        ["expose_disk", "power_off"],
+        ["expose_disk", "sync", "power_off"],
         "the agent never downloaded anything itself"
     );
 }

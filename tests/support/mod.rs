@@ -102,12 +102,26 @@ impl Drop for Engine {
     }
 }
 
+thread_local! {
+    /// The operator's credentials for [`call`] on this test's thread, if the engine
+    /// under test runs `http_basic`.
+    static CREDENTIALS: std::cell::RefCell<Option<(String, String)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes [`call`] (and the helpers built on it) authenticate as `user` on this thread.
+pub fn authenticate_as(user: &str, password: &str) {
+    CREDENTIALS.with(|c| *c.borrow_mut() = Some((user.to_owned(), password.to_owned())));
+}
+
 /// A blocking JSON call at API version 1.67; (status, body).
 pub fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
     let client = reqwest::blocking::Client::new();
     let mut r = client
         .request(method.parse().unwrap(), url)
         .header("X-OpenStack-Ironic-API-Version", "1.67");
+    if let Some((user, password)) = CREDENTIALS.with(|c| c.borrow().clone()) {
+        r = r.basic_auth(user, Some(password));
+    }
     if let Some(b) = body {
         r = r.json(&b);
     }

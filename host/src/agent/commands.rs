@@ -83,6 +83,9 @@ pub struct CommandApi {
     pub advertise: String,
     http: reqwest::Client,
     results: Mutex<Vec<CommandResult>>,
+    /// When each command ended, in order (name, time): the agent's own log, which tests
+    /// read to check the order of events (a sync before a forced power-off).
+    ended_at: Mutex<Vec<(String, tokio::time::Instant)>>,
     /// Bytes written by the current or last image write.
     pub written: Arc<AtomicU64>,
     /// The size of that image, when the server said (0 when unknown).
@@ -109,6 +112,7 @@ impl CommandApi {
                 .build()
                 .expect("client"),
             results: Mutex::default(),
+            ended_at: Mutex::default(),
             written: Arc::default(),
             total: Arc::default(),
             running: AtomicBool::new(false),
@@ -259,19 +263,35 @@ impl CommandApi {
         let running = result.command_status == "RUNNING";
         self.results.lock().unwrap().push(result.clone());
         if !running {
-            self.end();
+            self.end(command);
         }
         Ok(result)
     }
 
-    fn end(&self) {
+    /// When the last command of this name ended.
+    pub fn finished_at(&self, command: &str) -> Option<tokio::time::Instant> {
+        let ended = self.ended_at.lock().unwrap();
+        ended
+            .iter()
+            .rev()
+            .find(|(n, _)| n == command)
+            .map(|(_, t)| *t)
+    }
+
+    fn end(&self, command: &str) {
+        self.ended_at
+            .lock()
+            .unwrap()
+            .push((command.to_owned(), tokio::time::Instant::now()));
         self.running.store(false, Ordering::SeqCst);
         self.finished.notify_waiters();
         self.command_ended.send_modify(|n| *n += 1);
     }
 
     fn finish(&self, id: &str, outcome: Result<Value, String>) {
+        let mut command = String::new();
         if let Some(r) = self.results.lock().unwrap().iter_mut().find(|r| r.id == id) {
+            command.clone_from(&r.command_name);
             match outcome {
                 Ok(v) => {
                     r.command_status = "SUCCEEDED".into();
@@ -285,7 +305,7 @@ impl CommandApi {
                 }
             }
         }
-        self.end();
+        self.end(&command);
     }
 
     fn start_prepare_image(self: &Arc<Self>, id: &str, params: &Value) -> Result<(), AgentError> {

@@ -14,7 +14,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use base64::Engine;
 use rand::RngCore;
@@ -25,10 +25,12 @@ use uuid::Uuid;
 
 use super::error::{ApiError, parse};
 use super::version::Version;
-use super::{App, State, base_url, view};
+use super::{App, State, view};
+use crate::agents::CallbackUrl;
 use crate::conductor::{AGENT_TOKEN_HASH, ConductorError};
 use crate::node::Node;
 use crate::state_machine::ProvisionState;
+use crate::store::StoreError;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -66,7 +68,6 @@ struct LookupQuery {
 async fn lookup(
     app: State,
     Extension(version): Extension<Version>,
-    headers: HeaderMap,
     Query(q): Query<LookupQuery>,
 ) -> Result<Json<Value>, ApiError> {
     if !version.at_least(22) {
@@ -102,15 +103,14 @@ async fn lookup(
     } else {
         None
     };
-    let node = store.node(node.uuid())?;
-    let base = base_url(&headers);
+    let base = &app.public_url;
     Ok(Json(json!({
         "node": {
             "uuid": node.uuid(),
             "properties": node.body.properties,
             "instance_info": view::mask(&node.body.instance_info),
             "driver_internal_info": view::mask(&node.body.driver_internal_info),
-            "links": view::links(&base, "nodes", &node.uuid().to_string()),
+            "links": view::links(base, "nodes", &node.uuid().to_string()),
         },
         "config": {
             "heartbeat_timeout": app.ramdisk_heartbeat_timeout,
@@ -123,8 +123,18 @@ async fn lookup(
     })))
 }
 
-/// A fresh token if none was issued for this boot, else `"******"`.
+/// A fresh token if none was issued for this boot, else `"******"`. A repeat lookup is a
+/// read: agents retry lookups in a loop, and a write (and flush) per call let a lookup
+/// flood cut the engine's throughput by two thirds. The write, when there is one, only
+/// inserts if absent, so two racing first lookups still issue exactly one token.
 fn issue_token(app: &App, node: &Node) -> Result<String, ApiError> {
+    if node
+        .body
+        .driver_internal_info
+        .contains_key(AGENT_TOKEN_HASH)
+    {
+        return Ok("******".into());
+    }
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
@@ -165,10 +175,6 @@ async fn heartbeat(
     }
     let hb: Heartbeat = parse(&body)?;
     let _ = &hb.agent_verify_ca;
-    let uuid = match Uuid::parse_str(&ident) {
-        Ok(u) => u,
-        Err(_) => app.conductor.store.find_node(&ident)?.uuid(),
-    };
     let token = hb
         .agent_token
         .as_deref()
@@ -176,36 +182,43 @@ async fn heartbeat(
         .ok_or_else(|| {
             ApiError::bad_request("Agent token is required for heartbeat processing.")
         })?;
-    if !(hb.callback_url.starts_with("http://") || hb.callback_url.starts_with("https://")) {
-        return Err(ApiError::bad_request(format!(
-            "Invalid callback_url {:?}: it must be an http(s) url.",
-            hb.callback_url
-        )));
-    }
+    let callback_url = CallbackUrl::parse(&hb.callback_url).map_err(ApiError::bad_request)?;
     if hb.agent_version.is_none() && hb.agent_status.is_none() {
         return Err(ApiError::bad_request(
             "Agent did not transmit a version, and a version is required.",
         ));
     }
-    let known = app.conductor.agents.token_is(uuid, token);
-    if !known {
+    // An unknown node and a wrong token answer alike: a heartbeat must not tell a prober
+    // which nodes exist.
+    let refused = || ApiError::bad_request("Invalid or missing agent token received.");
+    let uuid = match Uuid::parse_str(&ident) {
+        Ok(u) => u,
+        Err(_) => match app.conductor.store.find_node(&ident) {
+            Ok(node) => node.uuid(),
+            Err(StoreError::NodeNotFound(_)) => return Err(refused()),
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if !app.conductor.agents.token_is(uuid, token) {
         // After a restart the engine knows only the hash.
-        let node = app.conductor.store.node(uuid)?;
+        let node = match app.conductor.store.node(uuid) {
+            Ok(node) => node,
+            Err(StoreError::NodeNotFound(_)) => return Err(refused()),
+            Err(e) => return Err(e.into()),
+        };
         let stored = node
             .body
             .driver_internal_info
             .get(AGENT_TOKEN_HASH)
             .and_then(Value::as_str);
         if stored != Some(hash(token).as_str()) {
-            return Err(ApiError::bad_request(
-                "Invalid or missing agent token received.",
-            ));
+            return Err(refused());
         }
     }
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
     let result = app
         .conductor
-        .heartbeat(uuid, token, &hb.callback_url, agent_version);
+        .heartbeat(uuid, token, &callback_url, agent_version);
     if let (Ok(()) | Err(ConductorError::Busy(_)), Some(message)) =
         (&result, hb.agent_status_message)
     {

@@ -2,8 +2,11 @@
 //!
 //! The extension `/v1/deployd/drivers` loads and unloads drivers at runtime:
 //! - `POST /v1/deployd/drivers[?memory_mib=N&deadline_ms=N]` with the component as the
-//!   body: validated, compiled, made the active version of its name → 201 with the driver;
-//!   kept in `plugins_dir` so a restart loads it again.
+//!   body: streamed to disk (at most [`MAX_DRIVER`] bytes, else 413), validated, compiled
+//!   (one compile at a time), made the active version of its name → 201 with the driver;
+//!   kept in `plugins_dir` so a restart loads it again. Limits out of range are a 400.
+//!   The same code with other limits is a new version: nodes mid-flow keep the limits
+//!   they started with.
 //! - `DELETE /v1/deployd/drivers/{name}[?force=true]`: refused with 409 while nodes are
 //!   mid-flow on it, unless forced.
 
@@ -11,15 +14,15 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::{App, MAX_DRIVER, State, base_url, view};
+use super::{App, MAX_DRIVER, State, view};
 use crate::plugin::{Limits, LoadError, LoadedDriver};
 
 pub fn routes() -> Router<Arc<App>> {
@@ -29,7 +32,8 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/drivers/{name}", get(show))
         .route(
             "/v1/deployd/drivers",
-            post(load).layer(DefaultBodyLimit::max(MAX_DRIVER)),
+            // The handler streams the body to disk and enforces MAX_DRIVER itself.
+            post(load).layer(DefaultBodyLimit::disable()),
         )
         .route("/v1/deployd/drivers/{name}", delete(unload))
 }
@@ -57,6 +61,7 @@ fn doc(base: &str, d: &LoadedDriver) -> Value {
             "power": d.description.power,
             "summary": d.description.summary,
             "hash": d.hash,
+            "version_id": d.id,
             "size": d.size,
             "loaded_at": d.loaded_at.to_datetime(),
             "limits": d.limits,
@@ -64,65 +69,96 @@ fn doc(base: &str, d: &LoadedDriver) -> Value {
     })
 }
 
-async fn list(app: State, headers: HeaderMap) -> Json<Value> {
-    let base = base_url(&headers);
+async fn list(app: State) -> Json<Value> {
+    let base = &app.public_url;
     Json(
-        json!({"drivers": app.conductor.registry.list().iter().map(|d| doc(&base, d)).collect::<Vec<_>>()}),
+        json!({"drivers": app.conductor.registry.list().iter().map(|d| doc(base, d)).collect::<Vec<_>>()}),
     )
 }
 
-async fn show(
-    app: State,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn show(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let driver = app
         .conductor
         .registry
         .get(&name)
         .ok_or_else(|| ApiError::not_found(format!("The driver {name} is not loaded.")))?;
-    Ok(Json(doc(&base_url(&headers), &driver)))
+    Ok(Json(doc(&app.public_url, &driver)))
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct LoadQuery {
-    memory_mib: Option<usize>,
+    memory_mib: Option<u64>,
     deadline_ms: Option<u64>,
 }
 
 async fn load(
     app: State,
-    headers: HeaderMap,
-    Query(q): Query<LoadQuery>,
-    body: Bytes,
+    query: Result<Query<LoadQuery>, axum::extract::rejection::QueryRejection>,
+    body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let mut limits = Limits::default();
-    if let Some(m) = q.memory_mib {
-        limits.memory_bytes = m << 20;
-    }
-    if let Some(d) = q.deadline_ms {
-        limits.deadline = std::time::Duration::from_millis(d);
-    }
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limits = Limits::checked(q.memory_mib, q.deadline_ms).map_err(ApiError::bad_request)?;
+    let dir = app.plugins_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let upload = receive(body, &dir).await?;
+    let bytes = tokio::fs::read(upload.path())
+        .await
+        .map_err(|e| server_error(format!("reading the upload back: {e}")))?;
     let driver = app
         .conductor
         .registry
-        .load(&body, limits)
+        .load(&bytes, limits)
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if let Some(dir) = &app.plugins_dir {
-        std::fs::create_dir_all(dir)
-            .and_then(|()| {
-                std::fs::write(dir.join(format!("{}.wasm", driver.description.name)), &body)
-            })
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("driver loaded but not saved: {e}"),
-                )
-            })?;
+    drop(bytes);
+    if app.plugins_dir.is_some() {
+        let kept = dir.join(format!("{}.wasm", driver.description.name));
+        upload
+            .persist(&kept)
+            .map_err(|e| server_error(format!("driver loaded but not saved: {e}")))?;
     }
-    Ok((StatusCode::CREATED, Json(doc(&base_url(&headers), &driver))))
+    Ok((StatusCode::CREATED, Json(doc(&app.public_url, &driver))))
+}
+
+fn server_error(message: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+}
+
+/// Streams an upload into a temporary file in `dir`, refusing it past [`MAX_DRIVER`]
+/// bytes: an upload never sits in memory whole while it arrives.
+async fn receive(body: Body, dir: &std::path::Path) -> Result<tempfile::NamedTempFile, ApiError> {
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| server_error(format!("creating {}: {e}", dir.display())))?;
+    let upload = tempfile::Builder::new()
+        .prefix(".upload-")
+        .suffix(".part")
+        .tempfile_in(dir)
+        .map_err(|e| server_error(format!("creating an upload file in {}: {e}", dir.display())))?;
+    let file = upload
+        .reopen()
+        .map_err(|e| server_error(format!("opening the upload file: {e}")))?;
+    let mut file = tokio::fs::File::from_std(file);
+    let mut stream = body.into_data_stream();
+    let mut received = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the upload: {e}")))?;
+        received += chunk.len();
+        if received > MAX_DRIVER {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("A driver component may be at most {MAX_DRIVER} bytes."),
+            ));
+        }
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| server_error(format!("writing the upload: {e}")))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| server_error(format!("writing the upload: {e}")))?;
+    Ok(upload)
 }
 
 #[derive(Deserialize, Default)]

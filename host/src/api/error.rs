@@ -44,6 +44,16 @@ impl ApiError {
     }
 }
 
+/// The JSON envelope of a server-side fault, for answers written outside axum.
+pub fn error_body(faultstring: &str) -> String {
+    envelope("Server", faultstring).to_string()
+}
+
+fn envelope(faultcode: &str, faultstring: &str) -> serde_json::Value {
+    let inner = json!({"faultcode": faultcode, "faultstring": faultstring, "debuginfo": null});
+    json!({"error_message": inner.to_string()})
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let faultcode = if self.status.is_server_error() {
@@ -51,12 +61,7 @@ impl IntoResponse for ApiError {
         } else {
             "Client"
         };
-        let inner = json!({"faultcode": faultcode, "faultstring": self.message, "debuginfo": null});
-        (
-            self.status,
-            Json(json!({"error_message": inner.to_string()})),
-        )
-            .into_response()
+        (self.status, Json(envelope(faultcode, &self.message))).into_response()
     }
 }
 

@@ -16,6 +16,8 @@ pub mod agent;
 pub mod auth;
 pub mod drivers;
 pub mod error;
+pub mod listener;
+mod node_list;
 pub mod nodes;
 pub mod ports;
 pub mod root;
@@ -44,6 +46,30 @@ pub struct App {
     pub ramdisk_heartbeat_timeout: u64,
     /// Where uploaded drivers are kept so a restart loads them again.
     pub plugins_dir: Option<std::path::PathBuf>,
+    /// `http://host:port` as clients reach the engine: the base of every link and
+    /// `Location` (never the request's `Host` header, which a client chooses).
+    pub public_url: String,
+    /// Bounds the node lists worked on at once (see [`node_list`]).
+    pub lists: Arc<tokio::sync::Semaphore>,
+}
+
+impl App {
+    pub fn new(
+        conductor: Arc<Conductor>,
+        auth: auth::Auth,
+        ramdisk_heartbeat_timeout: u64,
+        plugins_dir: Option<std::path::PathBuf>,
+        public_url: String,
+    ) -> App {
+        App {
+            conductor,
+            auth,
+            ramdisk_heartbeat_timeout,
+            plugins_dir,
+            public_url,
+            lists: node_list::permits(),
+        }
+    }
 }
 
 pub type State = axum::extract::State<Arc<App>>;
@@ -83,13 +109,4 @@ async fn request_id(request: Request, next: Next) -> Response {
         .headers_mut()
         .insert("x-openstack-request-id", value);
     response
-}
-
-/// The scheme and host the client used, for links and `Location` headers.
-pub fn base_url(headers: &axum::http::HeaderMap) -> String {
-    let host = headers
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    format!("http://{host}")
 }

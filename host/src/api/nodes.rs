@@ -6,25 +6,24 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::error::{ApiError, parse};
 use super::version::Version;
-use super::{App, State, base_url, view};
+use super::{App, State, node_list, view};
 use crate::conductor::Verb;
 use crate::node::{NewNode, Node, NodeBody};
 use crate::state_machine::ProvisionState;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
-        .route("/v1/nodes", get(list).post(create))
-        .route("/v1/nodes/", get(list).post(create))
-        .route("/v1/nodes/detail", get(detail))
+        .route("/v1/nodes", get(node_list::list).post(create))
+        .route("/v1/nodes/", get(node_list::list).post(create))
+        .route("/v1/nodes/detail", get(node_list::detail))
         .route("/v1/nodes/{ident}", get(show).patch(update).delete(remove))
         .route("/v1/nodes/{ident}/states", get(states))
         .route("/v1/nodes/{ident}/states/provision", put(provision))
@@ -33,149 +32,9 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/nodes/{ident}/ports", get(super::ports::of_node))
 }
 
-const DEFAULT_FIELDS: &[&str] = &[
-    "uuid",
-    "name",
-    "instance_uuid",
-    "power_state",
-    "provision_state",
-    "maintenance",
-    "links",
-];
-const MAX_LIMIT: usize = 1000;
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    provision_state: Option<String>,
-    driver: Option<String>,
-    maintenance: Option<bool>,
-    associated: Option<bool>,
-    fields: Option<String>,
-    detail: Option<bool>,
-    limit: Option<usize>,
-    marker: Option<Uuid>,
-    sort_key: Option<String>,
-    sort_dir: Option<String>,
-}
-
-impl ListQuery {
-    fn matches(&self, node: &Node) -> bool {
-        self.provision_state.as_deref().is_none_or(|s| node.state().as_str() == s)
-            && self.driver.as_deref().is_none_or(|d| node.body.driver == d)
-            && self.maintenance.is_none_or(|m| node.body.maintenance == m)
-            // deployd has no instance_uuid: no node is associated.
-            && self.associated != Some(true)
-    }
-
-    /// The query string of a `next` link: everything but the marker.
-    fn next_query(&self, limit: usize, marker: Uuid) -> String {
-        let mut parts = vec![format!("limit={limit}"), format!("marker={marker}")];
-        let mut add = |k: &str, v: Option<String>| {
-            if let Some(v) = v {
-                parts.push(format!("{k}={}", v.replace(' ', "%20")));
-            }
-        };
-        add("provision_state", self.provision_state.clone());
-        add("driver", self.driver.clone());
-        add("maintenance", self.maintenance.map(|m| m.to_string()));
-        add("fields", self.fields.clone());
-        add("detail", self.detail.map(|d| d.to_string()));
-        parts.join("&")
-    }
-}
-
-fn list_nodes(
-    app: &App,
-    base: &str,
-    q: &ListQuery,
-    detail: bool,
-    path: &str,
-) -> Result<Value, ApiError> {
-    if let Some(key) = q.sort_key.as_deref().filter(|k| *k != "uuid") {
-        return Err(ApiError::bad_request(format!(
-            "The sort_key value \"{key}\" is not supported; deployd sorts by uuid."
-        )));
-    }
-    if q.sort_dir.as_deref().is_some_and(|d| d != "asc") {
-        return Err(ApiError::bad_request("Only sort_dir=asc is supported."));
-    }
-    let limit = match q.limit {
-        None | Some(0) => MAX_LIMIT,
-        Some(n) => n.min(MAX_LIMIT),
-    };
-    let fields: Option<Vec<&str>> = q
-        .fields
-        .as_deref()
-        .map(|f| f.split(',').map(str::trim).collect());
-    let store = &app.conductor.store;
-    let mut out = Vec::new();
-    let mut marker = q.marker;
-    'pages: loop {
-        let page = store.list_nodes(marker, MAX_LIMIT)?;
-        let Some(last) = page.last() else { break };
-        marker = Some(last.uuid());
-        for node in page.iter().filter(|n| q.matches(n)) {
-            out.push(node.clone());
-            if out.len() == limit {
-                break 'pages;
-            }
-        }
-    }
-    let docs: Vec<Value> = out
-        .iter()
-        .map(|n| {
-            let doc = view::node(base, n, app.conductor.agents.get(n.uuid()).as_ref());
-            match (&fields, detail) {
-                (Some(f), _) => view::fields(doc, f),
-                (None, true) => doc,
-                (None, false) => view::fields(doc, DEFAULT_FIELDS),
-            }
-        })
-        .collect();
-    let mut body = json!({ "nodes": docs });
-    if out.len() == limit {
-        let last = out.last().expect("a full page").uuid();
-        body["next"] = json!(format!("{base}{path}?{}", q.next_query(limit, last)));
-    }
-    Ok(body)
-}
-
-async fn list(
-    app: State,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let detail = q.detail.unwrap_or(false);
-    Ok(Json(list_nodes(
-        &app,
-        &base_url(&headers),
-        &q,
-        detail,
-        "/v1/nodes",
-    )?))
-}
-
-async fn detail(
-    app: State,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    Ok(Json(list_nodes(
-        &app,
-        &base_url(&headers),
-        &q,
-        true,
-        "/v1/nodes/detail",
-    )?))
-}
-
 async fn create(
     app: State,
     Extension(version): Extension<Version>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let new: NewNode = parse(&body)?;
@@ -191,12 +50,12 @@ async fn create(
     if !version.at_least(11) {
         node = store.set_initial_available(node.uuid())?;
     }
-    let base = base_url(&headers);
+    let base = &app.public_url;
     let location = format!("{base}/v1/nodes/{}", node.uuid());
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(view::node(&base, &node, None)),
+        Json(view::node(base, &node, None)),
     )
         .into_response())
 }
@@ -213,13 +72,12 @@ struct ShowQuery {
 
 async fn show(
     app: State,
-    headers: HeaderMap,
     Path(ident): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
     let agent = app.conductor.agents.get(node.uuid());
-    let doc = view::node(&base_url(&headers), &node, agent.as_ref());
+    let doc = view::node(&app.public_url, &node, agent.as_ref());
     Ok(Json(match q.fields {
         Some(f) => view::fields(doc, &f.split(',').map(str::trim).collect::<Vec<_>>()),
         None => doc,
@@ -340,60 +198,36 @@ fn update_allowed(state: ProvisionState) -> bool {
 
 async fn update(
     app: State,
-    headers: HeaderMap,
     Path(ident): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ops: Vec<PatchOp> = parse(&body)?;
-    let node = find(&app, &ident)?;
-    let uuid = node.uuid();
-    if app.conductor.is_busy(uuid) || !update_allowed(node.state()) {
-        return Err(ApiError::conflict(format!(
-            "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
-            node.state()
-        )));
-    }
-    let patched = apply_patch(&node.body, &ops)?;
-    if patched.driver != node.body.driver && app.conductor.registry.get(&patched.driver).is_none() {
-        return Err(ApiError::bad_request(format!(
-            "Driver {} is not loaded.",
-            patched.driver
-        )));
-    }
-    let updated = app.conductor.store.update_node(uuid, |b| {
-        let keep = (
-            b.driver_internal_info.clone(),
-            b.last_error.clone(),
-            b.power_state.clone(),
-            b.created_at,
-        );
-        *b = patched.clone();
-        (
-            b.driver_internal_info,
-            b.last_error,
-            b.power_state,
-            b.created_at,
-        ) = keep;
+    let uuid = find(&app, &ident)?.uuid();
+    let registry = &app.conductor.registry;
+    let updated = app.conductor.edit(uuid, |provision, b| {
+        if !update_allowed(provision.state) {
+            return Err(ApiError::conflict(format!(
+                "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
+                provision.state
+            )));
+        }
+        let patched = apply_patch(b, &ops)?;
+        if patched.driver != b.driver && registry.get(&patched.driver).is_none() {
+            return Err(ApiError::bad_request(format!(
+                "Driver {} is not loaded.",
+                patched.driver
+            )));
+        }
+        *b = patched;
         Ok(())
     })?;
     let agent = app.conductor.agents.get(updated.uuid());
-    Ok(Json(view::node(
-        &base_url(&headers),
-        &updated,
-        agent.as_ref(),
-    )))
+    Ok(Json(view::node(&app.public_url, &updated, agent.as_ref())))
 }
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
     let node = find(&app, &ident)?;
-    if app.conductor.is_busy(node.uuid()) {
-        return Err(ApiError::conflict(format!(
-            "Node {} is locked by host deployd, please retry after the current operation is completed.",
-            node.uuid()
-        )));
-    }
-    app.conductor.store.delete_node(node.uuid())?;
-    app.conductor.agents.forget(node.uuid());
+    app.conductor.delete(node.uuid())?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -459,7 +293,6 @@ fn check_clean_steps(steps: Option<&Value>) -> Result<(), ApiError> {
 async fn provision(
     app: State,
     Extension(version): Extension<Version>,
-    headers: HeaderMap,
     Path(ident): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -509,7 +342,7 @@ async fn provision(
         )),
         other => other.into(),
     })?;
-    let location = format!("{}/v1/nodes/{}/states", base_url(&headers), node.uuid());
+    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
 }
 
@@ -520,12 +353,7 @@ struct PowerRequest {
     timeout: Option<u64>,
 }
 
-async fn power(
-    app: State,
-    headers: HeaderMap,
-    Path(ident): Path<String>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Response, ApiError> {
     let request: PowerRequest = parse(&body)?;
     let _ = request.timeout;
     let node = find(&app, &ident)?;
@@ -550,7 +378,7 @@ async fn power(
         )));
     }
     app.conductor.power(node.uuid(), action)?;
-    let location = format!("{}/v1/nodes/{}/states", base_url(&headers), node.uuid());
+    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
 }
 

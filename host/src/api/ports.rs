@@ -6,7 +6,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::Path;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::error::{ApiError, parse};
-use super::{App, State, base_url, view};
+use super::{App, State, view};
 use crate::node::JsonMap;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -35,19 +35,19 @@ struct NewPort {
     pxe_enabled: Option<bool>,
 }
 
-async fn create(app: State, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+async fn create(app: State, body: Bytes) -> Result<Response, ApiError> {
     let new: NewPort = parse(&body)?;
     let _ = new.pxe_enabled;
     let port = app
         .conductor
         .store
         .create_port(new.node_uuid, &new.address, new.extra)?;
-    let base = base_url(&headers);
+    let base = &app.public_url;
     let location = format!("{base}/v1/ports/{}", port.uuid);
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(view::port(&base, &port)),
+        Json(view::port(base, &port)),
     )
         .into_response())
 }
@@ -56,32 +56,28 @@ fn short(doc: Value) -> Value {
     view::fields(doc, &["uuid", "address", "links"])
 }
 
-async fn list(app: State, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let base = base_url(&headers);
+async fn list(app: State) -> Result<Json<Value>, ApiError> {
+    let base = &app.public_url;
     let ports = app.conductor.store.list_ports()?;
     Ok(Json(
-        json!({"ports": ports.iter().map(|p| short(view::port(&base, p))).collect::<Vec<_>>()}),
+        json!({"ports": ports.iter().map(|p| short(view::port(base, p))).collect::<Vec<_>>()}),
     ))
 }
 
-async fn list_detail(app: State, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let base = base_url(&headers);
+async fn list_detail(app: State) -> Result<Json<Value>, ApiError> {
+    let base = &app.public_url;
     let ports = app.conductor.store.list_ports()?;
     Ok(Json(
-        json!({"ports": ports.iter().map(|p| view::port(&base, p)).collect::<Vec<_>>()}),
+        json!({"ports": ports.iter().map(|p| view::port(base, p)).collect::<Vec<_>>()}),
     ))
 }
 
-pub async fn of_node(
-    app: State,
-    headers: HeaderMap,
-    Path(ident): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+pub async fn of_node(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let node = super::nodes::find(&app, &ident)?;
-    let base = base_url(&headers);
+    let base = &app.public_url;
     let ports = app.conductor.store.ports_of(node.uuid())?;
     Ok(Json(
-        json!({"ports": ports.iter().map(|p| short(view::port(&base, p))).collect::<Vec<_>>()}),
+        json!({"ports": ports.iter().map(|p| short(view::port(base, p))).collect::<Vec<_>>()}),
     ))
 }
 
@@ -90,13 +86,9 @@ fn port_uuid(text: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::not_found(format!("Port {text} could not be found.")))
 }
 
-async fn show(
-    app: State,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn show(app: State, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let port = app.conductor.store.port(port_uuid(&id)?)?;
-    Ok(Json(view::port(&base_url(&headers), &port)))
+    Ok(Json(view::port(&app.public_url, &port)))
 }
 
 async fn remove(app: State, Path(id): Path<String>) -> Result<StatusCode, ApiError> {

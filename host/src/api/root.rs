@@ -3,12 +3,11 @@
 
 use axum::Json;
 use axum::Router;
-use axum::http::HeaderMap;
 use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::version::{MAX, MIN};
-use super::{App, base_url};
+use super::{App, State};
 
 pub fn routes() -> Router<std::sync::Arc<App>> {
     Router::new()
@@ -27,18 +26,18 @@ fn version_doc(base: &str) -> Value {
     })
 }
 
-async fn root(headers: HeaderMap) -> Json<Value> {
-    let base = base_url(&headers);
+async fn root(app: State) -> Json<Value> {
+    let base = &app.public_url;
     Json(json!({
         "name": "deployd",
         "description": "deployd is a bare-metal deploy engine speaking Ironic's API; its drivers are WebAssembly components.",
-        "default_version": version_doc(&base),
-        "versions": [version_doc(&base)],
+        "default_version": version_doc(base),
+        "versions": [version_doc(base)],
     }))
 }
 
-async fn v1(headers: HeaderMap) -> Json<Value> {
-    let base = base_url(&headers);
+async fn v1(app: State) -> Json<Value> {
+    let base = &app.public_url;
     let link = |path: &str| json!([{"href": format!("{base}/v1/{path}/"), "rel": "self"}, {"href": format!("{base}/{path}/"), "rel": "bookmark"}]);
     Json(json!({
         "id": "v1",
@@ -49,6 +48,6 @@ async fn v1(headers: HeaderMap) -> Json<Value> {
         "drivers": link("drivers"),
         "lookup": [{"href": format!("{base}/v1/lookup/"), "rel": "self"}],
         "heartbeat": [{"href": format!("{base}/v1/heartbeat/"), "rel": "self"}],
-        "version": version_doc(&base),
+        "version": version_doc(base),
     }))
 }

@@ -49,7 +49,7 @@ pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>) -> Value {
     let mut internal = mask(&b.driver_internal_info);
     if let (Some(a), Value::Object(m)) = (agent, &mut internal) {
         let fields = [
-            ("agent_url", a.url.clone()),
+            ("agent_url", a.url.as_ref().map(|u| u.as_str().to_owned())),
             ("agent_version", a.version.clone()),
             (
                 "agent_last_heartbeat",

@@ -29,14 +29,15 @@ pub struct AgentBench {
 }
 
 pub fn run_agent(args: &AgentBench) -> anyhow::Result<()> {
-    let dir = super::core::tempfile_dir(args.dir.as_deref())?;
+    let bench_dir = super::core::BenchDir::new(args.dir.as_deref())?;
+    let dir = bench_dir.path().to_path_buf();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let image = dir.join("image.raw");
     let sha256 = runtime.block_on(crate::lab::random_image(&image, args.image_mb << 20))?;
-    let images = axum::Router::new().merge(crate::image_server::router(dir.clone()));
+    let images = axum::Router::new().merge(crate::image_server::files(dir.clone()));
     let addr = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -82,9 +83,6 @@ pub fn run_agent(args: &AgentBench) -> anyhow::Result<()> {
         dd.as_secs_f64() / agent.as_secs_f64()
     );
     std::fs::remove_file(&image)?;
-    if args.dir.is_none() {
-        std::fs::remove_dir_all(&dir)?;
-    }
     Ok(())
 }
 

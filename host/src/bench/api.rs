@@ -43,7 +43,8 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let dir = super::core::tempfile_dir(None)?;
+    let bench_dir = super::core::BenchDir::new(None)?;
+    let dir = bench_dir.path().to_path_buf();
     let mut config = Config {
         data_dir: dir.join("data"),
         listen: "127.0.0.1:0".parse()?,
@@ -89,12 +90,13 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     // Steady state: each node's driver has seen a heartbeat and recorded its step (the
     // test driver's one durable scratch write per node), as mid-deploy nodes have.
     let warm = Instant::now();
+    let callback = crate::agents::CallbackUrl::parse("http://127.0.0.1:9").expect("a valid url");
     runtime.block_on(async {
         for (i, uuid) in uuids.iter().enumerate() {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
             let _ = engine
                 .conductor
-                .heartbeat(*uuid, &token, "http://127.0.0.1:9", "13.0.0");
+                .heartbeat(*uuid, &token, &callback, "13.0.0");
         }
         while uuids.iter().any(|u| engine.conductor.is_busy(*u)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -175,6 +177,5 @@ end
     let rss = super::rss_bytes();
     println!("engine RSS after the run: {:.1} MiB", super::mib(rss));
     runtime.block_on(engine.shutdown())?;
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

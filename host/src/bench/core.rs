@@ -50,7 +50,8 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 const START: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
 pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
-    let tmp = tempfile_dir(args.data_dir.as_deref())?;
+    let dir = BenchDir::new(args.data_dir.as_deref())?;
+    let tmp = dir.path();
     let clock = Clock::manual(START);
     let (store, _) = Store::open(
         &tmp.join("store"),
@@ -71,7 +72,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     );
     let rss = rss_bytes();
     store.flush()?;
-    let disk = dir_size(&tmp)?;
+    let disk = dir_size(tmp)?;
     println!(
         "memory: {:.1} MiB resident ({:.0} B/node); disk: {:.1} MiB ({:.0} B/node; sled reports {:.1} MiB)",
         mib(rss),
@@ -112,13 +113,18 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
         );
     }
 
-    // Touches on one thread, over the nodes no sweep window reached.
+    // Touches on one thread, over the nodes no sweep window reached, in a scattered order
+    // (a prime stride) over the first `covered` of them, each touched at least once.
     let alive = &uuids[windows * k..];
     anyhow::ensure!(!alive.is_empty(), "no nodes left to touch; raise --nodes");
+    let mut covered = args.touches.min(alive.len()).max(1);
+    if covered > 1 && covered.is_multiple_of(7919) {
+        covered -= 1;
+    }
     let t = Instant::now();
     for i in 0..args.touches {
         clock.advance(Duration::from_micros(1));
-        store.touch_provisioning(alive[(i * 7919) % alive.len()])?;
+        store.touch_provisioning(alive[(i * 7919) % covered])?;
     }
     let elapsed = t.elapsed();
     println!(
@@ -131,7 +137,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
 
     // The touched nodes' entries still sit at their old deadlines; sweeps over them
     // re-file each at its real deadline and fail nothing.
-    let refile_windows = (alive.len() / k).min(20);
+    let refile_windows = (covered / k).min(20);
     let mut j = windows;
     let samples = sample(refile_windows, || {
         j += 1;
@@ -178,11 +184,33 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
     Ok(uuids)
 }
 
-pub(super) fn tempfile_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
-    let dir = match given {
-        Some(d) => d.to_path_buf(),
-        None => std::env::temp_dir().join(format!("deployd-bench-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+/// Where a bench keeps its store: the given directory (kept), or a temporary one that is
+/// removed when the bench ends.
+pub(super) enum BenchDir {
+    Given(std::path::PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl BenchDir {
+    pub(super) fn new(given: Option<&std::path::Path>) -> anyhow::Result<BenchDir> {
+        Ok(match given {
+            Some(d) => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+                BenchDir::Given(d.to_path_buf())
+            }
+            None => BenchDir::Temporary(
+                tempfile::Builder::new()
+                    .prefix("deployd-bench-")
+                    .tempdir()
+                    .context("creating a temporary directory")?,
+            ),
+        })
+    }
+
+    pub(super) fn path(&self) -> &std::path::Path {
+        match self {
+            BenchDir::Given(p) => p,
+            BenchDir::Temporary(t) => t.path(),
+        }
+    }
 }

@@ -41,10 +41,8 @@ pub fn run_fleet(args: &FleetBench) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let dir = super::core::tempfile_dir(None)?;
-    let result = runtime.block_on(fleet(args, &dir));
-    std::fs::remove_dir_all(&dir)?;
-    result
+    let dir = super::core::BenchDir::new(None)?;
+    runtime.block_on(fleet(args, dir.path()))
 }
 
 async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {

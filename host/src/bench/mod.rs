@@ -5,12 +5,14 @@ pub mod agent;
 pub mod api;
 pub mod core;
 pub mod fleet;
+pub mod flood;
 pub mod plugins;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
 pub use self::core::{CoreBench, run_core};
 pub use self::fleet::{FleetBench, run_fleet};
+pub use self::flood::{FloodBench, run_flood};
 pub use self::plugins::{PluginBench, run_plugins};
 
 use std::time::Duration;

@@ -54,7 +54,8 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let dir = super::core::tempfile_dir(None)?;
+        let bench_dir = super::core::BenchDir::new(None)?;
+        let dir = bench_dir.path().to_path_buf();
         let (store, _) = Store::open(&dir.join("store"), &StoreConfig::default(), Timeouts::uniform(std::time::Duration::from_secs(1800)), Clock::new())?;
         let store = Arc::new(store);
         let services = Services::new(store.clone(), Arc::new(Agents::default()), 64);
@@ -127,7 +128,6 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
             median(&samples).as_secs_f64() * 1e3,
             samples.len()
         );
-        std::fs::remove_dir_all(&dir)?;
         anyhow::Ok(())
     })
 }

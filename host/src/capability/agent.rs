@@ -11,9 +11,7 @@ impl HostState {
     fn agent_endpoint(&self) -> Result<(String, String), String> {
         let session = self.services.agents.get(self.node).unwrap_or_default();
         match (session.url, session.token) {
-            (Some(url), Some(token)) => {
-                Ok((format!("{}/v1/commands/", url.trim_end_matches('/')), token))
-            }
+            (Some(url), Some(token)) => Ok((url.commands(), token)),
             _ => Err("the node's agent has not called back yet (no agent url or token)".into()),
         }
     }

@@ -80,7 +80,8 @@ fn check_target(services: &Services, node: Uuid, target: &str) -> Result<reqwest
         .get(node)
         .and_then(|s| s.url)
         .ok_or("the node's agent has not called back yet")?;
-    let agent = reqwest::Url::parse(&agent).map_err(|e| format!("invalid agent url: {e}"))?;
+    let agent =
+        reqwest::Url::parse(agent.as_str()).map_err(|e| format!("invalid agent url: {e}"))?;
     if target.host_str() != agent.host_str() || !matches!(target.scheme(), "http" | "https") {
         return Err(format!(
             "target {target} is not on the node's agent host {}",

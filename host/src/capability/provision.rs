@@ -17,7 +17,7 @@ impl Host for HostState {
         let session = self.services.agents.get(self.node);
         Ok(session.and_then(|s| {
             Some(Heartbeat {
-                agent_url: s.url?,
+                agent_url: s.url?.as_str().to_owned(),
                 agent_version: s.version.unwrap_or_default(),
                 at: s.last_heartbeat?.to_string(),
             })

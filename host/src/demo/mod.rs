@@ -86,6 +86,7 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     config.conductor.deploy_callback_timeout = args.timeout;
     config.conductor.clean_callback_timeout = args.timeout;
     config.conductor.check_provision_state_interval = 1;
+    config.api.file_url_allowed_paths = vec![dir.to_path_buf()];
     // Agents heartbeat every 30–60 % of this: well inside the timeout.
     config.api.ramdisk_heartbeat_timeout = args.timeout.max(2) - 1;
     let engine = Engine::start(&config, Clock::new()).await?;

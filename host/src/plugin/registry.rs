@@ -3,9 +3,11 @@
 //! Loading a component checks, before anything becomes visible, that it is a component,
 //! that it needs nothing this host does not link (a `wasi:filesystem` import is refused
 //! here, naming the import), that it is a `deployd:driver` world, and that `describe`
-//! answers. A driver version is immutable: loading new bytes under the same name makes
-//! them the active version for new flows, while the old version stays available by hash
-//! for the nodes that started with it. Compiled code is cached on disk under
+//! answers. A driver version is immutable: its identity ([`LoadedDriver::id`]) is its
+//! code and the limits it runs under. Loading new bytes, or the same bytes with other
+//! limits, under the same name makes a new active version for new flows, while the old
+//! version stays available by id for the nodes that started with it. Compiles run one at
+//! a time: each holds the component and the compiler's memory. Compiled code is cached on disk under
 //! `<hash>-<engine compatibility>.cwasm`, so a restart loads drivers without compiling.
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,6 +31,8 @@ pub struct LoadedDriver {
     pub description: Description,
     /// sha256 of the component's bytes, hex.
     pub hash: String,
+    /// This version: the code and its limits (see [`version_id`]). Flows pin it.
+    pub id: String,
     pub size: usize,
     pub loaded_at: Timestamp,
     pub limits: Limits,
@@ -39,7 +43,7 @@ pub struct LoadedDriver {
 struct Drivers {
     /// The version new flows use, by driver name.
     active: BTreeMap<String, Arc<LoadedDriver>>,
-    /// Every version loaded, by hash (flows in progress keep theirs).
+    /// Every version loaded, by id (flows in progress keep theirs).
     versions: HashMap<String, Arc<LoadedDriver>>,
 }
 
@@ -50,6 +54,23 @@ pub struct Registry {
     cache_dir: Option<PathBuf>,
     compat: String,
     drivers: RwLock<Drivers>,
+    /// One compile at a time.
+    compiling: tokio::sync::Semaphore,
+}
+
+/// A version's id: the content hash alone under the default limits (so pins written
+/// before limits were part of it still resolve), else the hash and the limits.
+pub fn version_id(hash: &str, limits: &Limits) -> String {
+    if *limits == Limits::default() {
+        hash.to_owned()
+    } else {
+        format!(
+            "{hash}+{}b+{}ms+{}e",
+            limits.memory_bytes,
+            limits.deadline.as_millis(),
+            limits.stderr_bytes
+        )
+    }
 }
 
 const POWER_BACKENDS: &[&str] = &["fake", "ipmitool", "redfish"];
@@ -74,6 +95,7 @@ impl Registry {
             cache_dir,
             compat,
             drivers: RwLock::default(),
+            compiling: tokio::sync::Semaphore::new(1),
         })
     }
 
@@ -88,28 +110,18 @@ impl Registry {
             memory_bytes: limits.memory_bytes.min(engine::MAX_MEMORY),
             ..limits
         };
-        // Bound first, so the read guard is dropped before the write lock is taken.
-        let known = self.read().versions.get(&hash).cloned();
-        if let Some(existing) = known {
-            // The same code again: no compile; new limits if the operator gave other ones.
-            let driver = if existing.limits == limits {
-                existing
-            } else {
-                Arc::new(LoadedDriver {
-                    description: existing.description.clone(),
-                    hash: existing.hash.clone(),
-                    size: existing.size,
-                    loaded_at: existing.loaded_at,
-                    limits,
-                    pre: existing.pre.clone(),
-                })
-            };
-            let mut drivers = self.write();
-            drivers.versions.insert(hash, driver.clone());
-            drivers
-                .active
-                .insert(driver.description.name.clone(), driver.clone());
-            return Ok(driver);
+        let id = version_id(&hash, &limits);
+        if let Some(driver) = self.known(&hash, &id, limits) {
+            return Ok(self.activate(driver));
+        }
+        let _turn = self
+            .compiling
+            .acquire()
+            .await
+            .expect("the compile semaphore is never closed");
+        // Another upload of the same code may have compiled it while this one waited.
+        if let Some(driver) = self.known(&hash, &id, limits) {
+            return Ok(self.activate(driver));
         }
         let component = self.compile(bytes, &hash).await?;
         let pre = self
@@ -126,6 +138,7 @@ impl Registry {
                 summary: String::new(),
             },
             hash: hash.clone(),
+            id: id.clone(),
             size: bytes.len(),
             loaded_at: self.services.store.clock().now(),
             limits,
@@ -143,14 +156,37 @@ impl Registry {
                 Err(e) => return Err(LoadError::Describe(e)),
             };
         check_description(&driver.description)?;
-        let driver = Arc::new(driver);
+        let driver = self.activate(Arc::new(driver));
+        tracing::info!(name = %driver.description.name, version = %driver.description.version, id = %driver.id, "driver loaded");
+        Ok(driver)
+    }
+
+    /// This version if loaded, or a new version of code already compiled (other limits).
+    fn known(&self, hash: &str, id: &str, limits: Limits) -> Option<Arc<LoadedDriver>> {
+        let drivers = self.read();
+        if let Some(same) = drivers.versions.get(id) {
+            return Some(same.clone());
+        }
+        let code = drivers.versions.values().find(|d| d.hash == hash)?;
+        Some(Arc::new(LoadedDriver {
+            description: code.description.clone(),
+            hash: code.hash.clone(),
+            id: id.to_owned(),
+            size: code.size,
+            loaded_at: self.services.store.clock().now(),
+            limits,
+            pre: code.pre.clone(),
+        }))
+    }
+
+    /// Makes a version the active one of its name; older versions stay for their flows.
+    fn activate(&self, driver: Arc<LoadedDriver>) -> Arc<LoadedDriver> {
         let mut drivers = self.write();
-        drivers.versions.insert(hash, driver.clone());
+        drivers.versions.insert(driver.id.clone(), driver.clone());
         drivers
             .active
             .insert(driver.description.name.clone(), driver.clone());
-        tracing::info!(name = %driver.description.name, version = %driver.description.version, hash = %driver.hash, "driver loaded");
-        Ok(driver)
+        driver
     }
 
     /// Compiles `bytes`, or loads the artifact a previous compile left in the cache.
@@ -197,9 +233,9 @@ impl Registry {
         self.read().active.get(name).cloned()
     }
 
-    /// A driver version by hash, active or not.
-    pub fn version(&self, hash: &str) -> Option<Arc<LoadedDriver>> {
-        self.read().versions.get(hash).cloned()
+    /// A driver version by id, active or not.
+    pub fn version(&self, id: &str) -> Option<Arc<LoadedDriver>> {
+        self.read().versions.get(id).cloned()
     }
 
     /// The active drivers, by name.
@@ -257,7 +293,7 @@ impl std::fmt::Debug for LoadedDriver {
         f.debug_struct("LoadedDriver")
             .field("name", &self.description.name)
             .field("version", &self.description.version)
-            .field("hash", &self.hash)
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }

@@ -43,6 +43,32 @@ impl Default for Limits {
     }
 }
 
+/// The longest deadline an operator may give a driver call.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(600);
+
+impl Limits {
+    /// Limits an operator asked for (MiB and ms; `None` keeps the default), each checked
+    /// against what the engine can give, without overflow.
+    pub fn checked(memory_mib: Option<u64>, deadline_ms: Option<u64>) -> Result<Limits, String> {
+        let mut limits = Limits::default();
+        if let Some(mib) = memory_mib {
+            let max = super::engine::MAX_MEMORY >> 20;
+            if mib == 0 || mib > max as u64 {
+                return Err(format!("memory_mib must be from 1 to {max}, not {mib}"));
+            }
+            limits.memory_bytes = (mib as usize) << 20;
+        }
+        if let Some(ms) = deadline_ms {
+            let max = MAX_DEADLINE.as_millis();
+            if ms == 0 || u128::from(ms) > max {
+                return Err(format!("deadline_ms must be from 1 to {max}, not {ms}"));
+            }
+            limits.deadline = Duration::from_millis(ms);
+        }
+        Ok(limits)
+    }
+}
+
 /// The exports of the driver world, as a call to make.
 #[derive(Clone, Debug)]
 pub enum Export {

@@ -246,10 +246,9 @@ impl Store {
             indexed: None,
         };
         let uuid = body.uuid;
-        let value = record::join(
-            &provision,
-            &serde_json::to_vec(&body).expect("a node body serialises"),
-        );
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        node::check_sizes(&body, json.len(), None)?;
+        let value = record::join(&provision, &json);
         let _owner = self.locks.lock(uuid);
         (&self.nodes, &self.names).transaction(|(nodes, names)| {
             if nodes.get(uuid.as_bytes())?.is_some() {
@@ -293,22 +292,25 @@ impl Store {
 
     /// Up to `limit` nodes in uuid order, starting after `marker`.
     pub fn list_nodes(&self, marker: Option<Uuid>, limit: usize) -> Result<Vec<Node>, StoreError> {
+        self.nodes_after(marker).take(limit).collect()
+    }
+
+    /// Every node in uuid order after `marker`, read and parsed one at a time: a caller
+    /// that looks at each and lets it go holds one node in memory, not the fleet.
+    pub fn nodes_after(
+        &self,
+        marker: Option<Uuid>,
+    ) -> impl Iterator<Item = Result<Node, StoreError>> + '_ {
         let start = match marker {
             Some(m) => std::ops::Bound::Excluded(m.as_bytes().to_vec()),
             None => std::ops::Bound::Unbounded,
         };
-        let mut out = Vec::new();
-        for item in self
-            .nodes
+        self.nodes
             .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
-        {
-            if out.len() == limit {
-                break;
-            }
-            let (key, value) = item?;
-            out.push(parse_node(uuid_from(&key)?, &value)?);
-        }
-        Ok(out)
+            .map(|item| {
+                let (key, value) = item?;
+                parse_node(uuid_from(&key)?, &value)
+            })
     }
 
     /// How many nodes are enrolled.
@@ -323,32 +325,43 @@ impl Store {
         uuid: Uuid,
         change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
     ) -> Result<Node, StoreError> {
+        self.edit_node(uuid, |_, body| change(body))
+    }
+
+    /// [`Store::update_node`] where `change` also sees the node's provision state, both
+    /// read under the node's lock, and may refuse with an error of the caller's.
+    pub fn edit_node<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
+    ) -> Result<Node, E> {
         let _owner = self.locks.lock(uuid);
         let Node {
             body: old,
             provision,
         } = self.node(uuid)?;
         let mut body = old.clone();
-        change(&mut body)?;
+        change(&provision, &mut body)?;
         body.uuid = uuid;
         if let Some(name) = &body.name {
-            node::validate_name(name)?;
+            node::validate_name(name).map_err(StoreError::from)?;
         }
         body.updated_at = Some(self.clock.now());
-        let value = record::join(
-            &provision,
-            &serde_json::to_vec(&body).expect("a node body serialises"),
-        );
-        (&self.nodes, &self.names).transaction(|(nodes, names)| {
-            if old.name != body.name {
-                claim_name(names, body.name.as_deref(), uuid)?;
-                if let Some(name) = &old.name {
-                    names.remove(name.as_bytes())?;
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        node::check_sizes(&body, json.len(), Some(&old)).map_err(StoreError::from)?;
+        let value = record::join(&provision, &json);
+        (&self.nodes, &self.names)
+            .transaction(|(nodes, names)| {
+                if old.name != body.name {
+                    claim_name(names, body.name.as_deref(), uuid)?;
+                    if let Some(name) = &old.name {
+                        names.remove(name.as_bytes())?;
+                    }
                 }
-            }
-            nodes.insert(uuid.as_bytes(), value.as_slice())?;
-            Ok(())
-        })?;
+                nodes.insert(uuid.as_bytes(), value.as_slice())?;
+                Ok(())
+            })
+            .map_err(StoreError::from)?;
         // The disk wait happens outside the node's lock ("critical sections never wait").
         drop(_owner);
         self.flush()?;

@@ -111,7 +111,12 @@ impl Lab {
 
     pub fn heartbeat(&self, uuid: Uuid) {
         self.conductor
-            .heartbeat(uuid, "t".repeat(43).as_str(), "http://127.0.0.1:9", "test")
+            .heartbeat(
+                uuid,
+                "t".repeat(43).as_str(),
+                &deployd::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
+                "test",
+            )
             .unwrap();
     }
 }

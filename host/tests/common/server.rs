@@ -155,7 +155,9 @@ impl Server {
                     .conductor
                     .is_busy(n["uuid"].as_str().unwrap().parse().unwrap())
             {
-                return n;
+                // The step that held the node may have written after the read above
+                // (its claim goes last): read the record again now that it is free.
+                return self.get(&format!("/v1/nodes/{node}")).await.body;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

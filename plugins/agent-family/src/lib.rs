@@ -141,14 +141,63 @@ fn clean_step() -> Result<Outcome, String> {
     Ok(Outcome::Done)
 }
 
-/// Asks the agent to power the machine off cleanly; the BMC makes sure of it.
+/// driver_info key: seconds the machine may take to power itself off once its agent was
+/// asked to, before the BMC forces it (default [`SOFT_POWER_OFF_WAIT`], at most
+/// [`MAX_SOFT_POWER_OFF_WAIT`], so the step stays within the driver's deadline).
+pub const SOFT_POWER_OFF_TIMEOUT: &str = "soft_power_off_timeout";
+const SOFT_POWER_OFF_WAIT: u64 = 10;
+const MAX_SOFT_POWER_OFF_WAIT: u64 = 20;
+
+/// Powers the machine off without losing what its agent wrote, as Ironic's
+/// `tear_down_agent` does: the agent flushes the disk (`standby.sync`: ironic-python-agent
+/// writes images without an fsync), then powers the machine off itself; only a machine
+/// still on after [`SOFT_POWER_OFF_TIMEOUT`] is forced off by the BMC.
 fn power_off() -> Result<(), String> {
-    if let Err(e) = agent::run("standby.power_off", &json!({}), false) {
-        log::warn(&format!(
-            "soft power-off through the agent failed ({e}); using the BMC"
-        ));
+    match agent::run("standby.sync", &json!({}), true) {
+        Ok(c) if c.succeeded() => {}
+        Ok(c) => log::warn(&format!(
+            "the agent could not sync its disk: {}",
+            c.error_text()
+        )),
+        Err(e) => log::warn(&format!("the agent could not sync its disk: {e}")),
     }
+    match agent::run("standby.power_off", &json!({}), false) {
+        Ok(_) => {
+            if !wait_until_off(soft_power_off_wait()) {
+                log::warn("the machine did not power itself off in time; forcing it off");
+            }
+        }
+        Err(e) => log::warn(&format!(
+            "soft power-off through the agent failed ({e}); using the BMC"
+        )),
+    }
+    // Records the power state; forces the machine off only if it is still on.
     bmc::set_power(PowerState::Off)
+}
+
+fn soft_power_off_wait() -> u64 {
+    let node = node::get();
+    let given = node.driver_info.get(SOFT_POWER_OFF_TIMEOUT).and_then(|v| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    });
+    given
+        .unwrap_or(SOFT_POWER_OFF_WAIT)
+        .min(MAX_SOFT_POWER_OFF_WAIT)
+}
+
+/// Polls the BMC until the machine is off or `seconds` pass; whether it went off.
+fn wait_until_off(seconds: u64) -> bool {
+    let polls = seconds * 4;
+    for poll in 0..=polls {
+        if bmc::get_power() == Ok(PowerState::Off) {
+            return true;
+        }
+        if poll < polls {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+    false
 }
 
 fn agent_step() -> Result<Outcome, String> {

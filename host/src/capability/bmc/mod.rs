@@ -136,15 +136,24 @@ async fn set_power(
     state: PowerState,
 ) -> wasmtime::Result<Result<(), String>> {
     let http = &services.http;
+    // A machine already in the state is left alone, as Ironic's `node_power_action` does:
+    // a hard power-off of a machine its agent powered off cleanly is no-op at best, and
+    // some BMCs refuse it.
     let done = match bmc_or_return!(services, node, power) {
         Bmc::Fake => Ok(()),
-        Bmc::Redfish(t) => match t.set_power(http, state).await {
-            Ok(()) => settle(state, || t.get_power(http)).await,
-            Err(e) => Err(e),
+        Bmc::Redfish(t) => match t.get_power(http).await {
+            Ok(now) if now == state => Ok(()),
+            _ => match t.set_power(http, state).await {
+                Ok(()) => settle(state, || t.get_power(http)).await,
+                Err(e) => Err(e),
+            },
         },
-        Bmc::Ipmi(t) => match t.set_power(state).await {
-            Ok(()) => settle(state, || t.get_power()).await,
-            Err(e) => Err(e),
+        Bmc::Ipmi(t) => match t.get_power().await {
+            Ok(now) if now == state => Ok(()),
+            _ => match t.set_power(state).await {
+                Ok(()) => settle(state, || t.get_power()).await,
+                Err(e) => Err(e),
+            },
         },
     };
     if done.is_ok() {
