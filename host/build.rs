@@ -29,6 +29,7 @@ fn main() {
     rerun_if_changed(&plugins);
     println!("cargo:rerun-if-changed={}", wit.display());
 
+    ensure_wasm_target();
     let target_dir = out.join("plugins-target");
     build(&plugins, &target_dir, &[]);
     let release = target_dir.join("wasm32-wasip2/release");
@@ -64,6 +65,33 @@ fn main() {
     }
     code += "];\n";
     std::fs::write(out.join("plugins.rs"), code).unwrap();
+}
+
+/// Installs the wasm32-wasip2 standard library if the toolchain lacks it, so that the
+/// README's first command works on a fresh machine: rustup installs the targets of
+/// `rust-toolchain.toml` only with a toolchain it installs, not into one already there.
+fn ensure_wasm_target() {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let installed = sysroot
+        .as_deref()
+        .is_some_and(|s| Path::new(s).join("lib/rustlib/wasm32-wasip2").exists());
+    if installed {
+        return;
+    }
+    println!("cargo:warning=installing the wasm32-wasip2 target (rustup target add wasm32-wasip2)");
+    let added = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .status();
+    if !added.is_ok_and(|s| s.success()) {
+        println!(
+            "cargo:warning=could not install wasm32-wasip2; run `rustup target add wasm32-wasip2`"
+        );
+    }
 }
 
 fn build(plugins: &Path, target_dir: &Path, extra: &[&str]) {

@@ -1,8 +1,7 @@
 //! The real `baremetal` CLI (python-ironicclient, from PyPI) against `deployd serve`: the
 //! commands an operator types, each exiting 0 and printing what it prints against Ironic.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::Command;
 

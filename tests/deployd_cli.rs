@@ -1,7 +1,6 @@
 //! `deployd node|port|driver …` against `deployd serve`, both as real processes.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::Command;
 

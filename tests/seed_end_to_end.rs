@@ -6,8 +6,7 @@
 //! far longer than `deploy_callback_timeout` ends active; a dead agent still times out;
 //! a timeout of 0 disables the check; an engine crash loses nothing.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,8 +1,7 @@
 //! `deployd serve` as a process: it starts on the embedded default, keeps every node
 //! across a clean restart and across SIGKILL, and fails a node left mid-operation.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{Engine, call};

@@ -14,8 +14,7 @@
 //!   loops or runs out of memory fails that node with the reason in `last_error`, and its
 //!   clean-up runs; other nodes carry on.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -27,6 +26,7 @@ use crate::node::Node;
 use crate::plugin::bindings::Outcome;
 use crate::plugin::sandbox::{Export, Reply};
 use crate::plugin::{LoadedDriver, PluginError, Registry};
+use crate::reservations::{Claim, Held, Reservations};
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::{Store, StoreError, TimedOut};
 use crate::sweeper::TimeoutHook;
@@ -54,9 +54,9 @@ pub enum ConductorError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(
-        "Node {0} is locked by host deployd, please retry after the current operation is completed."
+        "Node {node} is locked by host deployd for {by}, please retry after the current operation is completed."
     )]
-    Busy(Uuid),
+    Busy { node: Uuid, by: &'static str },
     #[error("driver {0:?} is not loaded")]
     NoDriver(String),
     /// The node's record cannot start this flow (e.g. its local image is unreadable).
@@ -64,23 +64,12 @@ pub enum ConductorError {
     Invalid(String),
 }
 
-/// Nodes with a flow step in progress.
-#[derive(Default)]
-struct Reservations(Mutex<HashSet<Uuid>>);
-
-/// A node's reservation; released on drop, whatever happened.
-struct Claim {
-    reservations: Arc<Reservations>,
-    node: Uuid,
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.reservations
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.node);
+impl From<Held> for ConductorError {
+    fn from(h: Held) -> Self {
+        ConductorError::Busy {
+            node: h.node,
+            by: h.by,
+        }
     }
 }
 
@@ -107,32 +96,19 @@ impl Conductor {
         })
     }
 
-    fn claim(&self, node: Uuid) -> Option<Claim> {
-        let fresh = self
-            .reservations
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(node);
-        fresh.then(|| Claim {
-            reservations: self.reservations.clone(),
-            node,
-        })
+    fn claim(&self, node: Uuid, operation: &'static str) -> Result<Claim, ConductorError> {
+        Ok(self.reservations.try_claim(node, operation)?)
     }
 
-    /// Whether a flow step is running on the node.
+    /// Whether a flow step (or an operator's change) is running on the node.
     pub fn is_busy(&self, node: Uuid) -> bool {
-        self.reservations
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&node)
+        self.reservations.holder(node).is_some()
     }
 
     /// Starts an operator action. The first transition happens before this returns (so an
     /// illegal one is refused synchronously); the driver work runs in the background.
     pub fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
-        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let claim = self.claim(node, verb.operation())?;
         let current = self.store.node(node)?;
         let state = current.state();
         match verb {
@@ -221,7 +197,7 @@ impl Conductor {
         ) {
             return Ok(());
         }
-        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let claim = self.claim(node, "heartbeat")?;
         self.spawn(claim, Step::Heartbeat(touched));
         Ok(())
     }
@@ -231,7 +207,7 @@ impl Conductor {
         self.keep_alive
             .get_or_init(|| tokio::spawn(keep_alive(Arc::downgrade(self))));
         tokio::spawn(async move {
-            let node = claim.node;
+            let node = claim.node();
             if let Err(e) = me.run(node, step).await {
                 tracing::error!(%node, "flow step failed in the engine: {e}");
             }
@@ -439,13 +415,13 @@ impl Conductor {
     where
         E: From<StoreError> + From<ConductorError>,
     {
-        let _claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let _claim = self.claim(node, "update")?;
         self.store.edit_node(node, change)
     }
 
     /// Deletes a node (`DELETE`), holding its claim: never while a flow step runs.
     pub fn delete(&self, node: Uuid) -> Result<(), ConductorError> {
-        let _claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let _claim = self.claim(node, "delete")?;
         self.store.delete_node(node)?;
         self.agents.forget(node);
         Ok(())
@@ -504,7 +480,7 @@ impl Conductor {
         let driver = self
             .driver_for(&record)
             .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
-        let claim = self.claim(node).ok_or(ConductorError::Busy(node))?;
+        let claim = self.claim(node, "power")?;
         let target = match action {
             PowerAction::Off => "power off",
             PowerAction::On | PowerAction::Reboot => "power on",
@@ -581,15 +557,7 @@ async fn keep_alive(conductor: std::sync::Weak<Conductor>) {
         let Some(conductor) = conductor.upgrade() else {
             return;
         };
-        let busy: Vec<Uuid> = conductor
-            .reservations
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect();
-        for node in busy {
+        for node in conductor.reservations.held() {
             // Only nodes in wait states can be touched; the others say so, harmlessly.
             let _ = conductor.store.touch_provisioning(node);
         }
@@ -605,6 +573,21 @@ enum Step {
     CleanUp(String),
 }
 
+impl Verb {
+    /// What a reservation taken for this verb says it is doing.
+    fn operation(self) -> &'static str {
+        match self {
+            Verb::Manage => "manage",
+            Verb::Provide => "provide",
+            Verb::Deploy => "deploy",
+            Verb::Rebuild => "rebuild",
+            Verb::Undeploy => "undeploy",
+            Verb::Clean => "clean",
+            Verb::Abort => "abort",
+        }
+    }
+}
+
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {
     fn timed_out(&self, event: TimedOut) {
@@ -612,12 +595,7 @@ impl TimeoutHook for Arc<Conductor> {
         let me = self.clone();
         tokio::spawn(async move {
             let node = event.node;
-            let claim = loop {
-                match me.claim(node) {
-                    Some(c) => break c,
-                    None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-                }
-            };
+            let claim = me.reservations.claim(node, "timeout clean-up").await;
             if let Err(e) = me.clean_up(node, event.last_error).await {
                 tracing::error!(%node, "clean-up after timeout failed: {e}");
             }

@@ -11,16 +11,16 @@
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
-//! - [`agent`]: `deployd agent`, the ramdisk agent; [`lab`]: simulated machines with a
+//! - [`agent`]: `deployd agent`, the ramdisk agent (the `deployd-agent` crate); [`lab`]: simulated machines with a
 //!   Redfish BMC whose power-on boots an agent; [`demo`]: the whole story in one command.
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
-pub mod agent;
+pub use deployd_agent as agent;
 pub mod agents;
 pub mod api;
 pub mod bench;
 pub mod capability;
-pub mod checksum;
+pub use deployd_agent::checksum;
 pub mod cli;
 pub mod clock;
 pub mod conductor;
@@ -32,6 +32,7 @@ pub mod images;
 pub mod lab;
 pub mod node;
 pub mod plugin;
+pub mod reservations;
 pub mod signal;
 pub mod state_machine;
 pub mod store;

@@ -129,7 +129,7 @@ pub enum InvalidField {
     #[error("invalid MAC address {0:?}: expected six hex pairs separated by ':' or '-'")]
     Mac(String),
     #[error(
-        "{field} is {size} bytes as JSON; the limit is {MAX_FIELD_BYTES} bytes (65536, as Ironic's TEXT columns)"
+        "{field} is {size} bytes as JSON; the limit is {MAX_FIELD_BYTES} bytes, what Ironic's TEXT columns hold"
     )]
     TooLarge { field: &'static str, size: usize },
 }

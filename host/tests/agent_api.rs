@@ -3,7 +3,7 @@
 //! heartbeats keep a slow deploy alive far past `deploy_callback_timeout`, while a silent
 //! agent's node times out.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

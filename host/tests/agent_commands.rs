@@ -1,7 +1,7 @@
 //! The agent's command API over real HTTP, as the engine's drivers call it: tokens, busy,
 //! bad requests, verified image writes, resumed downloads, and the metadata wipe.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! The operator API over real HTTP on loopback: discovery and microversions, nodes, ports,
 //! drivers, provisioning, errors in Ironic's shape, bad input that changes nothing, auth.
 
-mod common;
+use crate::common;
 
 use common::server::{Server, start};
 use reqwest::{Method, StatusCode};
@@ -444,6 +444,13 @@ async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
     );
     let busy = s.provision(&uuid, "deleted").await;
     assert_eq!(busy.status, StatusCode::CONFLICT, "{:?}", busy.body);
+    assert_eq!(
+        busy.fault(),
+        format!(
+            "Node {uuid} is locked by host deployd for deploy, please retry after the current operation is completed."
+        ),
+        "the refusal names what holds the node"
+    );
     let patch = s
         .send(
             Method::PATCH,
@@ -452,6 +459,12 @@ async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
         )
         .await;
     assert_eq!(patch.status, StatusCode::CONFLICT);
+    let delete = s.delete(&format!("/v1/nodes/{uuid}")).await;
+    assert_eq!(
+        delete.status,
+        StatusCode::CONFLICT,
+        "no delete under a running step"
+    );
     let failed = s.wait_for(&uuid, "deploy failed").await;
     assert!(
         failed["last_error"]

@@ -3,7 +3,7 @@
 //! the real ipmitool), deployd's agent command API writing to a disk file, and an image
 //! server. Heartbeats come from the test, as an agent's would.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +78,7 @@ async fn heartbeat_until_not(
         );
         let agent = deployd::agents::CallbackUrl::parse(agent).unwrap();
         match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0") {
-            Ok(()) | Err(ConductorError::Busy(_)) => heartbeats += 1,
+            Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(150)).await;

@@ -2,7 +2,7 @@
 //! fake driver's whole flow, every sandbox limit just inside and just past, components the
 //! host must refuse, and a driver replaced while a node is mid-deploy.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //!   node still waiting, where its record says (at or before its deadline), and none for a
 //!   failed one.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};

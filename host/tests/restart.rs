@@ -2,7 +2,7 @@
 //! Every record is intact; wait states keep waiting on their persisted clocks; busy states
 //! are failed with a `last_error` that says the engine restarted.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! check. The sweeper runs as a real task on tokio's paused clock, so these run in
 //! microseconds of real time and are exact.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -219,16 +219,12 @@ async fn heartbeat(
     let result = app
         .conductor
         .heartbeat(uuid, token, &callback_url, agent_version);
-    if let (Ok(()) | Err(ConductorError::Busy(_)), Some(message)) =
+    if let (Ok(()) | Err(ConductorError::Busy { .. }), Some(message)) =
         (&result, hb.agent_status_message)
     {
         app.conductor.agents.status(uuid, message);
     }
-    match result {
-        Ok(()) => Ok(StatusCode::ACCEPTED),
-        Err(ConductorError::Busy(_)) => Err(ApiError::conflict(format!(
-            "Node {uuid} is locked by host deployd, please retry after the current operation is completed."
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    result
+        .map(|()| StatusCode::ACCEPTED)
+        .map_err(ApiError::from)
 }

@@ -16,7 +16,8 @@ use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -92,7 +93,27 @@ struct LoadQuery {
     deadline_ms: Option<u64>,
 }
 
+/// A refused upload may not have been read to its end, so its connection cannot carry
+/// another request: the answer says `Connection: close`, or the client would send its
+/// next request down a connection the server is closing.
 async fn load(
+    app: State,
+    query: Result<Query<LoadQuery>, axum::extract::rejection::QueryRejection>,
+    body: Body,
+) -> Response {
+    match receive_and_load(app, query, body).await {
+        Ok(loaded) => loaded.into_response(),
+        Err(e) => {
+            let mut response = e.into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+async fn receive_and_load(
     app: State,
     query: Result<Query<LoadQuery>, axum::extract::rejection::QueryRejection>,
     body: Body,

@@ -78,9 +78,10 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(_)
             | StoreError::IllegalTransition { .. }
             | StoreError::NotWaiting { .. } => StatusCode::BAD_REQUEST,
-            StoreError::Corrupt(_) | StoreError::Db(_) | StoreError::Locked(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            StoreError::Corrupt(_)
+            | StoreError::Db(_)
+            | StoreError::Locked(_)
+            | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),
@@ -99,7 +100,7 @@ impl From<ConductorError> for ApiError {
     fn from(e: ConductorError) -> ApiError {
         match e {
             ConductorError::Store(e) => e.into(),
-            ConductorError::Busy(_) => ApiError::conflict(e.to_string()),
+            ConductorError::Busy { .. } => ApiError::conflict(e.to_string()),
             ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
                 ApiError::bad_request(e.to_string())
             }

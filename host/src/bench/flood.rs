@@ -165,12 +165,13 @@ async fn flood(args: &FloodBench, dir: &std::path::Path) -> anyhow::Result<()> {
         })
         .collect();
     let started = Instant::now();
+    let operator = (args.kind == Flood::Auth).then_some(admin.as_str());
     let flooded = probe(
         &http,
         &served.url,
         Duration::from_secs(args.seconds),
         pid,
-        Some(&admin),
+        operator,
     )
     .await;
     stop.store(true, Ordering::Relaxed);

@@ -84,6 +84,13 @@ pub enum StoreError {
         "the store in {0} is in use by another process (another deployd on the same data dir?)"
     )]
     Locked(std::path::PathBuf),
+    #[error(
+        "the store in {path} has format {found}; this deployd reads format {FORMAT} only (written by another version of deployd?)"
+    )]
+    Format {
+        path: std::path::PathBuf,
+        found: u32,
+    },
     #[error("storage error: {0}")]
     Db(#[from] sled::Error),
 }
@@ -148,6 +155,7 @@ impl Store {
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
         let db = open_db(path, config)?;
+        check_format(&db, path)?;
         let tree = |name: &str| db.open_tree(name);
         let store = Store {
             nodes: tree("nodes")?,
@@ -564,6 +572,35 @@ fn claim_name(
 /// gets a clear error.
 const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 const LOCK_POLLS: u32 = 200;
+
+/// The layout of the store's trees and values (see [`record`]). It is kept in sled's
+/// default tree, so a store written by a deployd with another layout is refused with a
+/// clear error instead of being misread.
+pub const FORMAT: u32 = 2;
+const FORMAT_KEY: &[u8] = b"deployd.format";
+
+fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
+    match db.get(FORMAT_KEY)? {
+        // A new store, or one written before the format was recorded (the same layout).
+        None => {
+            db.insert(FORMAT_KEY, &FORMAT.to_be_bytes())?;
+            Ok(())
+        }
+        Some(v) => {
+            let found = <[u8; 4]>::try_from(v.as_ref())
+                .map(u32::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt(format!("store format {v:02x?}")))?;
+            if found == FORMAT {
+                Ok(())
+            } else {
+                Err(StoreError::Format {
+                    path: path.to_path_buf(),
+                    found,
+                })
+            }
+        }
+    }
+}
 
 fn open_db(path: &Path, config: &StoreConfig) -> Result<sled::Db, StoreError> {
     for _ in 0..LOCK_POLLS {

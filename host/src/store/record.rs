@@ -22,15 +22,92 @@ const RECORD_LEN: usize = 27;
 const NO_TARGET: u8 = 0xFF;
 const NO_DEADLINE: i64 = i64::MIN;
 
+/// Every state's stored code, written out: reordering or adding states in the state
+/// machine must never change what a stored byte means (the golden test below pins them).
+/// An unlisted state is a compile error in [`state_code`].
+const STATE_CODES: [(ProvisionState, u8); 30] = {
+    use ProvisionState as S;
+    [
+        (S::Enroll, 0),
+        (S::Verifying, 1),
+        (S::Manageable, 2),
+        (S::Available, 3),
+        (S::Deploying, 4),
+        (S::WaitCallBack, 5),
+        (S::DeployHold, 6),
+        (S::DeployFailed, 7),
+        (S::Active, 8),
+        (S::Error, 9),
+        (S::Deleting, 10),
+        (S::Cleaning, 11),
+        (S::CleanWait, 12),
+        (S::CleanHold, 13),
+        (S::CleanFailed, 14),
+        (S::Inspecting, 15),
+        (S::InspectWait, 16),
+        (S::InspectFailed, 17),
+        (S::Adopting, 18),
+        (S::AdoptFailed, 19),
+        (S::Rescuing, 20),
+        (S::RescueWait, 21),
+        (S::Rescue, 22),
+        (S::RescueFailed, 23),
+        (S::Unrescuing, 24),
+        (S::UnrescueFailed, 25),
+        (S::Servicing, 26),
+        (S::ServiceWait, 27),
+        (S::ServiceHold, 28),
+        (S::ServiceFailed, 29),
+    ]
+};
+
 fn state_code(s: ProvisionState) -> u8 {
-    ProvisionState::ALL
+    use ProvisionState as S;
+    // Exhaustive on purpose: a new state needs a new code in STATE_CODES.
+    match s {
+        S::Enroll
+        | S::Verifying
+        | S::Manageable
+        | S::Available
+        | S::Deploying
+        | S::WaitCallBack
+        | S::DeployHold
+        | S::DeployFailed
+        | S::Active
+        | S::Error
+        | S::Deleting
+        | S::Cleaning
+        | S::CleanWait
+        | S::CleanHold
+        | S::CleanFailed
+        | S::Inspecting
+        | S::InspectWait
+        | S::InspectFailed
+        | S::Adopting
+        | S::AdoptFailed
+        | S::Rescuing
+        | S::RescueWait
+        | S::Rescue
+        | S::RescueFailed
+        | S::Unrescuing
+        | S::UnrescueFailed
+        | S::Servicing
+        | S::ServiceWait
+        | S::ServiceHold
+        | S::ServiceFailed => {}
+    }
+    STATE_CODES
         .iter()
-        .position(|&x| x == s)
-        .expect("state is in ALL") as u8
+        .find(|(state, _)| *state == s)
+        .map(|(_, code)| *code)
+        .expect("every state has a code")
 }
 
 fn state_from_code(code: u8) -> Option<ProvisionState> {
-    ProvisionState::ALL.get(code as usize).copied()
+    STATE_CODES
+        .iter()
+        .find(|(_, c)| *c == code)
+        .map(|(state, _)| *state)
 }
 
 fn encode(p: &Provision) -> [u8; RECORD_LEN] {
@@ -122,6 +199,69 @@ mod tests {
                 indexed: (i % 3 == 0).then_some(Timestamp::from_micros(-7)),
             };
             assert_eq!(decode(Uuid::nil(), &encode(&p)).unwrap(), p);
+        }
+    }
+
+    /// The bytes on disk, pinned: if this fails, stored nodes would change meaning.
+    #[test]
+    fn stored_bytes_are_stable() {
+        let p = Provision {
+            state: ProvisionState::WaitCallBack,
+            target: Some(ProvisionState::Active),
+            updated_at: Timestamp::from_micros(0x0102_0304_0506_0708),
+            deadline: Some(Timestamp::from_micros(-2)),
+            indexed: None,
+        };
+        assert_eq!(
+            hex::encode(encode(&p)),
+            "020508\
+             0102030405060708\
+             fffffffffffffffe\
+             8000000000000000"
+        );
+        let codes: Vec<(&str, u8)> = STATE_CODES.iter().map(|(s, c)| (s.as_str(), *c)).collect();
+        let golden = [
+            "enroll",
+            "verifying",
+            "manageable",
+            "available",
+            "deploying",
+            "wait call-back",
+            "deploy hold",
+            "deploy failed",
+            "active",
+            "error",
+            "deleting",
+            "cleaning",
+            "clean wait",
+            "clean hold",
+            "clean failed",
+            "inspecting",
+            "inspect wait",
+            "inspect failed",
+            "adopting",
+            "adopt failed",
+            "rescuing",
+            "rescue wait",
+            "rescue",
+            "rescue failed",
+            "unrescuing",
+            "unrescue failed",
+            "servicing",
+            "service wait",
+            "service hold",
+            "service failed",
+        ];
+        for (i, name) in golden.iter().enumerate() {
+            assert_eq!(codes[i], (*name, i as u8));
+        }
+        assert_eq!(
+            codes.len(),
+            ProvisionState::ALL.len(),
+            "every state has a code"
+        );
+        for &state in ProvisionState::ALL {
+            assert_eq!(state_from_code(state_code(state)), Some(state));
         }
     }
 

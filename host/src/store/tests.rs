@@ -45,6 +45,45 @@ fn a_second_open_of_a_store_in_use_is_a_clear_error() {
     );
 }
 
+#[test]
+fn a_store_of_another_format_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    {
+        let (store, _) = open(&dir, 60);
+        store.create_node(new_node(Some("kept"))).unwrap();
+        store.flush().unwrap();
+    }
+    {
+        let db = sled::open(&path).unwrap();
+        assert_eq!(
+            db.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
+            FORMAT.to_be_bytes()
+        );
+        db.insert(FORMAT_KEY, &(FORMAT + 1).to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let refused = Store::open(
+        &path,
+        &StoreConfig::default(),
+        Timeouts::uniform(Duration::from_secs(60)),
+        Clock::manual(T0),
+    )
+    .err()
+    .expect("a future format is refused");
+    assert!(matches!(refused, StoreError::Format { found, .. } if found == FORMAT + 1));
+    assert!(
+        refused.to_string().contains("reads format 2 only"),
+        "{refused}"
+    );
+    let db = sled::open(&path).unwrap();
+    assert_eq!(
+        db.open_tree("nodes").unwrap().len(),
+        1,
+        "nothing was touched"
+    );
+}
+
 fn new_node(name: Option<&str>) -> NewNode {
     NewNode {
         name: name.map(str::to_owned),

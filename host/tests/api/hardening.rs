@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::common::server::{Server, start};
+use crate::common::server::{Server, start};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

@@ -1,11 +1,16 @@
-//! `deployd agent`: a ramdisk agent speaking Ironic's agent protocol.
+//! deployd's ramdisk agent, speaking Ironic's agent protocol: the `deployd-agent`
+//! binary, and `deployd agent` in the engine's. It links neither wasmtime nor sled, so it
+//! stays small enough for a ramdisk.
 //!
 //! - [`commands`]: the command API the engine calls (`/v1/commands`), one command at a
 //!   time, as ironic-python-agent runs them.
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
 //! - [`runner`]: the process: lookup, then heartbeats until power-off.
+//! - [`checksum`]: the image hashes (shared with the engine, which verifies what it
+//!   writes itself).
 
+pub mod checksum;
 pub mod commands;
 pub mod disk;
 pub mod runner;
