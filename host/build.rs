@@ -27,6 +27,8 @@ fn main() {
     let wit = manifest_dir.join("../wit").canonicalize().unwrap();
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     rerun_if_changed(&plugins);
+    // The SDK shares the agent protocol's types with the engine.
+    rerun_if_changed(&manifest_dir.join("wire").canonicalize().unwrap());
     println!("cargo:rerun-if-changed={}", wit.display());
 
     ensure_wasm_target();

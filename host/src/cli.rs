@@ -1,10 +1,11 @@
 //! `deployd node|port|driver …`: the operator CLI, a thin client of the HTTP API (the same
-//! requests `baremetal` makes, at API version 1.67).
+//! requests `baremetal` makes, through `deployd-client`).
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use deployd_client::{Method, Payload};
 use serde_json::{Map, Value, json};
 
 #[derive(Args, Debug)]
@@ -120,69 +121,34 @@ fn key_value(s: &str) -> Result<(String, Value), String> {
     Ok((k.to_owned(), value))
 }
 
-struct Client {
-    http: reqwest::blocking::Client,
-    url: String,
-    auth: Option<(String, String)>,
-}
+/// The engine's API through the one client (python-ironicclient's retries of 409 and
+/// 503 included), with the operator's credentials if given.
+struct Client(deployd_client::blocking::Client);
 
 impl Client {
     fn new(e: &Endpoint) -> Client {
-        let password = std::env::var("DEPLOYD_PASSWORD").unwrap_or_default();
-        Client {
-            http: reqwest::blocking::Client::new(),
-            url: e.url.trim_end_matches('/').to_owned(),
-            auth: e.user.clone().map(|u| (u, password)),
+        let mut client = deployd_client::Client::new(&e.url);
+        if let Some(user) = &e.user {
+            let password = std::env::var("DEPLOYD_PASSWORD").unwrap_or_default();
+            client = client.with_basic_auth(user, &password);
         }
-    }
-
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
-        let r = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .header("X-OpenStack-Ironic-API-Version", "1.67");
-        match &self.auth {
-            Some((u, p)) => r.basic_auth(u, Some(p)),
-            None => r,
-        }
-    }
-
-    /// Sends, and turns an Ironic error body into its faultstring.
-    /// Like python-ironicclient, retries 409 (node locked by a running step) and 503,
-    /// 5 times, 1 s apart.
-    fn send(&self, r: reqwest::blocking::RequestBuilder) -> anyhow::Result<Value> {
-        let mut attempt = 0;
-        let response = loop {
-            let request = r.try_clone().context("a request that can be sent again")?;
-            let answer = request
-                .send()
-                .with_context(|| format!("cannot reach deployd at {}", self.url))?;
-            if !matches!(answer.status().as_u16(), 409 | 503) || attempt == 5 {
-                break answer;
-            }
-            attempt += 1;
-            std::thread::sleep(Duration::from_secs(1));
-        };
-        let status = response.status();
-        let text = response.text()?;
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if !status.is_success() {
-            let fault = body["error_message"]
-                .as_str()
-                .and_then(|m| serde_json::from_str::<Value>(m).ok())
-                .and_then(|m| m["faultstring"].as_str().map(str::to_owned))
-                .unwrap_or(text);
-            bail!("{status}: {fault}");
-        }
-        Ok(body)
+        Client(deployd_client::blocking::Client::new(client))
     }
 
     fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.send(self.request(reqwest::Method::GET, path))
+        Ok(self.0.get(path)?)
     }
 
-    fn json(&self, method: reqwest::Method, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.send(self.request(method, path).json(&body))
+    fn json(&self, method: Method, path: &str, body: Value) -> anyhow::Result<Value> {
+        Ok(self.0.call(method, path, Payload::Json(&body))?)
+    }
+
+    fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(self.0.call(Method::DELETE, path, Payload::None)?)
+    }
+
+    fn upload(&self, path: &str, bytes: &[u8]) -> anyhow::Result<Value> {
+        Ok(self.0.call(Method::POST, path, Payload::Bytes(bytes))?)
     }
 }
 
@@ -198,7 +164,7 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
     let c = Client::new(endpoint);
     let provision = |node: &str, target: &str| {
         c.json(
-            reqwest::Method::PUT,
+            Method::PUT,
             &format!("/v1/nodes/{node}/states/provision"),
             json!({ "target": target }),
         )
@@ -237,7 +203,7 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
                 "driver_info": driver_info.into_iter().collect::<Map<_, _>>(),
                 "instance_info": instance_info.into_iter().collect::<Map<_, _>>(),
             });
-            let node = c.json(reqwest::Method::POST, "/v1/nodes", body)?;
+            let node = c.json(Method::POST, "/v1/nodes", body)?;
             println!("{} {}", text(&node["uuid"]), text(&node["provision_state"]));
         }
         NodeCommand::Manage { node, wait } => run(
@@ -267,7 +233,7 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
         NodeCommand::Clean { node, wait } => {
             let steps = json!([{"interface": "deploy", "step": "erase_devices_metadata"}]);
             let accepted = c.json(
-                reqwest::Method::PUT,
+                Method::PUT,
                 &format!("/v1/nodes/{node}/states/provision"),
                 json!({"target": "clean", "clean_steps": steps}),
             );
@@ -275,12 +241,12 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
         }
         NodeCommand::Abort { node } => run(&c, &node, provision(&node, "abort"), None)?,
         NodeCommand::Delete { node } => {
-            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/nodes/{node}")))?;
+            c.delete(&format!("/v1/nodes/{node}"))?;
             println!("Deleted node {node}");
         }
         NodeCommand::Power { node, target } => {
             c.json(
-                reqwest::Method::PUT,
+                Method::PUT,
                 &format!("/v1/nodes/{node}/states/power"),
                 json!({ "target": target }),
             )?;
@@ -371,14 +337,14 @@ pub fn port(endpoint: &Endpoint, command: PortCommand) -> anyhow::Result<()> {
         PortCommand::Create { node, address } => {
             let uuid = text(&c.get(&format!("/v1/nodes/{node}"))?["uuid"]);
             let p = c.json(
-                reqwest::Method::POST,
+                Method::POST,
                 "/v1/ports",
                 json!({"node_uuid": uuid, "address": address}),
             )?;
             println!("{} {}", text(&p["uuid"]), text(&p["address"]));
         }
         PortCommand::Delete { port } => {
-            c.send(c.request(reqwest::Method::DELETE, &format!("/v1/ports/{port}")))?;
+            c.delete(&format!("/v1/ports/{port}"))?;
             println!("Deleted port {port}");
         }
     }
@@ -426,7 +392,7 @@ pub fn driver(endpoint: &Endpoint, command: DriverCommand) -> anyhow::Result<()>
                 query.push(format!("deadline_ms={d}"));
             }
             let path = format!("/v1/deployd/drivers?{}", query.join("&"));
-            let d = c.send(c.request(reqwest::Method::POST, &path).body(bytes))?;
+            let d = c.upload(&path, &bytes)?;
             println!(
                 "loaded {} {} ({})",
                 text(&d["name"]),
@@ -435,10 +401,7 @@ pub fn driver(endpoint: &Endpoint, command: DriverCommand) -> anyhow::Result<()>
             );
         }
         DriverCommand::Unload { name, force } => {
-            c.send(c.request(
-                reqwest::Method::DELETE,
-                &format!("/v1/deployd/drivers/{name}?force={force}"),
-            ))?;
+            c.delete(&format!("/v1/deployd/drivers/{name}?force={force}"))?;
             println!("unloaded {name}");
         }
     }

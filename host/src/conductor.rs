@@ -20,10 +20,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::agents::Agents;
+use crate::bindings::Outcome;
 use crate::capability::bmc::{self, PowerAction};
 use crate::images::{Images, STAGED_TOKEN};
 use crate::node::Node;
-use crate::plugin::bindings::Outcome;
 use crate::plugin::sandbox::{Export, Reply};
 use crate::plugin::{LoadedDriver, PluginError, Registry};
 use crate::reservations::{Claim, Held, Reservations};

@@ -7,7 +7,8 @@
 //! - [`node`]: what a node and a port are.
 //! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
 //! - [`sweeper`]: the task that fails nodes whose agent went silent.
-//! - [`plugin`]: the wasmtime host that runs drivers; [`capability`]: what they may do.
+//! - [`bindings`]: the driver world's types; [`plugin`]: the wasmtime host that runs
+//!   drivers; [`capability`]: what they may do.
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
@@ -19,6 +20,7 @@ pub use deployd_agent as agent;
 pub mod agents;
 pub mod api;
 pub mod bench;
+pub mod bindings;
 pub mod capability;
 pub use deployd_agent::checksum;
 pub mod cli;

@@ -113,25 +113,22 @@ pub fn authenticate_as(user: &str, password: &str) {
     CREDENTIALS.with(|c| *c.borrow_mut() = Some((user.to_owned(), password.to_owned())));
 }
 
-/// A blocking JSON call at API version 1.67; (status, body).
+/// A blocking JSON call through `deployd-client` (no retries: tests see every 409);
+/// (status, body).
 pub fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
-    let client = reqwest::blocking::Client::new();
-    let mut r = client
-        .request(method.parse().unwrap(), url)
-        .header("X-OpenStack-Ironic-API-Version", "1.67");
+    let origin = reqwest::Url::parse(url)
+        .unwrap()
+        .origin()
+        .ascii_serialization();
+    let path = &url[origin.len()..];
+    let mut client = deployd_client::Client::new(&origin).with_retries(0, Duration::ZERO);
     if let Some((user, password)) = CREDENTIALS.with(|c| c.borrow().clone()) {
-        r = r.basic_auth(user, Some(password));
+        client = client.with_basic_auth(&user, &password);
     }
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let response = r.send().unwrap();
-    let status = response.status().as_u16();
-    let text = response.text().unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
-    )
+    let answer = deployd_client::blocking::Client::new(client)
+        .answer(method.parse().unwrap(), path, body.as_ref())
+        .unwrap();
+    (answer.status, answer.body)
 }
 
 /// A `deployd lab` process: simulated machines behind its Redfish BMC, each booting a

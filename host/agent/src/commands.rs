@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use super::disk;
+pub use deployd_wire::agent::{CommandResult, CommandStatus};
 
 /// The disk images are written to.
 #[derive(Clone, Debug)]
@@ -34,15 +34,6 @@ pub struct DiskTarget {
     pub path: PathBuf,
     /// Bytes per second, to make writes last (demos, tests of long deploys).
     pub throttle: Option<u64>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct CommandResult {
-    pub id: String,
-    pub command_name: String,
-    pub command_status: String,
-    pub command_error: Option<Value>,
-    pub command_result: Option<Value>,
 }
 
 /// Why the agent refused a request (the HTTP status is Ironic's).
@@ -156,7 +147,7 @@ impl CommandApi {
         loop {
             let notified = self.finished.notified();
             let result = self.get(id)?;
-            if result.command_status != "RUNNING" {
+            if !result.is_running() {
                 return Ok(result);
             }
             notified.await;
@@ -187,7 +178,7 @@ impl CommandApi {
             Some(c) => format!(
                 "{}: {}, {of_total}",
                 c.command_name,
-                c.command_status.to_ascii_lowercase()
+                c.command_status.as_str().to_ascii_lowercase()
             ),
         }
     }
@@ -214,14 +205,14 @@ impl CommandApi {
         let mut result = CommandResult {
             id: Uuid::new_v4().to_string(),
             command_name: command.to_owned(),
-            command_status: "SUCCEEDED".into(),
+            command_status: CommandStatus::Succeeded,
             command_error: None,
             command_result: None,
         };
         let outcome = match (extension, command) {
             ("standby", "prepare_image") => match self.start_prepare_image(&result.id, params) {
                 Ok(()) => {
-                    result.command_status = "RUNNING".into();
+                    result.command_status = CommandStatus::Running;
                     Ok(None)
                 }
                 Err(e) => Err(e),
@@ -260,7 +251,7 @@ impl CommandApi {
             }
         };
         result.command_result = command_result;
-        let running = result.command_status == "RUNNING";
+        let running = result.is_running();
         self.results.lock().unwrap().push(result.clone());
         if !running {
             self.end(command);
@@ -294,11 +285,11 @@ impl CommandApi {
             command.clone_from(&r.command_name);
             match outcome {
                 Ok(v) => {
-                    r.command_status = "SUCCEEDED".into();
+                    r.command_status = CommandStatus::Succeeded;
                     r.command_result = Some(v);
                 }
                 Err(e) => {
-                    r.command_status = "FAILED".into();
+                    r.command_status = CommandStatus::Failed;
                     r.command_error = Some(
                         json!({"type": "ImageWriteError", "code": 500, "message": "Error writing image", "details": e}),
                     );

@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use deployd_client::{Client, Method};
+use deployd_wire::agent::Heartbeat;
+use deployd_wire::version::{self, Version};
 use rand::Rng;
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{CommandApi, DiskTarget, server};
-
-/// The newest API microversion this agent speaks (tokens arrived in 1.62).
-const MAX_VERSION: (u32, u32) = (1, 67);
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct AgentArgs {
@@ -79,10 +79,10 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 }
 
 /// The engine, as the agent sees it.
+/// The engine, at the newest API version both sides speak. Retries are the runner's
+/// own (backoff, back to lookup), so the client makes none.
 struct Engine {
-    http: reqwest::Client,
-    base: String,
-    version: String,
+    client: Client,
 }
 
 /// Why a heartbeat did not land.
@@ -196,56 +196,40 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 
 /// Finds the engine's newest API version, retrying until it answers.
 async fn discover(base: &str) -> Engine {
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("an HTTP client");
-    let base = base.trim_end_matches('/').to_owned();
+    let client = Client::new(base).with_retries(0, Duration::ZERO);
     let mut failures = 0;
     loop {
-        match root_version(&http, &base).await {
+        match root_version(&client).await {
             Ok(version) => {
                 tracing::info!(%version, "engine found");
                 return Engine {
-                    http,
-                    base,
-                    version,
+                    client: client.with_version(version),
                 };
             }
             Err(e) => {
                 failures += 1;
-                tracing::warn!("engine not reachable at {base} yet: {e}");
+                tracing::warn!("engine not reachable at {} yet: {e}", client.url());
                 tokio::time::sleep(backoff(failures, Duration::from_secs(10))).await;
             }
         }
     }
 }
 
-async fn root_version(http: &reqwest::Client, base: &str) -> Result<String, String> {
-    let root: Value = http
-        .get(format!("{base}/"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+async fn root_version(client: &Client) -> Result<Version, String> {
+    let root = client.get("/").await.map_err(|e| e.to_string())?;
     let max = root
         .pointer("/default_version/version")
         .and_then(Value::as_str)
         .ok_or("the engine's root document has no default_version.version")?;
-    let (major, minor) = max
-        .split_once('.')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        .ok_or_else(|| format!("unreadable API version {max:?}"))?;
-    let (major, minor) = std::cmp::min((major, minor), MAX_VERSION);
-    if (major, minor) < (1, 22) {
+    let version = Version::parse(max)
+        .ok_or_else(|| format!("unreadable API version {max:?}"))?
+        .min(version::MAX);
+    if !version.at_least(22) {
         return Err(format!(
             "API {max} is too old for lookup and heartbeat (1.22)"
         ));
     }
-    Ok(format!("{major}.{minor}"))
+    Ok(version)
 }
 
 /// What lookup gave: the node, its token, and how often to heartbeat.
@@ -291,19 +275,9 @@ async fn lookup(engine: &Engine, args: &AgentArgs) -> Session {
 }
 
 async fn lookup_once(engine: &Engine, query: &[(&str, String)]) -> Result<Session, String> {
-    let response = engine
-        .http
-        .get(format!("{}/v1/lookup", engine.base))
-        .query(query)
-        .header("X-OpenStack-Ironic-API-Version", &engine.version)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        return Err(format!("{status}: {}", fault(&body)));
-    }
+    let query: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let path = format!("/v1/lookup?{}", query.join("&"));
+    let body = engine.client.get(&path).await.map_err(|e| e.to_string())?;
     let node = body
         .pointer("/node/uuid")
         .and_then(Value::as_str)
@@ -327,46 +301,32 @@ async fn lookup_once(engine: &Engine, query: &[(&str, String)]) -> Result<Sessio
     })
 }
 
-/// The message of an Ironic error body (`error_message` holds a JSON string).
-fn fault(body: &Value) -> String {
-    let inner = body.get("error_message").and_then(Value::as_str);
-    inner
-        .and_then(|s| serde_json::from_str::<Value>(s).ok())
-        .and_then(|v| {
-            v.get("faultstring")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .or(inner.map(str::to_owned))
-        .unwrap_or_else(|| body.to_string())
-}
-
 async fn heartbeat(
     engine: &Engine,
     session: &Session,
     api: &Arc<CommandApi>,
 ) -> Result<(), Refused> {
-    let body = json!({
-        "callback_url": api.advertise,
-        "agent_token": session.token,
-        "agent_version": concat!("deployd-agent ", env!("CARGO_PKG_VERSION")),
-        "agent_status_message": api.status_message(),
-    });
-    let response = engine
-        .http
-        .post(format!("{}/v1/heartbeat/{}", engine.base, session.node))
-        .header("X-OpenStack-Ironic-API-Version", &engine.version)
-        .json(&body)
-        .send()
+    let body = Heartbeat {
+        callback_url: api.advertise.clone(),
+        agent_token: Some(session.token.clone()),
+        agent_version: Some(concat!("deployd-agent ", env!("CARGO_PKG_VERSION")).to_owned()),
+        agent_status_message: Some(api.status_message()),
+        ..Default::default()
+    };
+    let body = serde_json::to_value(&body).expect("a heartbeat serialises");
+    let path = format!("/v1/heartbeat/{}", session.node);
+    let answer = engine
+        .client
+        .answer(Method::POST, &path, Some(&body))
         .await
         .map_err(|e| Refused::Unreachable(e.to_string()))?;
-    let status = response.status().as_u16();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let status = answer.status;
+    let fault = answer.fault.unwrap_or_default();
     match status {
         200..=299 => Ok(()),
         409 => Err(Refused::Busy),
-        400 | 401 | 403 | 404 => Err(Refused::Lookup(format!("{status}: {}", fault(&body)))),
-        _ => Err(Refused::Unreachable(format!("{status}: {}", fault(&body)))),
+        400 | 401 | 403 | 404 => Err(Refused::Lookup(format!("{status}: {fault}"))),
+        _ => Err(Refused::Unreachable(format!("{status}: {fault}"))),
     }
 }
 

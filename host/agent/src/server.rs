@@ -93,7 +93,7 @@ async fn run(
     let request: Run = serde_json::from_slice(&body)
         .map_err(|e| AgentError::InvalidParams(format!("invalid command body: {e}")))?;
     let mut result = api.execute(&request.name, &request.params)?;
-    if p.wait() && result.command_status == "RUNNING" {
+    if p.wait() && result.is_running() {
         result = api.wait_for(&result.id).await?;
     }
     Ok(Json(

@@ -31,6 +31,7 @@ use crate::conductor::{AGENT_TOKEN_HASH, ConductorError};
 use crate::node::Node;
 use crate::state_machine::ProvisionState;
 use crate::store::StoreError;
+use deployd_wire::agent::Heartbeat;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -151,17 +152,6 @@ fn issue_token(app: &App, node: &Node) -> Result<String, ApiError> {
     } else {
         Ok("******".into())
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Heartbeat {
-    callback_url: String,
-    agent_token: Option<String>,
-    agent_version: Option<String>,
-    agent_verify_ca: Option<String>,
-    agent_status: Option<String>,
-    agent_status_message: Option<String>,
 }
 
 async fn heartbeat(

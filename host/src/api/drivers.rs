@@ -40,7 +40,7 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 fn family(d: &LoadedDriver) -> &'static str {
-    use crate::plugin::bindings::Family;
+    use crate::bindings::Family;
     match d.description.family {
         Family::Agent => "agent",
         Family::Pxe => "pxe",

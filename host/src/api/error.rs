@@ -1,10 +1,9 @@
-//! Errors in Ironic's shape: `{"error_message": "<JSON text of {faultcode, faultstring,
-//! debuginfo}>"}`, which python-ironicclient, openstacksdk and ironic-python-agent parse.
+//! Errors in Ironic's shape (`deployd_wire::fault`), with Ironic's status codes.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use deployd_wire::fault;
 
 use crate::conductor::ConductorError;
 use crate::store::StoreError;
@@ -46,22 +45,13 @@ impl ApiError {
 
 /// The JSON envelope of a server-side fault, for answers written outside axum.
 pub fn error_body(faultstring: &str) -> String {
-    envelope("Server", faultstring).to_string()
-}
-
-fn envelope(faultcode: &str, faultstring: &str) -> serde_json::Value {
-    let inner = json!({"faultcode": faultcode, "faultstring": faultstring, "debuginfo": null});
-    json!({"error_message": inner.to_string()})
+    fault::envelope("Server", faultstring).to_string()
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let faultcode = if self.status.is_server_error() {
-            "Server"
-        } else {
-            "Client"
-        };
-        (self.status, Json(envelope(faultcode, &self.message))).into_response()
+        let faultcode = fault::faultcode(self.status.as_u16());
+        (self.status, Json(fault::envelope(faultcode, &self.message))).into_response()
     }
 }
 

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`root`] | `GET /`, `GET /v1` (discovery) |
 //! | [`nodes`] | `/v1/nodes…`: create, list, show, patch, delete, states, provision, power, validate |
-//! | [`ports`] | `/v1/ports…` |
+//! | [`ports`] | `/v1/ports…`, `/v1/nodes/{node}/ports` |
 //! | [`drivers`] | `GET /v1/drivers…`; the extension `/v1/deployd/drivers` to load and unload |
 //! | [`agent`] | `GET /v1/lookup`, `POST /v1/heartbeat/{node}` |
 //!

@@ -29,7 +29,6 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/nodes/{ident}/states/provision", put(provision))
         .route("/v1/nodes/{ident}/states/power", put(power))
         .route("/v1/nodes/{ident}/validate", get(validate))
-        .route("/v1/nodes/{ident}/ports", get(super::ports::of_node))
 }
 
 async fn create(

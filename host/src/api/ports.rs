@@ -23,6 +23,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/ports/", get(list).post(create))
         .route("/v1/ports/detail", get(list_detail))
         .route("/v1/ports/{uuid}", get(show).delete(remove))
+        .route("/v1/nodes/{ident}/ports", get(of_node))
 }
 
 #[derive(Deserialize)]
@@ -72,8 +73,8 @@ async fn list_detail(app: State) -> Result<Json<Value>, ApiError> {
     ))
 }
 
-pub async fn of_node(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = super::nodes::find(&app, &ident)?;
+async fn of_node(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = app.conductor.store.find_node(&ident)?;
     let base = &app.public_url;
     let ports = app.conductor.store.ports_of(node.uuid())?;
     Ok(Json(

@@ -1,10 +1,8 @@
 //! API microversions: which one a request asked for, and the headers every answer carries.
 //!
-//! deployd serves 1.1 to [`MAX`]. The maximum is chosen for the agents: from 1.62 the
-//! lookup issues agent tokens (which deployd requires), and from 1.68 ironic-python-agent
-//! switches to HTTPS with a self-signed certificate per boot that the engine would have to
-//! pin from `agent_verify_ca` — not supported yet, so deployd stops at 1.67. The `baremetal`
-//! CLI asks for its latest (1.115), gets 406 with these bounds, and retries at 1.67.
+//! deployd serves 1.1 to [`MAX`] (why that maximum: `deployd_wire::version`). The
+//! `baremetal` CLI asks for its latest (1.115), gets 406 with these bounds, and retries at
+//! the maximum.
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue};
@@ -13,24 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 
-pub const MIN: Version = Version(1);
-pub const MAX: Version = Version(67);
-
-/// A 1.x microversion; only the minor part varies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version(pub u32);
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "1.{}", self.0)
-    }
-}
-
-impl Version {
-    pub fn at_least(self, minor: u32) -> bool {
-        self.0 >= minor
-    }
-}
+pub use deployd_wire::version::{MAX, MIN, Version};
 
 /// The version a request asked for: no header means the minimum, as in Ironic.
 fn requested(headers: &HeaderMap) -> Result<Version, ApiError> {

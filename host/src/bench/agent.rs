@@ -105,7 +105,7 @@ async fn agent_write(disk: &std::path::Path, url: &str, sha256: &str) -> anyhow:
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let took = started.elapsed();
-    if done.command_status != "SUCCEEDED" {
+    if !done.succeeded() {
         bail!("the agent's write failed: {:?}", done.command_error);
     }
     anyhow::ensure!(api.written.load(Ordering::SeqCst) > 0);

@@ -110,27 +110,29 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     std::fs::write(
         &heartbeat,
         lua_nodes.clone()
-            + r#"
+            + &r#"
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["X-OpenStack-Ironic-API-Version"] = "1.67"
+wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
 request = function()
   local n = nodes[math.random(#nodes)]
   local body = '{"callback_url": "http://127.0.0.1:9", "agent_version": "13.0.0", "agent_token": "' .. n[2] .. '"}'
   return wrk.format(nil, "/v1/heartbeat/" .. n[1], nil, body)
 end
-"#,
+"#
+            .replace("@VERSION@", &deployd_wire::version::MAX.to_string()),
     )?;
     let get = dir.join("get.lua");
     std::fs::write(
         &get,
         lua_nodes
-            + r#"
-wrk.headers["X-OpenStack-Ironic-API-Version"] = "1.67"
+            + &r#"
+wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
 request = function()
   return wrk.format("GET", "/v1/nodes/" .. nodes[math.random(#nodes)][1])
 end
-"#,
+"#
+            .replace("@VERSION@", &deployd_wire::version::MAX.to_string()),
     )?;
     let url = format!("http://{}", engine.addr);
     println!("{} nodes in wait call-back on {url}", args.nodes);

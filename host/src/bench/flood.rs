@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::plugin::built;
+use deployd_client::Client;
+use deployd_wire::version;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Flood {
@@ -54,8 +56,6 @@ pub struct FloodBench {
     #[arg(long)]
     pub engine_bin: Option<std::path::PathBuf>,
 }
-
-const VERSION: &str = "1.67";
 
 /// A `deployd serve` process, killed when dropped.
 struct Served {
@@ -122,15 +122,17 @@ async fn flood(args: &FloodBench, dir: &std::path::Path) -> anyhow::Result<()> {
     };
     let http = reqwest::Client::new();
     wait_ready(&http, &served.url).await?;
+    // Set-up goes through the one client (it retries a node still locked by its step).
+    let api = Client::new(&served.url).with_retries(50, Duration::from_millis(100));
     let admin = format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("admin:secret")
     );
     let target = match args.kind {
         Flood::Auth => Target::Auth,
-        Flood::Lookup => Target::Lookup(set_up_lookup(&http, &served.url).await?),
+        Flood::Lookup => Target::Lookup(set_up_lookup(&api).await?),
         Flood::List => {
-            set_up_list(&http, &served.url, args.nodes, args.extra_kib).await?;
+            set_up_list(&api, args.nodes, args.extra_kib).await?;
             Target::List
         }
     };
@@ -223,7 +225,7 @@ impl Target {
             Target::List => http.get(format!("{url}/v1/nodes/detail")),
         };
         request
-            .header("X-OpenStack-Ironic-API-Version", VERSION)
+            .header(version::HEADER, version::MAX.to_string())
             .timeout(Duration::from_secs(60))
     }
 }
@@ -294,7 +296,7 @@ async fn probe(
         let answer = http
             .get(format!("{url}/v1/nodes"))
             .header("authorization", admin)
-            .header("X-OpenStack-Ironic-API-Version", VERSION)
+            .header(version::HEADER, version::MAX.to_string())
             .timeout(Duration::from_secs(30))
             .send()
             .await;
@@ -317,79 +319,34 @@ async fn wait_ready(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
     bail!("the engine at {url} did not start")
 }
 
-async fn call(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Option<Value>,
-) -> anyhow::Result<Value> {
-    let mut request = http
-        .request(method, &url)
-        .header("X-OpenStack-Ironic-API-Version", VERSION);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let answer = request.send().await?;
-    let status = answer.status();
-    let text = answer.text().await?;
-    if !status.is_success() {
-        bail!("{url}: {status} {text}");
-    }
-    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
 /// A node in `wait call-back` with a port; returns the port's MAC.
-async fn set_up_lookup(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
-    let node = call(
-        http,
-        reqwest::Method::POST,
-        format!("{url}/v1/nodes"),
-        Some(json!({"driver": "test_driver", "instance_info": {"mode": "wait"}})),
-    )
-    .await?;
+async fn set_up_lookup(api: &Client) -> anyhow::Result<String> {
+    let node = api
+        .post(
+            "/v1/nodes",
+            &json!({"driver": "test_driver", "instance_info": {"mode": "wait"}}),
+        )
+        .await?;
     let uuid = node["uuid"].as_str().context("a node uuid")?.to_owned();
     let mac = "52:54:00:aa:bb:cc";
-    call(
-        http,
-        reqwest::Method::POST,
-        format!("{url}/v1/ports"),
-        Some(json!({"node_uuid": uuid, "address": mac})),
-    )
-    .await?;
+    api.post("/v1/ports", &json!({"node_uuid": uuid, "address": mac}))
+        .await?;
     for (target, state) in [
         ("manage", "manageable"),
         ("provide", "available"),
         ("active", "wait call-back"),
     ] {
-        call(
-            http,
-            reqwest::Method::PUT,
-            format!("{url}/v1/nodes/{uuid}/states/provision"),
-            Some(json!({ "target": target })),
-        )
-        .await?;
-        wait_state(http, url, &uuid, state).await?;
+        let path = format!("/v1/nodes/{uuid}/states/provision");
+        api.put(&path, &json!({ "target": target })).await?;
+        wait_state(api, &uuid, state).await?;
     }
     Ok(mac.to_owned())
 }
 
-async fn wait_state(
-    http: &reqwest::Client,
-    url: &str,
-    uuid: &str,
-    state: &str,
-) -> anyhow::Result<()> {
+async fn wait_state(api: &Client, uuid: &str, state: &str) -> anyhow::Result<()> {
     for _ in 0..200 {
-        let node = call(
-            http,
-            reqwest::Method::GET,
-            format!("{url}/v1/nodes/{uuid}"),
-            None,
-        )
-        .await?;
+        let node = api.get(&format!("/v1/nodes/{uuid}")).await?;
         if node["provision_state"] == state {
-            // The reservation outlives the state change by a moment.
-            tokio::time::sleep(Duration::from_millis(100)).await;
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -398,24 +355,14 @@ async fn wait_state(
 }
 
 /// `nodes` nodes, each with an `extra` of about `extra_kib` KiB.
-async fn set_up_list(
-    http: &reqwest::Client,
-    url: &str,
-    nodes: usize,
-    extra_kib: usize,
-) -> anyhow::Result<()> {
+async fn set_up_list(api: &Client, nodes: usize, extra_kib: usize) -> anyhow::Result<()> {
     let blob = "x".repeat(1000);
     let extra: serde_json::Map<String, Value> = (0..extra_kib)
         .map(|i| (format!("k{i:05}"), json!(blob)))
         .collect();
     for _ in 0..nodes {
-        call(
-            http,
-            reqwest::Method::POST,
-            format!("{url}/v1/nodes"),
-            Some(json!({"driver": "fake", "extra": extra})),
-        )
-        .await?;
+        api.post("/v1/nodes", &json!({"driver": "fake", "extra": extra}))
+            .await?;
     }
     Ok(())
 }

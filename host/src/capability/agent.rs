@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::HostState;
-use crate::plugin::bindings::deployd::driver::agent::Host;
+use crate::bindings::deployd::driver::agent::Host;
 
 impl HostState {
     /// The agent's commands endpoint and token, or why the driver cannot reach it yet.

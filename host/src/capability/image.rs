@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{HostState, Services};
+use crate::bindings::deployd::driver::image::{Host, WriteProgress};
 use crate::checksum::Hasher;
-use crate::plugin::bindings::deployd::driver::image::{Host, WriteProgress};
 
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
 

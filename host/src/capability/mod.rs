@@ -26,7 +26,7 @@ use wasmtime_wasi::random::WasiRandom;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::agents::Agents;
-use crate::plugin::bindings::Driver;
+use crate::bindings::Driver;
 use crate::store::Store;
 
 /// The engine's services that capabilities act through, shared by all calls.
@@ -137,7 +137,7 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> 
 }
 
 /// The `types` interface has only types; nothing to implement.
-impl crate::plugin::bindings::deployd::driver::types::Host for HostState {}
+impl crate::bindings::deployd::driver::types::Host for HostState {}
 
 struct HasIo;
 

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{HostState, host_failure};
-use crate::plugin::bindings::deployd::driver::node::Host;
+use crate::bindings::deployd::driver::node::Host;
 
 const SCRATCH: &str = "scratch";
 

@@ -1,7 +1,7 @@
 //! `deployd:driver/provision`: the node's provisioning clock and its agent's last word.
 
 use super::HostState;
-use crate::plugin::bindings::deployd::driver::provision::{Heartbeat, Host};
+use crate::bindings::deployd::driver::provision::{Heartbeat, Host};
 
 impl Host for HostState {
     async fn touch(&mut self) -> wasmtime::Result<Result<(), String>> {

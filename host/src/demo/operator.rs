@@ -5,43 +5,29 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use deployd_client::{Client, Method};
 use serde_json::{Value, json};
 
 use crate::lab::Enrollment;
 
 pub struct Operator {
-    http: reqwest::Client,
-    url: String,
+    client: Client,
 }
 
 impl Operator {
+    /// Retries a locked node (409) every 100 ms, 50 times: the step that held it ends
+    /// within moments.
     pub fn new(url: &str) -> Operator {
         Operator {
-            http: reqwest::Client::new(),
-            url: url.to_owned(),
+            client: Client::new(url).with_retries(50, Duration::from_millis(100)),
         }
     }
 
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let mut r = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.url))
-            .header("X-OpenStack-Ironic-API-Version", "1.67");
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let response = r.send().await.with_context(|| format!("{method} {path}"))?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{method} {path}: {status}: {body}");
-        }
-        Ok(body)
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        self.client
+            .call(method.clone(), path, body.as_ref())
+            .await
+            .with_context(|| format!("{method} {path}"))
     }
 
     /// Creates the node (driver_info pointing at its BMC, the image as a local path) and
@@ -55,7 +41,7 @@ impl Operator {
     ) -> anyhow::Result<String> {
         let node = self
             .call(
-                reqwest::Method::POST,
+                Method::POST,
                 "/v1/nodes",
                 Some(json!({
                     "name": m.name,
@@ -77,7 +63,7 @@ impl Operator {
             .context("a node has a uuid")?
             .to_owned();
         self.call(
-            reqwest::Method::POST,
+            Method::POST,
             "/v1/ports",
             Some(json!({"node_uuid": uuid, "address": m.mac})),
         )
@@ -87,23 +73,9 @@ impl Operator {
 
     pub async fn provision(&self, node: &str, target: &str) -> anyhow::Result<()> {
         let path = format!("/v1/nodes/{node}/states/provision");
-        for _ in 0..50 {
-            match self
-                .call(
-                    reqwest::Method::PUT,
-                    &path,
-                    Some(json!({ "target": target })),
-                )
-                .await
-            {
-                // Locked by the step that just ended: retry, as the CLIs do.
-                Err(e) if e.to_string().contains("409") => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                other => return other.map(|_| ()),
-            }
-        }
-        bail!("node {node} stayed locked")
+        self.call(Method::PUT, &path, Some(json!({ "target": target })))
+            .await
+            .map(|_| ())
     }
 
     /// Asks for `target` and waits until the node is in `state`.
@@ -111,7 +83,7 @@ impl Operator {
         self.provision(node, target).await?;
         for _ in 0..600 {
             let n = self
-                .call(reqwest::Method::GET, &format!("/v1/nodes/{node}"), None)
+                .call(Method::GET, &format!("/v1/nodes/{node}"), None)
                 .await?;
             if n["provision_state"] == state {
                 return Ok(());
@@ -122,9 +94,7 @@ impl Operator {
     }
 
     pub async fn nodes(&self) -> anyhow::Result<Vec<Value>> {
-        let list = self
-            .call(reqwest::Method::GET, "/v1/nodes/detail", None)
-            .await?;
+        let list = self.call(Method::GET, "/v1/nodes/detail", None).await?;
         Ok(list["nodes"].as_array().cloned().unwrap_or_default())
     }
 }

@@ -1,7 +1,7 @@
 //! The WebAssembly driver host.
 //!
 //! - [`engine`]: one wasmtime `Engine` (pooling allocator, epoch interruption, a ticker).
-//! - [`bindings`]: the host side of `wit/driver.wit`.
+//! - [`driver`]: a loaded driver version and the limits its calls run under.
 //! - [`sandbox`]: one driver call = a fresh `Store` with limits, a fresh instance from
 //!   the driver's `InstancePre`, captured stderr; failures become [`PluginError`]s.
 //! - [`registry`]: drivers loaded, replaced and unloaded at runtime, by content hash, with
@@ -9,15 +9,15 @@
 //!
 //! What a driver may do to the world is in `crate::capability`, one module per import.
 
-pub mod bindings;
+pub mod driver;
 pub mod engine;
 pub mod error;
 pub mod registry;
 pub mod sandbox;
 
+pub use driver::{Limits, LoadedDriver};
 pub use error::{LoadError, PluginError};
-pub use registry::{LoadedDriver, Registry};
-pub use sandbox::Limits;
+pub use registry::Registry;
 
 /// The bundled drivers (embedded in the binary) and the paths of every component the
 /// build produced, for tests.

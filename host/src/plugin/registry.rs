@@ -19,25 +19,12 @@ use uuid::Uuid;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{Description, DriverPre};
+use super::driver::{Limits, LoadedDriver, version_id};
 use super::engine;
 use super::error::{LoadError, PluginError};
-use super::sandbox::{self, Export, Limits, Reply};
+use super::sandbox::{self, Export, Reply};
+use crate::bindings::{Description, DriverPre};
 use crate::capability::{self, HostState, Services};
-use crate::clock::Timestamp;
-
-/// One immutable driver version, ready to instantiate.
-pub struct LoadedDriver {
-    pub description: Description,
-    /// sha256 of the component's bytes, hex.
-    pub hash: String,
-    /// This version: the code and its limits (see [`version_id`]). Flows pin it.
-    pub id: String,
-    pub size: usize,
-    pub loaded_at: Timestamp,
-    pub limits: Limits,
-    pub(crate) pre: DriverPre<HostState>,
-}
 
 #[derive(Default)]
 struct Drivers {
@@ -56,21 +43,6 @@ pub struct Registry {
     drivers: RwLock<Drivers>,
     /// One compile at a time.
     compiling: tokio::sync::Semaphore,
-}
-
-/// A version's id: the content hash alone under the default limits (so pins written
-/// before limits were part of it still resolve), else the hash and the limits.
-pub fn version_id(hash: &str, limits: &Limits) -> String {
-    if *limits == Limits::default() {
-        hash.to_owned()
-    } else {
-        format!(
-            "{hash}+{}b+{}ms+{}e",
-            limits.memory_bytes,
-            limits.deadline.as_millis(),
-            limits.stderr_bytes
-        )
-    }
 }
 
 const POWER_BACKENDS: &[&str] = &["fake", "ipmitool", "redfish"];
@@ -133,7 +105,7 @@ impl Registry {
             description: Description {
                 name: String::new(),
                 version: String::new(),
-                family: super::bindings::Family::Fake,
+                family: crate::bindings::Family::Fake,
                 power: "fake".into(),
                 summary: String::new(),
             },
@@ -285,16 +257,6 @@ impl Registry {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Drivers> {
         self.drivers.write().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl std::fmt::Debug for LoadedDriver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedDriver")
-            .field("name", &self.description.name)
-            .field("version", &self.description.version)
-            .field("id", &self.id)
-            .finish_non_exhaustive()
     }
 }
 

@@ -7,7 +7,6 @@
 //! store: a trapped instance cannot be re-entered, and a fresh one costs microseconds.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use uuid::Uuid;
 use wasmtime::component::ResourceTable;
@@ -15,59 +14,10 @@ use wasmtime::{Store, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-use super::bindings::{Description, Outcome};
+use super::driver::{Limits, LoadedDriver};
 use super::error::PluginError;
-use super::registry::LoadedDriver;
+use crate::bindings::{Description, Outcome};
 use crate::capability::{HostFailure, HostState, Services};
-
-/// What one call of a driver may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Linear memory, in bytes.
-    pub memory_bytes: usize,
-    /// Wall-clock time for the call, host calls included.
-    #[serde(rename = "deadline_ms", with = "millis")]
-    pub deadline: Duration,
-    /// Captured stderr, in bytes (the rest is dropped).
-    pub stderr_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory_bytes: 64 << 20,
-            deadline: Duration::from_secs(30),
-            stderr_bytes: 16 << 10,
-        }
-    }
-}
-
-/// The longest deadline an operator may give a driver call.
-pub const MAX_DEADLINE: Duration = Duration::from_secs(600);
-
-impl Limits {
-    /// Limits an operator asked for (MiB and ms; `None` keeps the default), each checked
-    /// against what the engine can give, without overflow.
-    pub fn checked(memory_mib: Option<u64>, deadline_ms: Option<u64>) -> Result<Limits, String> {
-        let mut limits = Limits::default();
-        if let Some(mib) = memory_mib {
-            let max = super::engine::MAX_MEMORY >> 20;
-            if mib == 0 || mib > max as u64 {
-                return Err(format!("memory_mib must be from 1 to {max}, not {mib}"));
-            }
-            limits.memory_bytes = (mib as usize) << 20;
-        }
-        if let Some(ms) = deadline_ms {
-            let max = MAX_DEADLINE.as_millis();
-            if ms == 0 || u128::from(ms) > max {
-                return Err(format!("deadline_ms must be from 1 to {max}, not {ms}"));
-            }
-            limits.deadline = Duration::from_millis(ms);
-        }
-        Ok(limits)
-    }
-}
 
 /// The exports of the driver world, as a call to make.
 #[derive(Clone, Debug)]
@@ -187,19 +137,5 @@ fn classify(
         driver,
         trap,
         stderr,
-    }
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
     }
 }

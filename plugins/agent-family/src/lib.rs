@@ -14,6 +14,7 @@
 //! `clean wait` the agent's heartbeat has it erase the disk's metadata, then the machine
 //! is powered off and the node goes on to available (or back to manageable).
 
+use deployd_driver_sdk::agent::ErrorText;
 use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
 use deployd_driver_sdk::image::{self, WriteProgress as Progress};
 use deployd_driver_sdk::node::{self, Node};

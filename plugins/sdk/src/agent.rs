@@ -1,35 +1,21 @@
 //! The node's ramdisk agent (Ironic's agent command API), as typed results.
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::bindings::deployd::driver::agent as host;
 
-/// One command result as the agent reports it.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Command {
-    #[serde(default)]
-    pub id: String,
-    pub command_name: String,
-    /// "RUNNING", "SUCCEEDED" or "FAILED".
-    pub command_status: String,
-    #[serde(default)]
-    pub command_error: Option<Value>,
-    #[serde(default)]
-    pub command_result: Option<Value>,
+/// One command result as the agent reports it (the wire type the engine's agent and
+/// ironic-python-agent both answer with).
+pub use deployd_wire::agent::{CommandResult as Command, CommandStatus};
+
+/// The agent's error text of a command.
+pub trait ErrorText {
+    /// Its `details` or `message`, as Ironic reads them.
+    fn error_text(&self) -> String;
 }
 
-impl Command {
-    pub fn is_running(&self) -> bool {
-        self.command_status == "RUNNING"
-    }
-
-    pub fn succeeded(&self) -> bool {
-        self.command_status == "SUCCEEDED"
-    }
-
-    /// The agent's error text (its `details` or `message`, as Ironic reads it).
-    pub fn error_text(&self) -> String {
+impl ErrorText for Command {
+    fn error_text(&self) -> String {
         match &self.command_error {
             Some(Value::Object(e)) => e
                 .get("details")

@@ -16,8 +16,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{HostState, Services, host_failure};
+use crate::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
 use crate::node::JsonMap;
-use crate::plugin::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
 
 /// Settings of the host's BMC backends.
 #[derive(Clone, Debug)]

@@ -1,4 +1,5 @@
-//! Host bindings for the `deployd:driver` world. Imports are async (they do network and
+//! Host bindings for the `deployd:driver` world (`wit/driver.wit`): the types and `Host`
+//! traits that [`crate::capability`] implements and [`crate::plugin`] calls through. Imports are async (they do network and
 //! disk I/O on tokio) and trappable (a host failure that is not the driver's business, such
 //! as a corrupt store, ends the call instead of being handed to the guest).
 

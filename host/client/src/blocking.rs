@@ -1,0 +1,49 @@
+//! [`crate::Client`] for code without a runtime (the CLI, blocking tests): each call runs
+//! on a current-thread runtime of its own, as mini-redis's blocking client does.
+
+use serde_json::Value;
+
+use crate::{Answer, ClientError, Method, Payload};
+
+pub struct Client {
+    inner: crate::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Client {
+    pub fn new(inner: crate::Client) -> Client {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime");
+        Client { inner, runtime }
+    }
+
+    pub fn url(&self) -> &str {
+        self.inner.url()
+    }
+
+    /// Any answer, refusals included (see [`crate::Client::answer`]).
+    pub fn answer<'a>(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Payload<'a>>,
+    ) -> Result<Answer, ClientError> {
+        self.runtime.block_on(self.inner.answer(method, path, body))
+    }
+
+    /// A successful answer's body, or the refusal as an error.
+    pub fn call<'a>(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Payload<'a>>,
+    ) -> Result<Value, ClientError> {
+        self.answer(method, path, body)?.into_result()
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, Payload::None)
+    }
+}

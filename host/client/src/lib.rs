@@ -1,0 +1,280 @@
+//! One client for deployd's API, as any Ironic client talks to it: a microversion header
+//! on every request, optional HTTP basic auth, Ironic's error envelope decoded into its
+//! `faultstring`, and python-ironicclient's retries of 409 (node locked) and 503.
+//!
+//! [`Client`] is async; [`blocking::Client`] wraps it for command-line use, as tokio's
+//! mini-redis does.
+
+pub mod blocking;
+
+use std::time::Duration;
+
+use deployd_wire::{fault, version};
+use serde_json::Value;
+
+pub use reqwest::Method;
+
+/// Why a call did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach deployd at {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The engine answered with an error; `fault` is its `faultstring` (or the body).
+    #[error("{status}: {fault}")]
+    Api { status: u16, fault: String },
+}
+
+impl ClientError {
+    /// The HTTP status of an engine's refusal.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            ClientError::Unreachable { .. } => None,
+        }
+    }
+}
+
+/// What a request carries.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    None,
+    Json(&'a Value),
+    /// Raw bytes (a driver component).
+    Bytes(&'a [u8]),
+}
+
+impl<'a> From<Option<&'a Value>> for Payload<'a> {
+    fn from(body: Option<&'a Value>) -> Payload<'a> {
+        body.map_or(Payload::None, Payload::Json)
+    }
+}
+
+/// An answer, whatever its status: for callers that look at refusals themselves.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// The body as JSON (`Null` if empty or not JSON).
+    pub body: Value,
+    /// The `faultstring` of an error body, if it is one.
+    pub fault: Option<String>,
+}
+
+impl Answer {
+    /// The body of a success, or the refusal as an error.
+    pub fn into_result(self) -> Result<Value, ClientError> {
+        match self.fault {
+            None => Ok(self.body),
+            Some(fault) => Err(ClientError::Api {
+                status: self.status,
+                fault,
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    version: String,
+    auth: Option<(String, String)>,
+    retries: u32,
+    retry_delay: Duration,
+}
+
+impl Client {
+    /// A client of the engine at `url`, at the highest microversion deployd serves, that
+    /// retries 409 and 503 five times a second apart (as python-ironicclient does).
+    pub fn new(url: &str) -> Client {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .expect("an HTTP client");
+        Client {
+            http,
+            url: url.trim_end_matches('/').to_owned(),
+            version: version::MAX.to_string(),
+            auth: None,
+            retries: 5,
+            retry_delay: Duration::from_secs(1),
+        }
+    }
+
+    pub fn with_basic_auth(mut self, user: &str, password: &str) -> Client {
+        self.auth = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    pub fn with_version(mut self, version: version::Version) -> Client {
+        self.version = version.to_string();
+        self
+    }
+
+    /// How often a 409 or 503 is tried again (0: never).
+    pub fn with_retries(mut self, retries: u32, delay: Duration) -> Client {
+        self.retries = retries;
+        self.retry_delay = delay;
+        self
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Any answer, refusals included (409 and 503 retried first).
+    pub async fn answer<'a>(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Payload<'a>>,
+    ) -> Result<Answer, ClientError> {
+        let body = body.into();
+        let mut attempt = 0;
+        loop {
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.url))
+                .header(version::HEADER, &self.version);
+            if let Some((user, password)) = &self.auth {
+                request = request.basic_auth(user, Some(password));
+            }
+            request = match body {
+                Payload::None => request,
+                Payload::Json(json) => request.json(json),
+                Payload::Bytes(bytes) => request
+                    .header("content-type", "application/octet-stream")
+                    .body(bytes.to_vec()),
+            };
+            let response = request.send().await.map_err(|e| self.unreachable(e))?;
+            let status = response.status().as_u16();
+            if matches!(status, 409 | 503) && attempt < self.retries {
+                attempt += 1;
+                tokio::time::sleep(self.retry_delay).await;
+                continue;
+            }
+            let bytes = response.bytes().await.map_err(|e| self.unreachable(e))?;
+            let fault = (status >= 400).then(|| {
+                fault::faultstring(&bytes)
+                    .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned())
+            });
+            return Ok(Answer {
+                status,
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                fault,
+            });
+        }
+    }
+
+    fn unreachable(&self, source: reqwest::Error) -> ClientError {
+        ClientError::Unreachable {
+            url: self.url.clone(),
+            source,
+        }
+    }
+
+    /// A successful answer's body, or the refusal as an error.
+    pub async fn call<'a>(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Payload<'a>>,
+    ) -> Result<Value, ClientError> {
+        self.answer(method, path, body).await?.into_result()
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, Payload::None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::DELETE, path, Payload::None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server on loopback that answers each connection with the next canned status and
+    /// body, and records the request heads it got.
+    async fn server(
+        answers: Vec<(u16, &'static str)>,
+    ) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for (status, body) in answers {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 8192];
+                let n = stream.read(&mut buf).await.unwrap();
+                heads.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            }
+            heads
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn locked_answers_are_retried_and_errors_carry_their_faultstring() {
+        let envelope = r#"{"error_message": "{\"faultcode\": \"Client\", \"faultstring\": \"Node n could not be found.\", \"debuginfo\": null}"}"#;
+        let (url, server) = server(vec![
+            (409, "{}"),
+            (503, "{}"),
+            (200, r#"{"ok": 1}"#),
+            (404, envelope),
+        ])
+        .await;
+        let client = Client::new(&url)
+            .with_basic_auth("admin", "pw")
+            .with_retries(2, Duration::from_millis(1));
+        assert_eq!(client.get("/v1/nodes").await.unwrap()["ok"], 1);
+        let refused = client.get("/v1/nodes/n").await.unwrap_err();
+        assert_eq!(refused.status(), Some(404));
+        assert_eq!(refused.to_string(), "404: Node n could not be found.");
+        let heads = server.await.unwrap();
+        assert_eq!(heads.len(), 4, "two retries, then the 200, then the 404");
+        for head in heads {
+            let head = head.to_ascii_lowercase();
+            assert!(
+                head.contains("x-openstack-ironic-api-version: 1.67"),
+                "{head}"
+            );
+            assert!(head.contains("authorization: basic "), "{head}");
+        }
+    }
+
+    #[test]
+    fn the_blocking_client_needs_no_runtime_and_reports_an_unreachable_engine() {
+        let client = blocking::Client::new(Client::new("http://127.0.0.1:9"));
+        let e = client.get("/v1").unwrap_err();
+        assert!(matches!(e, ClientError::Unreachable { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("cannot reach deployd at http://127.0.0.1:9")
+        );
+    }
+}
