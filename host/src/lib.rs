@@ -12,8 +12,10 @@
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
-//! - [`agent`]: `deployd agent`, the ramdisk agent (the `deployd-agent` crate); [`lab`]: simulated machines with a
-//!   Redfish BMC whose power-on boots an agent; [`demo`]: the whole story in one command.
+//! - [`agent`]: `deployd agent`, the ramdisk agent (the `deployd-agent` crate); [`lab`]:
+//!   simulated machines with a Redfish BMC whose power-on boots an agent (the
+//!   `deployd-lab` crate, which needs the agent, not the engine); [`demo`]: the whole
+//!   story in one command.
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
 pub use deployd_agent as agent;
@@ -31,11 +33,11 @@ pub mod demo;
 pub mod engine;
 pub mod image_server;
 pub mod images;
-pub mod lab;
+pub use deployd_lab as lab;
 pub mod node;
 pub mod plugin;
 pub mod reservations;
-pub mod signal;
+pub use deployd_agent::signal;
 pub mod state_machine;
 pub mod store;
 pub mod sweeper;

@@ -15,6 +15,7 @@ pub mod commands;
 pub mod disk;
 pub mod runner;
 pub mod server;
+pub mod signal;
 
 pub use commands::{CommandApi, DiskTarget};
 pub use runner::AgentArgs;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::agent::AgentArgs;
+use deployd_agent::AgentArgs;
 
 /// How a machine's agent runs.
 #[derive(Clone, Debug)]
@@ -204,7 +204,7 @@ impl Machine {
             AgentMode::Task => {
                 let (args, me) = (self.args.clone(), self.clone());
                 Ok(Running::Task(tokio::spawn(async move {
-                    let ended = crate::agent::runner::run(args).await;
+                    let ended = deployd_agent::runner::run(args).await;
                     if let Err(e) = &ended {
                         tracing::warn!(machine = %me.name, "agent stopped: {e:#}");
                     }

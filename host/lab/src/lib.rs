@@ -34,7 +34,7 @@ pub struct LabArgs {
     #[arg(long, default_value = "http://127.0.0.1:6385")]
     pub api_url: String,
     /// The agents' write rate limit (suffixes K, M, G).
-    #[arg(long, value_parser = crate::agent::runner::parse_rate)]
+    #[arg(long, value_parser = deployd_agent::runner::parse_rate)]
     pub throttle: Option<u64>,
     /// Seconds between the agents' heartbeats (default: from the engine's lookup).
     #[arg(long)]
@@ -65,7 +65,7 @@ impl Lab {
     pub async fn start(args: &LabArgs, mode: AgentMode) -> anyhow::Result<Lab> {
         std::fs::create_dir_all(&args.dir)
             .with_context(|| format!("creating {}", args.dir.display()))?;
-        let agent = crate::agent::AgentArgs {
+        let agent = deployd_agent::AgentArgs {
             api_url: args.api_url.clone(),
             macs: vec![],
             node_uuid: None,
@@ -145,7 +145,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     use std::io::Write;
     std::io::stdout().flush()?;
     tracing::info!(bmc = %lab.addr, machines = args.machines, "lab is running");
-    crate::signal::shutdown().await;
+    deployd_agent::signal::shutdown().await;
     lab.stop();
     Ok(())
 }
