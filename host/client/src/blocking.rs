@@ -19,10 +19,6 @@ impl Client {
         Client { inner, runtime }
     }
 
-    pub fn url(&self) -> &str {
-        self.inner.url()
-    }
-
     /// Any answer, refusals included (see [`crate::Client::answer`]).
     pub fn answer<'a>(
         &self,

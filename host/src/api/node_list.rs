@@ -127,9 +127,12 @@ async fn respond(
     if let Err(e) = q.check() {
         return e.into_response();
     }
-    let Ok(permit) = app.lists.clone().acquire_owned().await else {
-        return ApiError::bad_request("the engine is shutting down").into_response();
-    };
+    let permit = app
+        .lists
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the list semaphore is never closed");
     let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     let app = app.0.clone();
     tokio::task::spawn_blocking(move || {
