@@ -6,6 +6,7 @@
 mod support;
 
 mod baremetal_cli;
+mod client_suites;
 mod deployd_cli;
 mod seed_end_to_end;
 mod serve;

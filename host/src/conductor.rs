@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::agents::Agents;
 use crate::bindings::Outcome;
 use crate::capability::bmc::{self, PowerAction};
+use crate::hardware::Hardware;
 use crate::images::{Images, STAGED_TOKEN};
 use crate::node::Node;
 use crate::plugin::sandbox::{Export, Reply};
@@ -155,8 +156,7 @@ impl Conductor {
     ) -> Result<(), ConductorError> {
         let (node, state) = (current.uuid(), current.state());
         let driver = self
-            .registry
-            .get(&current.body.driver)
+            .component(&current.body)
             .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
         state
             .next(event)
@@ -442,10 +442,16 @@ impl Conductor {
                 ))
             }),
             None => self
-                .registry
-                .get(&node.body.driver)
+                .component(&node.body)
                 .ok_or_else(|| PluginError::NotLoaded(node.body.driver.clone())),
         }
+    }
+
+    /// The active version of the component that runs a node's flows, chosen by its
+    /// hardware type and interfaces (see [`crate::hardware`]).
+    pub fn component(&self, body: &crate::node::NodeBody) -> Option<Arc<LoadedDriver>> {
+        let name = Hardware::new(&self.registry).component(&body.driver, &body.interfaces)?;
+        self.registry.get(&name)
     }
 
     /// Starts (`Some(hash)`: the driver version to pin) or ends (`None`) a node's flow.
@@ -538,7 +544,13 @@ impl Conductor {
             count += page
                 .iter()
                 .filter(|n| {
-                    n.body.driver == name && n.body.driver_internal_info.contains_key(DRIVER_HASH)
+                    let hash = n
+                        .body
+                        .driver_internal_info
+                        .get(DRIVER_HASH)
+                        .and_then(Value::as_str);
+                    hash.and_then(|h| self.registry.version(h))
+                        .is_some_and(|d| d.description.name == name)
                 })
                 .count();
         }

@@ -31,6 +31,7 @@ pub mod conductor;
 pub mod config;
 pub mod demo;
 pub mod engine;
+pub mod hardware;
 pub mod image_server;
 pub mod images;
 pub use deployd_lab as lab;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::clock::Timestamp;
+use crate::hardware::Interfaces;
 use crate::state_machine::ProvisionState;
 
 pub type JsonMap = Map<String, Value>;
@@ -39,6 +40,13 @@ pub struct NodeBody {
     pub maintenance_reason: Option<String>,
     /// Who holds the node for a long operation (a conductor task), if anyone.
     pub reservation: Option<String>,
+    /// Its Ironic interfaces by kind (`deploy` → `direct`): see [`crate::hardware`].
+    #[serde(default)]
+    pub interfaces: Interfaces,
+    /// The Ironic fields the engine stores but does not act on (`resource_class`,
+    /// `owner`, `traits`, `instance_uuid`, …), by their API names.
+    #[serde(default)]
+    pub attrs: JsonMap,
     #[serde(with = "rfc3339")]
     pub created_at: Timestamp,
     #[serde(with = "rfc3339::option")]
@@ -98,6 +106,10 @@ pub struct NewNode {
     pub properties: JsonMap,
     #[serde(default)]
     pub extra: JsonMap,
+    #[serde(default)]
+    pub interfaces: Interfaces,
+    #[serde(default)]
+    pub attrs: JsonMap,
 }
 
 /// A network port of a node. The agent finds its node by the MACs of its ports.
@@ -111,12 +123,40 @@ pub struct Port {
     pub extra: JsonMap,
     #[serde(default = "yes")]
     pub pxe_enabled: bool,
+    /// The Ironic fields stored but not acted on (`portgroup_uuid`,
+    /// `local_link_connection`, `physical_network`, `is_smartnic`), by API name.
+    #[serde(default)]
+    pub attrs: JsonMap,
     #[serde(with = "rfc3339")]
     pub created_at: Timestamp,
+    #[serde(default, with = "rfc3339::option")]
+    pub updated_at: Option<Timestamp>,
 }
 
 fn yes() -> bool {
     true
+}
+
+/// The strings of a list field in a JSON map (traits, VIFs); none if absent.
+pub fn strings(map: &JsonMap, key: &str) -> Vec<String> {
+    map.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sets a list field in a JSON map; an empty list removes the field.
+pub fn set_strings(map: &mut JsonMap, key: &str, list: Vec<String>) {
+    if list.is_empty() {
+        map.remove(key);
+    } else {
+        map.insert(key.into(), Value::from(list));
+    }
 }
 
 /// Why a node name or a MAC address is not acceptable.
@@ -277,6 +317,8 @@ mod tests {
                 maintenance: false,
                 maintenance_reason: None,
                 reservation: None,
+                interfaces: Default::default(),
+                attrs: JsonMap::new(),
                 created_at: t,
                 updated_at: None,
             },

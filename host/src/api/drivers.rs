@@ -15,7 +15,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, Query};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -23,7 +24,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::{App, MAX_DRIVER, State, view};
+use super::version::Version;
+use super::{App, MAX_DRIVER, State, schema, view};
+use crate::hardware::{self, Hardware};
 use crate::plugin::{Limits, LoadError, LoadedDriver};
 
 pub fn routes() -> Router<Arc<App>> {
@@ -31,6 +34,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/drivers", get(list))
         .route("/v1/drivers/", get(list))
         .route("/v1/drivers/{name}", get(show))
+        .route("/v1/drivers/{name}/properties", get(properties))
         .route(
             "/v1/deployd/drivers",
             // The handler streams the body to disk and enforces MAX_DRIVER itself.
@@ -48,42 +52,127 @@ fn family(d: &LoadedDriver) -> &'static str {
     }
 }
 
+/// What deployd adds about a component: its version, family, limits.
+fn component(d: &LoadedDriver) -> Value {
+    json!({
+        "version": d.description.version,
+        "family": family(d),
+        "power": d.description.power,
+        "summary": d.description.summary,
+        "hash": d.hash,
+        "version_id": d.id,
+        "size": d.size,
+        "loaded_at": d.loaded_at.to_datetime(),
+        "limits": d.limits,
+    })
+}
+
+/// A loaded component as `POST /v1/deployd/drivers` answers.
 fn doc(base: &str, d: &LoadedDriver) -> Value {
     let name = &d.description.name;
     json!({
         "name": name,
-        "hosts": ["deployd"],
+        "hosts": [view::CONDUCTOR],
         "type": "dynamic",
         "links": view::links(base, "drivers", name),
-        "properties": view::links(base, "drivers", &format!("{name}/properties")),
-        "deployd": {
-            "version": d.description.version,
-            "family": family(d),
-            "power": d.description.power,
-            "summary": d.description.summary,
-            "hash": d.hash,
-            "version_id": d.id,
-            "size": d.size,
-            "loaded_at": d.loaded_at.to_datetime(),
-            "limits": d.limits,
-        },
+        "deployd": component(d),
     })
 }
 
-async fn list(app: State) -> Json<Value> {
+/// A hardware type as Ironic shows it; `detail` adds the 1.30 interface fields.
+fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value {
     let base = &app.public_url;
-    Json(
-        json!({"drivers": app.conductor.registry.list().iter().map(|d| doc(base, d)).collect::<Vec<_>>()}),
-    )
+    let mut doc = json!({
+        "name": name,
+        "hosts": [view::CONDUCTOR],
+        "type": "dynamic",
+        "links": view::links(base, "drivers", name),
+        "properties": view::links(base, "drivers", &format!("{name}/properties")),
+    });
+    let obj = doc.as_object_mut().expect("an object");
+    if detail && version.at_least(30) {
+        let hardware = Hardware::new(&app.conductor.registry);
+        for (kind, since) in hardware::KINDS {
+            if !version.at_least(*since) {
+                continue;
+            }
+            let enabled = hardware.enabled(name, kind);
+            obj.insert(format!("default_{kind}_interface"), json!(enabled.first()));
+            obj.insert(format!("enabled_{kind}_interfaces"), json!(enabled));
+        }
+    }
+    if let Some(d) = app.conductor.registry.get(name) {
+        obj.insert("deployd".into(), component(&d));
+    }
+    doc
 }
 
-async fn show(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let driver = app
-        .conductor
-        .registry
-        .get(&name)
-        .ok_or_else(|| ApiError::not_found(format!("The driver {name} is not loaded.")))?;
-    Ok(Json(doc(&app.public_url, &driver)))
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    detail: Option<String>,
+}
+
+async fn list(
+    app: State,
+    Extension(version): Extension<Version>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let detail = match q.detail.as_deref() {
+        None => false,
+        Some(d) => schema::parse_bool(&json!(d))
+            .ok_or_else(|| ApiError::bad_request(format!("Invalid value for detail: {d}")))?,
+    };
+    let names = match q.kind.as_deref() {
+        None | Some("dynamic") => Hardware::new(&app.conductor.registry).types(),
+        Some("classic") => Vec::new(),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid type: {other}; expected \"classic\" or \"dynamic\""
+            )));
+        }
+    };
+    let docs: Vec<Value> = names
+        .iter()
+        .map(|n| hardware_doc(&app, n, detail, version))
+        .collect();
+    Ok(Json(json!({"drivers": docs})))
+}
+
+async fn show(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !Hardware::new(&app.conductor.registry).exists(&name) {
+        return Err(ApiError::not_found(format!(
+            "Driver {name} could not be found."
+        )));
+    }
+    Ok(Json(hardware_doc(&app, &name, true, version)))
+}
+
+async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if !Hardware::new(&app.conductor.registry).exists(&name) {
+        return Err(ApiError::not_found(format!(
+            "Driver {name} could not be found."
+        )));
+    }
+    Ok(Json(json!({
+        "deploy_kernel": "UUID (from Glance) or URL of the deployment kernel. Required.",
+        "deploy_ramdisk": "UUID (from Glance) or URL of the ramdisk. Required.",
+        "ipmi_address": "IP address or hostname of the node. Required for ipmi.",
+        "ipmi_username": "username; default is NULL user. Optional.",
+        "ipmi_password": "password. Optional.",
+        "ipmi_port": "remote IPMI RMCP port. Optional.",
+        "redfish_address": "The URL address to the Redfish controller. Required for redfish.",
+        "redfish_system_id": "The canonical path to the ComputerSystem resource. Optional.",
+        "redfish_username": "User account with admin/server-profile access privilege. Optional.",
+        "redfish_password": "User account password. Optional.",
+    })))
 }
 
 #[derive(Deserialize, Default)]

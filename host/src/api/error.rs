@@ -58,10 +58,13 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         let status = match &e {
-            StoreError::NodeNotFound(_) | StoreError::PortNotFound(_) => StatusCode::NOT_FOUND,
-            StoreError::NameTaken(_) | StoreError::UuidTaken(_) | StoreError::MacTaken { .. } => {
-                StatusCode::CONFLICT
-            }
+            StoreError::NodeNotFound(_)
+            | StoreError::PortNotFound(_)
+            | StoreError::DocumentNotFound { .. } => StatusCode::NOT_FOUND,
+            StoreError::NameTaken(_)
+            | StoreError::UuidTaken(_)
+            | StoreError::MacTaken { .. }
+            | StoreError::DocumentTaken { .. } => StatusCode::CONFLICT,
             StoreError::DeleteRefused { .. } | StoreError::StateChanged { .. } => {
                 StatusCode::CONFLICT
             }
@@ -76,6 +79,12 @@ impl From<StoreError> for ApiError {
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),
             StoreError::PortNotFound(ident) => format!("Port {ident} could not be found."),
+            StoreError::DocumentNotFound { kind, ident } => {
+                format!("{kind} {ident} could not be found.")
+            }
+            StoreError::DocumentTaken { kind, field, value } => {
+                format!("A {kind} with {field} {value} already exists.")
+            }
             StoreError::IllegalTransition { node, source } => format!(
                 "The requested action \"{}\" can not be performed on node \"{node}\" while it is in state \"{}\".",
                 source.event, source.state

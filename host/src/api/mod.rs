@@ -13,14 +13,21 @@
 //! through [`auth`], the agent routes are gated by agent tokens instead.
 
 pub mod agent;
+mod allocations;
 pub mod auth;
 pub mod drivers;
 pub mod error;
 pub mod listener;
+mod listing;
+mod node_doc;
+mod node_extras;
 mod node_list;
 pub mod nodes;
 pub mod ports;
+mod resources;
 pub mod root;
+pub mod schema;
+mod stored;
 pub mod version;
 mod view;
 
@@ -51,6 +58,8 @@ pub struct App {
     pub public_url: String,
     /// Bounds the node lists worked on at once (see [`node_list`]).
     pub lists: Arc<tokio::sync::Semaphore>,
+    /// When this engine started (its conductor's `created_at`).
+    pub started_at: crate::clock::Timestamp,
 }
 
 impl App {
@@ -62,6 +71,7 @@ impl App {
         public_url: String,
     ) -> App {
         App {
+            started_at: conductor.store.clock().now(),
             conductor,
             auth,
             ramdisk_heartbeat_timeout,
@@ -78,6 +88,16 @@ pub type State = axum::extract::State<Arc<App>>;
 pub const MAX_BODY: usize = 1 << 20;
 pub const MAX_DRIVER: usize = 64 << 20;
 
+/// The resources served by [`resources`]' generic handlers.
+const RESOURCES: &[&resources::Resource] = &[
+    &stored::CHASSIS,
+    &stored::PORTGROUP,
+    &stored::DEPLOY_TEMPLATE,
+    &stored::VOLUME_CONNECTOR,
+    &stored::VOLUME_TARGET,
+    &allocations::ALLOCATION,
+];
+
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .merge(root::routes())
@@ -85,6 +105,10 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(ports::routes())
         .merge(drivers::routes())
         .merge(agent::routes())
+        .merge(resources::routes(RESOURCES))
+        .merge(node_extras::routes())
+        .fallback(unrouted)
+        .method_not_allowed_fallback(not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(version::negotiate))
@@ -95,6 +119,19 @@ pub fn router(app: Arc<App>) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
+}
+
+/// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).
+async fn unrouted(uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::not_found(format!("The resource could not be found: {}", uri.path()))
+}
+
+/// A known path with a method it does not take: 405 in Ironic's error shape.
+async fn not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!("The method {method} is not allowed for {}", uri.path()),
+    )
 }
 
 /// Every answer names its request, as Ironic's `openstack-request-id`.

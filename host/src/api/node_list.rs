@@ -9,18 +9,18 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Query};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::{App, State, view};
-use crate::node::Node;
+use super::version::Version;
+use super::{App, State, node_doc, schema, view};
 
 const DEFAULT_FIELDS: &[&str] = &[
     "uuid",
@@ -42,43 +42,120 @@ pub fn permits() -> Arc<Semaphore> {
     Arc::new(Semaphore::new(LISTS))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// A list's query: Ironic's filters (booleans in any case, as Ironic parses them),
+/// `fields`, `detail`, pagination.
+#[derive(Default)]
 pub struct ListQuery {
-    provision_state: Option<String>,
-    driver: Option<String>,
-    maintenance: Option<bool>,
+    /// `(field, value)`: the node's field (as the API shows it) must equal the value.
+    equal: Vec<(&'static str, Value)>,
     associated: Option<bool>,
+    description_contains: Option<String>,
     fields: Option<String>,
     detail: Option<bool>,
     limit: Option<usize>,
     marker: Option<Uuid>,
-    sort_key: Option<String>,
-    sort_dir: Option<String>,
+    /// The query as given, for `next` links.
+    raw: Vec<(String, String)>,
 }
 
+/// Filters that compare one field, and the microversion each came with.
+const EQUAL: &[(&str, u32, bool)] = &[
+    ("provision_state", 9, false),
+    ("driver", 16, false),
+    ("maintenance", 1, true),
+    ("resource_class", 21, false),
+    ("chassis_uuid", 1, false),
+    ("instance_uuid", 1, false),
+    ("conductor_group", 46, false),
+    ("fault", 42, false),
+    ("owner", 50, false),
+    ("lessee", 65, false),
+    ("retired", 61, true),
+    ("conductor", 49, false),
+];
+
 impl ListQuery {
-    fn matches(&self, node: &Node) -> bool {
-        self.provision_state.as_deref().is_none_or(|s| node.state().as_str() == s)
-            && self.driver.as_deref().is_none_or(|d| node.body.driver == d)
-            && self.maintenance.is_none_or(|m| node.body.maintenance == m)
-            // deployd has no instance_uuid: no node is associated.
-            && self.associated != Some(true)
+    pub fn parse(pairs: Vec<(String, String)>, version: Version) -> Result<ListQuery, ApiError> {
+        let mut q = ListQuery {
+            raw: pairs.clone(),
+            ..Default::default()
+        };
+        let boolean = |k: &str, v: &str| {
+            schema::parse_bool(&Value::String(v.to_owned())).ok_or_else(|| {
+                ApiError::bad_request(format!("Invalid value for {k}: {v}; expected a boolean"))
+            })
+        };
+        for (k, v) in pairs {
+            if let Some((name, since, is_bool)) = EQUAL.iter().find(|(n, ..)| *n == k) {
+                if !version.at_least(*since) {
+                    return Err(ApiError::not_acceptable(format!(
+                        "The filter \"{k}\" needs API version 1.{since} or newer."
+                    )));
+                }
+                let value = if *is_bool {
+                    Value::Bool(boolean(&k, &v)?)
+                } else {
+                    Value::String(v)
+                };
+                q.equal.push((name, value));
+                continue;
+            }
+            match k.as_str() {
+                "associated" => q.associated = Some(boolean(&k, &v)?),
+                "description_contains" => q.description_contains = Some(v),
+                "fields" => q.fields = Some(v),
+                "detail" => q.detail = Some(boolean(&k, &v)?),
+                "limit" => {
+                    q.limit = Some(v.parse().map_err(|_| {
+                        ApiError::bad_request(format!(
+                            "Limit must be a non-negative integer, got '{v}'"
+                        ))
+                    })?)
+                }
+                "marker" => {
+                    q.marker = Some(Uuid::parse_str(&v).map_err(|_| {
+                        ApiError::bad_request(format!("Expected a UUID for marker: {v}"))
+                    })?)
+                }
+                "sort_key" if v != "uuid" => {
+                    return Err(ApiError::bad_request(format!(
+                        "The sort_key value \"{v}\" is not supported; deployd sorts by uuid."
+                    )));
+                }
+                "sort_dir" if v != "asc" => {
+                    return Err(ApiError::bad_request("Only sort_dir=asc is supported."));
+                }
+                "sort_key" | "sort_dir" => {}
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "Unknown argument: \"{other}\""
+                    )));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    fn matches(&self, doc: &Value) -> bool {
+        let field = |k: &str| doc.get(k).unwrap_or(&Value::Null);
+        self.equal.iter().all(|(k, v)| field(k) == v)
+            && self
+                .associated
+                .is_none_or(|a| field("instance_uuid").is_null() != a)
+            && self
+                .description_contains
+                .as_deref()
+                .is_none_or(|d| field("description").as_str().is_some_and(|s| s.contains(d)))
     }
 
     /// The query string of a `next` link: everything but the marker.
     fn next_query(&self, limit: usize, marker: Uuid) -> String {
         let mut parts = vec![format!("limit={limit}"), format!("marker={marker}")];
-        let mut add = |k: &str, v: Option<String>| {
-            if let Some(v) = v {
+        for (k, v) in &self.raw {
+            if k != "limit" && k != "marker" {
                 parts.push(format!("{k}={}", v.replace(' ', "%20")));
             }
-        };
-        add("provision_state", self.provision_state.clone());
-        add("driver", self.driver.clone());
-        add("maintenance", self.maintenance.map(|m| m.to_string()));
-        add("fields", self.fields.clone());
-        add("detail", self.detail.map(|d| d.to_string()));
+        }
         parts.join("&")
     }
 
@@ -88,44 +165,48 @@ impl ListQuery {
             Some(n) => n.min(MAX_LIMIT),
         }
     }
-
-    fn check(&self) -> Result<(), ApiError> {
-        if let Some(key) = self.sort_key.as_deref().filter(|k| *k != "uuid") {
-            return Err(ApiError::bad_request(format!(
-                "The sort_key value \"{key}\" is not supported; deployd sorts by uuid."
-            )));
-        }
-        if self.sort_dir.as_deref().is_some_and(|d| d != "asc") {
-            return Err(ApiError::bad_request("Only sort_dir=asc is supported."));
-        }
-        Ok(())
-    }
 }
 
-pub async fn list(app: State, query: Result<Query<ListQuery>, QueryRejection>) -> Response {
-    let detail = match &query {
-        Ok(Query(q)) => q.detail.unwrap_or(false),
-        Err(_) => false,
-    };
-    respond(app, query, detail, "/v1/nodes").await
+type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+pub async fn list(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
+    respond(app, version, query, false, "/v1/nodes").await
 }
 
-pub async fn detail(app: State, query: Result<Query<ListQuery>, QueryRejection>) -> Response {
-    respond(app, query, true, "/v1/nodes/detail").await
+pub async fn detail(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
+    respond(app, version, query, true, "/v1/nodes/detail").await
 }
 
 async fn respond(
     app: State,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    version: Version,
+    query: Pairs,
     detail: bool,
     path: &'static str,
 ) -> Response {
     let q = match query {
-        Ok(Query(q)) => q,
-        Err(e) => return ApiError::bad_request(e.body_text()).into_response(),
+        Ok(Query(pairs)) => ListQuery::parse(pairs, version),
+        Err(e) => Err(ApiError::bad_request(e.body_text())),
     };
-    if let Err(e) = q.check() {
-        return e.into_response();
+    let q = match q {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let detail = detail || q.detail.unwrap_or(false);
+    let fields = match q
+        .fields
+        .as_deref()
+        .map(|f| node_doc::NODE.fields(f, version))
+        .transpose()
+    {
+        Ok(f) => f.map(|f| f.into_iter().map(str::to_owned).collect::<Vec<_>>()),
+        Err(e) => return e.into_response(),
+    };
+    if detail && fields.is_some() {
+        return ApiError::bad_request(
+            "Can not specify ?detail=True and fields in the same request.",
+        )
+        .into_response();
     }
     let permit = app
         .lists
@@ -137,7 +218,13 @@ async fn respond(
     let app = app.0.clone();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        if let Err(e) = write_list(&app, &q, detail, path, &chunks) {
+        let shape = Shape {
+            version,
+            detail,
+            fields,
+            path,
+        };
+        if let Err(e) = write_list(&app, &q, &shape, &chunks) {
             // The status is sent already: cut the body short, so the client sees an error.
             let _ = chunks.blocking_send(Err(std::io::Error::other(e.message)));
         }
@@ -150,6 +237,14 @@ async fn respond(
         .into_response()
 }
 
+/// What each listed node looks like.
+struct Shape {
+    version: Version,
+    detail: bool,
+    fields: Option<Vec<String>>,
+    path: &'static str,
+}
+
 fn stream_of(
     mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
@@ -160,27 +255,26 @@ fn stream_of(
 fn write_list(
     app: &App,
     q: &ListQuery,
-    detail: bool,
-    path: &str,
+    shape: &Shape,
     chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) -> Result<(), ApiError> {
     let limit = q.limit();
-    let fields: Option<Vec<&str>> = q
+    let fields: Option<Vec<&str>> = shape
         .fields
-        .as_deref()
-        .map(|f| f.split(',').map(str::trim).collect());
+        .as_ref()
+        .map(|f| f.iter().map(String::as_str).collect());
     let base = &app.public_url;
     let mut buf = Vec::with_capacity(CHUNK + 4096);
     buf.extend_from_slice(b"{\"nodes\": [");
     let (mut count, mut last) = (0, None);
     for node in app.conductor.store.nodes_after(q.marker) {
         let node = node?;
-        if !q.matches(&node) {
+        let agent = app.conductor.agents.get(node.uuid());
+        let doc = view::node(base, &node, agent.as_ref(), shape.version);
+        if !q.matches(&doc) {
             continue;
         }
-        let agent = app.conductor.agents.get(node.uuid());
-        let doc = view::node(base, &node, agent.as_ref());
-        let doc = match (&fields, detail) {
+        let doc = match (&fields, shape.detail) {
             (Some(f), _) => view::fields(doc, f),
             (None, true) => doc,
             (None, false) => view::fields(doc, DEFAULT_FIELDS),
@@ -200,7 +294,7 @@ fn write_list(
     }
     buf.push(b']');
     if let (true, Some(last)) = (count == limit, last) {
-        let next = format!("{base}{path}?{}", q.next_query(limit, last));
+        let next = format!("{base}{}?{}", shape.path, q.next_query(limit, last));
         buf.extend_from_slice(b", \"next\": ");
         serde_json::to_writer(&mut buf, &next).expect("a string serialises");
     }

@@ -11,12 +11,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use super::error::{ApiError, parse};
+use super::listing::ShowQuery;
+use super::node_doc;
 use super::version::Version;
 use super::{App, State, node_list, view};
 use crate::conductor::Verb;
-use crate::node::{NewNode, Node, NodeBody};
+use crate::hardware::Hardware;
+use crate::node::Node;
 use crate::state_machine::ProvisionState;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -36,13 +40,7 @@ async fn create(
     Extension(version): Extension<Version>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let new: NewNode = parse(&body)?;
-    if app.conductor.registry.get(&new.driver).is_none() {
-        return Err(ApiError::bad_request(format!(
-            "No valid host was found. Reason: No conductor service registered which supports driver {} for conductor group \"\".",
-            new.driver
-        )));
-    }
+    let new = node_doc::new_node(&body, version, &Hardware::new(&app.conductor.registry))?;
     let store = &app.conductor.store;
     let mut node = store.create_node(new)?;
     // Before 1.11 new nodes start in "available", as Ironic's do.
@@ -54,7 +52,7 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(view::node(base, &node, None)),
+        Json(view::node(base, &node, None, version)),
     )
         .into_response())
 }
@@ -63,118 +61,19 @@ pub fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
     Ok(app.conductor.store.find_node(ident)?)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct ShowQuery {
-    fields: Option<String>,
-}
-
 async fn show(
     app: State,
+    Extension(version): Extension<Version>,
     Path(ident): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
     let agent = app.conductor.agents.get(node.uuid());
-    let doc = view::node(&app.public_url, &node, agent.as_ref());
+    let doc = view::node(&app.public_url, &node, agent.as_ref(), version);
     Ok(Json(match q.fields {
-        Some(f) => view::fields(doc, &f.split(',').map(str::trim).collect::<Vec<_>>()),
+        Some(f) => view::fields(doc, &node_doc::NODE.fields(&f, version)?),
         None => doc,
     }))
-}
-
-/// Top-level fields a PATCH may change.
-const PATCHABLE: &[&str] = &[
-    "name",
-    "driver",
-    "driver_info",
-    "instance_info",
-    "properties",
-    "extra",
-    "maintenance",
-    "maintenance_reason",
-];
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchOp {
-    op: String,
-    path: String,
-    value: Option<Value>,
-}
-
-/// Applies RFC 6902 add/replace/remove operations to a node body, within [`PATCHABLE`].
-fn apply_patch(body: &NodeBody, ops: &[PatchOp]) -> Result<NodeBody, ApiError> {
-    let mut doc = serde_json::to_value(body).expect("a body serialises");
-    for op in ops {
-        let parts: Vec<String> = op
-            .path
-            .trim_start_matches('/')
-            .split('/')
-            .map(|p| p.replace("~1", "/").replace("~0", "~"))
-            .collect();
-        let top = parts[0].as_str();
-        if !op.path.starts_with('/') || !PATCHABLE.contains(&top) {
-            return Err(ApiError::bad_request(format!(
-                "Cannot patch {}: only {} may be changed.",
-                op.path,
-                PATCHABLE.join(", ")
-            )));
-        }
-        let (parent_path, leaf) = parts.split_at(parts.len() - 1);
-        let mut parent = &mut doc;
-        for p in parent_path {
-            parent = parent.get_mut(p.as_str()).ok_or_else(|| {
-                ApiError::bad_request(format!("Cannot patch {}: {p} does not exist.", op.path))
-            })?;
-        }
-        let obj = parent.as_object_mut().ok_or_else(|| {
-            ApiError::bad_request(format!("Cannot patch {}: not an object.", op.path))
-        })?;
-        let leaf = &leaf[0];
-        match op.op.as_str() {
-            "add" | "replace" => {
-                let value = op
-                    .value
-                    .clone()
-                    .ok_or_else(|| ApiError::bad_request(format!("'{}' needs a value.", op.op)))?;
-                if op.op == "replace"
-                    && !obj.contains_key(leaf)
-                    && parent_path.is_empty()
-                    && !matches!(top, "name" | "maintenance_reason")
-                {
-                    return Err(ApiError::bad_request(format!(
-                        "Cannot replace {}: it does not exist.",
-                        op.path
-                    )));
-                }
-                obj.insert(leaf.clone(), value);
-            }
-            "remove" => {
-                if parent_path.is_empty() {
-                    // Removing a top-level field resets it.
-                    let reset = match top {
-                        "name" | "maintenance_reason" => Value::Null,
-                        "maintenance" => json!(false),
-                        "driver" => return Err(ApiError::bad_request("Cannot remove /driver.")),
-                        _ => json!({}),
-                    };
-                    obj.insert(leaf.clone(), reset);
-                } else if obj.remove(leaf).is_none() {
-                    return Err(ApiError::bad_request(format!(
-                        "Cannot remove {}: it does not exist.",
-                        op.path
-                    )));
-                }
-            }
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "Unsupported patch operation \"{other}\": use add, replace or remove."
-                )));
-            }
-        }
-    }
-    serde_json::from_value(doc).map_err(|e| ApiError::bad_request(format!("Invalid patch: {e}")))
 }
 
 /// States in which a node may be changed although a flow targets another state.
@@ -197,12 +96,15 @@ fn update_allowed(state: ProvisionState) -> bool {
 
 async fn update(
     app: State,
+    Extension(version): Extension<Version>,
     Path(ident): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let ops: Vec<PatchOp> = parse(&body)?;
-    let uuid = find(&app, &ident)?.uuid();
-    let registry = &app.conductor.registry;
+    let ops: Value = parse(&body)?;
+    let before = find(&app, &ident)?;
+    let uuid = before.uuid();
+    let hardware = Hardware::new(&app.conductor.registry);
+    let patched = node_doc::patched_fields(&ops);
     let updated = app.conductor.edit(uuid, |provision, b| {
         if !update_allowed(provision.state) {
             return Err(ApiError::conflict(format!(
@@ -210,23 +112,65 @@ async fn update(
                 provision.state
             )));
         }
-        let patched = apply_patch(b, &ops)?;
-        if patched.driver != b.driver && registry.get(&patched.driver).is_none() {
-            return Err(ApiError::bad_request(format!(
-                "Driver {} is not loaded.",
-                patched.driver
+        let mut doc = node_doc::editable(b);
+        node_doc::NODE.patch(&mut doc, &ops, version)?;
+        let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+        node_doc::write_back(b, doc, &patched, &hardware)?;
+        // Removing the instance ends its allocation, as in Ironic.
+        if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
+            b.attrs.remove("allocation_uuid");
+        }
+        let retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+        if retired && !was_retired && provision.state == ProvisionState::Available {
+            return Err(ApiError::conflict(format!(
+                "The requested action \"retire\" can not be performed on node \"{uuid}\" while it is in state \"available\"."
             )));
         }
-        *b = patched;
         Ok(())
     })?;
+    let allocation = |n: &Node| {
+        n.body
+            .attrs
+            .get("allocation_uuid")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let ended = match (allocation(&before), allocation(&updated)) {
+        (Some(a), None) => Uuid::parse_str(&a).ok(),
+        _ => None,
+    };
+    if let Some(a) = ended {
+        let res = &super::allocations::ALLOCATION;
+        let _ = app.conductor.store.docs.delete(res.kind, a, res.unique);
+    }
     let agent = app.conductor.agents.get(updated.uuid());
-    Ok(Json(view::node(&app.public_url, &updated, agent.as_ref())))
+    Ok(Json(view::node(
+        &app.public_url,
+        &updated,
+        agent.as_ref(),
+        version,
+    )))
 }
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
     let node = find(&app, &ident)?;
     app.conductor.delete(node.uuid())?;
+    // What belonged to the node goes with it (as Ironic's cascade does).
+    let docs = &app.conductor.store.docs;
+    docs.delete_of_node(super::stored::OF_NODE, node.uuid())?;
+    if let Some(Ok(a)) = node
+        .body
+        .attrs
+        .get("allocation_uuid")
+        .and_then(Value::as_str)
+        .map(Uuid::parse_str)
+    {
+        let _ = docs.delete(
+            super::allocations::ALLOCATION.kind,
+            a,
+            super::allocations::ALLOCATION.unique,
+        );
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -2,8 +2,14 @@
 
 use serde_json::{Map, Value, json};
 
+use super::node_doc;
+use super::version::Version;
 use crate::agents::AgentSession;
-use crate::node::{Node, Port};
+use crate::hardware;
+use crate::node::Node;
+
+/// The name this engine answers to as an Ironic conductor (`conductor`, `hosts`).
+pub const CONDUCTOR: &str = "deployd";
 
 /// Keys whose values are never shown (Ironic's `node_sanitize` masks these the same way).
 fn secret(key: &str) -> bool {
@@ -41,7 +47,7 @@ pub fn links(base: &str, kind: &str, id: &str) -> Value {
 /// memory, not written per heartbeat) shows in driver_internal_info, where Ironic keeps
 /// `agent_url`, `agent_version` and `agent_last_heartbeat`; `agent_status_message` is
 /// the agent's own progress line (bytes written).
-pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>) -> Value {
+pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>, version: Version) -> Value {
     let mut v = serde_json::to_value(node).expect("a node serialises");
     let obj = v.as_object_mut().expect("a node is an object");
     let b = &node.body;
@@ -65,41 +71,39 @@ pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>) -> Value {
     }
     obj.insert("driver_internal_info".into(), internal);
     obj.insert("instance_info".into(), mask(&b.instance_info));
+    obj.remove("interfaces");
+    obj.remove("attrs");
+    for (kind, _) in hardware::KINDS {
+        obj.insert(hardware::field(kind), json!(b.interfaces.get(*kind)));
+    }
+    for field in node_doc::NODE.fields {
+        if let Some(default) = node_doc::attr_default(field.name) {
+            let value = b.attrs.get(field.name).cloned().unwrap_or(default);
+            obj.insert(field.name.into(), value);
+        }
+    }
     let uuid = b.uuid.to_string();
-    for (key, default) in [
-        ("instance_uuid", Value::Null),
-        ("chassis_uuid", Value::Null),
+    for (key, value) in [
         ("console_enabled", json!(false)),
         ("clean_step", json!({})),
         ("deploy_step", json!({})),
         ("raid_config", json!({})),
         ("target_raid_config", json!({})),
-        ("resource_class", Value::Null),
-        ("traits", json!([])),
-        ("conductor_group", json!("")),
-        ("conductor", json!("deployd")),
-        ("owner", Value::Null),
-        ("lessee", Value::Null),
-        ("protected", json!(false)),
-        ("protected_reason", Value::Null),
-        ("retired", json!(false)),
-        ("fault", Value::Null),
-        ("description", Value::Null),
-        ("automated_clean", Value::Null),
+        ("conductor", json!(CONDUCTOR)),
         ("inspection_started_at", Value::Null),
         ("inspection_finished_at", Value::Null),
     ] {
-        obj.entry(key).or_insert(default);
+        obj.insert(key.into(), value);
     }
     obj.insert("links".into(), links(base, "nodes", &uuid));
     obj.insert(
         "ports".into(),
         links(base, "nodes", &format!("{uuid}/ports")),
     );
-    obj.insert(
-        "states".into(),
-        links(base, "nodes", &format!("{uuid}/states")),
-    );
+    for sub in ["states", "portgroups", "volume"] {
+        obj.insert(sub.into(), links(base, "nodes", &format!("{uuid}/{sub}")));
+    }
+    node_doc::NODE.show(obj, version);
     v
 }
 
@@ -111,20 +115,4 @@ pub fn fields(doc: Value, fields: &[&str]) -> Value {
             .filter(|(k, _)| fields.contains(&k.as_str()))
             .collect(),
     )
-}
-
-pub fn port(base: &str, port: &Port) -> Value {
-    let mut v = serde_json::to_value(port).expect("a port serialises");
-    let obj = v.as_object_mut().expect("a port is an object");
-    for (key, default) in [
-        ("portgroup_uuid", Value::Null),
-        ("local_link_connection", json!({})),
-        ("physical_network", Value::Null),
-        ("is_smartnic", json!(false)),
-        ("updated_at", Value::Null),
-    ] {
-        obj.entry(key).or_insert(default);
-    }
-    obj.insert("links".into(), links(base, "ports", &port.uuid.to_string()));
-    v
 }

@@ -26,6 +26,7 @@
 //! much of the touches, and a node can come back at most `flush_every_ms` older than it
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
+pub mod documents;
 mod locks;
 mod provision;
 mod record;
@@ -91,6 +92,14 @@ pub enum StoreError {
         path: std::path::PathBuf,
         found: u32,
     },
+    #[error("{kind} {ident} could not be found")]
+    DocumentNotFound { kind: &'static str, ident: String },
+    #[error("a {kind} with {field} {value} already exists")]
+    DocumentTaken {
+        kind: &'static str,
+        field: &'static str,
+        value: String,
+    },
     #[error("storage error: {0}")]
     Db(#[from] sled::Error),
 }
@@ -139,6 +148,8 @@ pub struct Store {
     macs: sled::Tree,
     node_ports: sled::Tree,
     deadlines: sled::Tree,
+    /// Chassis, port groups, allocations and the other stored-only resources.
+    pub docs: documents::Documents,
     locks: locks::NodeLocks,
     timeouts: Timeouts,
     clock: Clock,
@@ -164,6 +175,7 @@ impl Store {
             macs: tree("macs")?,
             node_ports: tree("node_ports")?,
             deadlines: tree("deadlines")?,
+            docs: documents::Documents::open(&db)?,
             db,
             locks: locks::NodeLocks::new(),
             timeouts,
@@ -189,15 +201,7 @@ impl Store {
     /// stalling behind an fsync, and concurrent flushes share sled's one write to disk
     /// (group commit), so durable writes from many requests cost about one fsync.
     pub fn flush(&self) -> Result<(), StoreError> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let on_worker =
-            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if on_worker {
-            tokio::task::block_in_place(|| self.db.flush())?;
-        } else {
-            self.db.flush()?;
-        }
-        Ok(())
+        flush(&self.db)
     }
 
     /// Bytes sled uses on disk.
@@ -243,6 +247,8 @@ impl Store {
             maintenance: false,
             maintenance_reason: None,
             reservation: None,
+            interfaces: new.interfaces,
+            attrs: new.attrs,
             created_at: now,
             updated_at: None,
         };
@@ -434,8 +440,19 @@ impl Store {
             node_uuid: node,
             extra,
             pxe_enabled: true,
+            attrs: node::JsonMap::new(),
             created_at: self.clock.now(),
+            updated_at: None,
         };
+        self.insert_port(port)
+    }
+
+    /// Adds a port built by the caller (its address is normalised, its times set here).
+    pub fn insert_port(&self, mut port: Port) -> Result<Port, StoreError> {
+        port.address = node::normalize_mac(&port.address)?;
+        port.created_at = self.clock.now();
+        port.updated_at = None;
+        let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
         (&self.nodes, &self.ports, &self.macs, &self.node_ports).transaction(
@@ -538,6 +555,54 @@ impl Store {
         self.flush()
     }
 
+    /// Changes a port; a new address or node moves the port's index entries with it.
+    pub fn update_port<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl FnOnce(&mut Port) -> Result<(), E>,
+    ) -> Result<Port, E> {
+        let old = self.port(uuid)?;
+        let mut port = old.clone();
+        change(&mut port)?;
+        port.uuid = uuid;
+        port.address = node::normalize_mac(&port.address).map_err(StoreError::from)?;
+        port.updated_at = Some(self.clock.now());
+        let json = serde_json::to_vec(&port).expect("a port serialises");
+        let _old_owner = self.locks.lock(old.node_uuid);
+        (&self.nodes, &self.ports, &self.macs, &self.node_ports)
+            .transaction(|(nodes, ports, macs, node_ports)| {
+                if ports.get(uuid.as_bytes())?.as_deref()
+                    != Some(&serde_json::to_vec(&old).expect("a port serialises")[..])
+                {
+                    return abort(StoreError::PortNotFound(uuid.to_string()));
+                }
+                if nodes.get(port.node_uuid.as_bytes())?.is_none() {
+                    return abort(StoreError::NodeNotFound(port.node_uuid.to_string()));
+                }
+                if port.address != old.address {
+                    if let Some(holder) = macs.insert(port.address.as_bytes(), uuid.as_bytes())? {
+                        let holder =
+                            uuid_from(&holder).map_err(ConflictableTransactionError::Abort)?;
+                        return abort(StoreError::MacTaken {
+                            mac: port.address.clone(),
+                            port: holder,
+                        });
+                    }
+                    macs.remove(old.address.as_bytes())?;
+                }
+                if port.node_uuid != old.node_uuid {
+                    node_ports.remove(&pair_key(old.node_uuid, uuid))?;
+                    node_ports.insert(&pair_key(port.node_uuid, uuid), &[])?;
+                }
+                ports.insert(uuid.as_bytes(), json.as_slice())?;
+                Ok(())
+            })
+            .map_err(StoreError::from)?;
+        drop(_old_owner);
+        self.flush()?;
+        Ok(port)
+    }
+
     fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
         self.node_ports
             .scan_prefix(node.as_bytes())
@@ -550,6 +615,19 @@ impl Store {
             .get(uuid.as_bytes())?
             .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))
     }
+}
+
+/// [`Store::flush`], for the parts of the store that hold the database.
+fn flush(db: &sled::Db) -> Result<(), StoreError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let on_worker =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(|| db.flush())?;
+    } else {
+        db.flush()?;
+    }
+    Ok(())
 }
 
 /// Takes `name` for `uuid` in the name index, inside a transaction; refuses a taken name.

@@ -1,0 +1,91 @@
+//! The real clients' own functional test suites, run unmodified against `deployd serve`:
+//! compatibility is what they say, not our reading of the API reference.
+//!
+//! - openstacksdk's `openstack/tests/functional/baremetal` (the pinned sdist that
+//!   `tests/clients/prepare.sh` unpacks into `target/client-suites/`), through a
+//!   `clouds.yaml` with `auth_type: none` and the engine as the baremetal endpoint.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use support::{Engine, venv_bin};
+
+/// The pinned openstacksdk release whose suite runs (README, "Compatibility").
+const OPENSTACKSDK: &str = "openstacksdk-4.22.0";
+
+fn suite_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/client-suites")
+        .join(name);
+    assert!(
+        dir.is_dir(),
+        "{} is missing: run .ci/run once, or tests/clients/prepare.sh",
+        dir.display()
+    );
+    dir
+}
+
+/// stestr's totals line, e.g. ` - Passed: 72`.
+fn total(output: &str, what: &str) -> usize {
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("- {what}: ")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} count in the suite's output:\n{output}"))
+}
+
+#[test]
+fn openstacksdk_functional_baremetal_suite_passes() {
+    let suite = suite_dir(OPENSTACKSDK);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(&dir.path().join("data"), &[]);
+    // Four clouds of the same endpoint: the suite's user, alt, operator and admin.
+    let clouds = dir.path().join("clouds.yaml");
+    let cloud = format!(
+        "    auth_type: none\n    auth:\n      endpoint: {url}\n    baremetal_endpoint_override: {url}\n    region_name: RegionOne\n    has_compute: false\n    has_image: false\n    has_network: false\n",
+        url = engine.url
+    );
+    let names = [
+        "devstack",
+        "devstack-alt",
+        "devstack-admin",
+        "devstack-system-admin",
+    ];
+    let yaml: String = names.iter().map(|n| format!("  {n}:\n{cloud}")).collect();
+    std::fs::write(&clouds, format!("clouds:\n{yaml}")).unwrap();
+    let _ = std::fs::remove_dir_all(suite.join(".stestr"));
+    let out = Command::new(venv_bin("stestr"))
+        .current_dir(&suite)
+        .args([
+            "--test-path",
+            "./openstack/tests/functional/baremetal",
+            "run",
+            "--serial",
+        ])
+        .env("OS_CLIENT_CONFIG_FILE", &clouds)
+        .env("OS_CLOUD", "devstack-admin")
+        .env("OS_TEST_TIMEOUT", "120")
+        .env("OPENSTACKSDK_FUNC_TEST_TIMEOUT", "60")
+        .output()
+        .expect("running stestr");
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (passed, failed, skipped) = (
+        total(&output, "Passed"),
+        total(&output, "Failed"),
+        total(&output, "Skipped"),
+    );
+    eprintln!(
+        "openstacksdk functional baremetal: {passed} passed, {failed} failed, {skipped} skipped"
+    );
+    // Every test the served microversions reach passes; the skipped ones need a
+    // microversion above deployd's maximum (README, "Compatibility").
+    assert_eq!(failed, 0, "{output}");
+    assert!(passed >= 72, "{output}");
+    engine.stop();
+}
