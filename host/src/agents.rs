@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
 
+use rustls::pki_types::CertificateDer;
+
 use crate::clock::Timestamp;
 
 /// Where an agent's command API is: `scheme://host:port`, and nothing else.
@@ -69,6 +71,24 @@ pub struct AgentSession {
     pub last_heartbeat: Option<Timestamp>,
     /// The agent's own account of what it is doing (`agent_status_message`).
     pub status_message: Option<String>,
+    /// The certificate this boot of the agent serves its API with (`agent_verify_ca`):
+    /// the only one the engine accepts from it.
+    pub ca: Option<CertificateDer<'static>>,
+}
+
+/// Why a heartbeat's TLS details are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsRefused {
+    #[error(transparent)]
+    Certificate(#[from] crate::agent_tls::TlsError),
+    #[error(
+        "an agent with an https callback_url must send agent_verify_ca: deployd trusts no other certificate for an agent"
+    )]
+    NoCertificate,
+    #[error("agent_verify_ca was sent with an http callback_url; use https")]
+    PlainUrl,
+    #[error("agent_verify_ca changed within one boot of the agent (same agent token); refused")]
+    Changed,
 }
 
 #[derive(Default)]
@@ -102,13 +122,41 @@ impl Agents {
         );
     }
 
-    /// Records a heartbeat whose token was already verified.
+    /// Checks a heartbeat's certificate against its url and what this boot of the agent
+    /// registered before (the token names the boot): the first certificate of a boot is
+    /// pinned for the rest of it.
+    pub fn check_tls(
+        &self,
+        node: Uuid,
+        token: &str,
+        url: &CallbackUrl,
+        pem: Option<&str>,
+    ) -> Result<Option<CertificateDer<'static>>, TlsRefused> {
+        let given = pem.map(crate::agent_tls::parse_pem).transpose()?;
+        let https = url.as_str().starts_with("https://");
+        let known = self
+            .lock()
+            .get(&node)
+            .filter(|s| s.token.as_deref() == Some(token))
+            .and_then(|s| s.ca.clone());
+        match (https, given, known) {
+            (false, Some(_), _) => Err(TlsRefused::PlainUrl),
+            (false, None, _) => Ok(None),
+            (true, None, None) => Err(TlsRefused::NoCertificate),
+            (true, Some(g), Some(k)) if g != k => Err(TlsRefused::Changed),
+            (true, g, k) => Ok(g.or(k)),
+        }
+    }
+
+    /// Records a heartbeat whose token (and certificate, [`Agents::check_tls`]) was
+    /// already verified.
     pub fn heartbeat(
         &self,
         node: Uuid,
         token: &str,
         url: &CallbackUrl,
         version: &str,
+        ca: Option<CertificateDer<'static>>,
         at: Timestamp,
     ) {
         self.heartbeats.fetch_add(1, Ordering::Relaxed);
@@ -116,6 +164,10 @@ impl Agents {
         let s = sessions.entry(node).or_default();
         if s.token.as_deref() != Some(token) {
             s.token = Some(token.to_owned());
+            s.ca = None;
+        }
+        if ca.is_some() && s.ca != ca {
+            s.ca = ca;
         }
         if s.url.as_ref() != Some(url) {
             s.url = Some(url.clone());

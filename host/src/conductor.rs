@@ -179,6 +179,7 @@ impl Conductor {
         token: &str,
         url: &crate::agents::CallbackUrl,
         version: &str,
+        ca: Option<rustls::pki_types::CertificateDer<'static>>,
     ) -> Result<(), ConductorError> {
         let touched = match self.store.touch_provisioning(node) {
             Ok(p) => Some(p),
@@ -187,7 +188,7 @@ impl Conductor {
             Err(e) => return Err(e.into()),
         };
         let now = self.store.clock().now();
-        self.agents.heartbeat(node, token, url, version, now);
+        self.agents.heartbeat(node, token, url, version, ca, now);
         let Some(touched) = touched else {
             return Ok(());
         };

@@ -19,6 +19,7 @@
 //! - [`bench`]: `deployd bench`, the measurements quoted in the README.
 
 pub use deployd_agent as agent;
+pub mod agent_tls;
 pub mod agents;
 pub mod api;
 pub mod bench;

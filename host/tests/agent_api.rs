@@ -296,3 +296,89 @@ async fn only_a_scheme_host_and_port_callback_url_is_accepted() {
         assert_eq!(node["driver_internal_info"]["agent_url"], kept);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot() {
+    let s = start(|_| {}).await;
+    let (uuid, token) = looked_up_node(&s).await;
+    let before = updated_at(&s, &uuid).await;
+    let cert = deployd::agent::tls::Identity::generate("127.0.0.1")
+        .unwrap()
+        .pem;
+    let other = deployd::agent::tls::Identity::generate("127.0.0.1")
+        .unwrap()
+        .pem;
+    let beat = |url: &str, ca: Option<&str>| {
+        let mut body =
+            json!({"callback_url": url, "agent_token": token, "agent_version": "13.0.0"});
+        if let Some(ca) = ca {
+            body["agent_verify_ca"] = json!(ca);
+        }
+        body
+    };
+    let path = format!("/v1/heartbeat/{uuid}");
+    for (body, why) in [
+        (
+            beat("https://127.0.0.1:9999", None),
+            "must send agent_verify_ca",
+        ),
+        (
+            beat("http://127.0.0.1:9999", Some(&cert)),
+            "with an http callback_url",
+        ),
+        (
+            beat("https://127.0.0.1:9999", Some("garbage")),
+            "expected exactly one",
+        ),
+    ] {
+        let a = s.send(Method::POST, &path, body).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        assert!(a.fault().contains(why), "{}", a.fault());
+    }
+    assert_eq!(
+        updated_at(&s, &uuid).await,
+        before,
+        "a refused heartbeat touches nothing"
+    );
+
+    let a = s
+        .send(
+            Method::POST,
+            &path,
+            beat("https://127.0.0.1:9999", Some(&cert)),
+        )
+        .await;
+    assert!(
+        a.status.is_success() || a.status == StatusCode::CONFLICT,
+        "{:?}",
+        a.body
+    );
+    // Later heartbeats of the boot may omit it (it stays pinned), never change it.
+    let again = s
+        .send(Method::POST, &path, beat("https://127.0.0.1:9999", None))
+        .await;
+    assert!(
+        again.status.is_success() || again.status == StatusCode::CONFLICT,
+        "{:?}",
+        again.body
+    );
+    let changed = s
+        .send(
+            Method::POST,
+            &path,
+            beat("https://127.0.0.1:9999", Some(&other)),
+        )
+        .await;
+    assert_eq!(changed.status, StatusCode::BAD_REQUEST);
+    assert!(changed.fault().contains("changed within one boot"));
+    let session = s
+        .engine
+        .conductor
+        .agents
+        .get(uuid.parse().unwrap())
+        .unwrap();
+    assert_eq!(
+        session.ca,
+        Some(deployd::agent_tls::parse_pem(&cert).unwrap())
+    );
+}

@@ -77,7 +77,7 @@ async fn heartbeat_until_not(
             "still {waiting} after {heartbeats} heartbeats"
         );
         let agent = deployd::agents::CallbackUrl::parse(agent).unwrap();
-        match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0") {
+        match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0", None) {
             Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
         }

@@ -16,6 +16,7 @@ pub mod disk;
 pub mod runner;
 pub mod server;
 pub mod signal;
+pub mod tls;
 
 pub use commands::{CommandApi, DiskTarget};
 pub use runner::AgentArgs;

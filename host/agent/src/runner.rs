@@ -11,7 +11,6 @@
 //! - Each heartbeat carries `agent_status_message`: the running command and the bytes
 //!   written so far, which the engine shows as the node's progress.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +24,7 @@ use rand::Rng;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{CommandApi, DiskTarget, server};
+use super::{CommandApi, DiskTarget, server, tls};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct AgentArgs {
@@ -53,6 +52,10 @@ pub struct AgentArgs {
     /// Seconds between heartbeats, instead of heartbeat_timeout × U(0.3, 0.6).
     #[arg(long)]
     pub heartbeat_interval: Option<f64>,
+    /// Serve the command API over HTTPS with a certificate made at start, which the
+    /// heartbeats send as `agent_verify_ca` for the engine to pin (IPA's auto-TLS).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// `10M` → 10 MiB/s.
@@ -113,22 +116,48 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
         );
     }
     let addr = listener.local_addr()?;
+    let scheme = if args.tls { "https" } else { "http" };
     let advertise = args
         .advertise_url
         .clone()
-        .unwrap_or_else(|| format!("http://{addr}"));
+        .unwrap_or_else(|| format!("{scheme}://{addr}"));
     let disk = DiskTarget {
         path: args.disk.clone(),
         throttle: args.throttle,
     };
     let api = CommandApi::new(disk, advertise.clone());
     let _writes = StopWrites(api.clone());
-    let server = axum::serve(listener, server::router(api.clone())).into_future();
-    tracing::info!(%advertise, disk = %args.disk.display(), "agent command API is up");
+    let router = server::router(api.clone());
+    let identity = match args.tls {
+        true => Some(tls::Identity::generate(&advertised_host(&advertise)?)?),
+        false => None,
+    };
+    let server = async {
+        match &identity {
+            Some(identity) => tls::serve(listener, router, identity).await,
+            None => axum::serve(listener, router)
+                .await
+                .context("the command API stopped"),
+        }
+    };
+    tracing::info!(%advertise, disk = %args.disk.display(), tls = args.tls, "agent command API is up");
+    let pem = identity.as_ref().map(|i| i.pem.clone());
     tokio::select! {
-        r = server => r.context("the command API stopped"),
-        r = live(&args, &api) => r,
+        r = server => r,
+        r = live(&args, &api, pem) => r,
     }
+}
+
+/// The host part of the advertised url: what the certificate must name.
+fn advertised_host(url: &str) -> anyhow::Result<String> {
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("the advertised url {url}"))?;
+    let host = parsed
+        .host_str()
+        .with_context(|| format!("the advertised url {url} has no host"))?;
+    Ok(host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned())
 }
 
 /// Aborts the image write when the agent's future is dropped.
@@ -141,7 +170,11 @@ impl Drop for StopWrites {
 }
 
 /// Discovery, lookup, then heartbeats until power-off.
-async fn live(args: &AgentArgs, api: &Arc<CommandApi>) -> anyhow::Result<()> {
+async fn live(
+    args: &AgentArgs,
+    api: &Arc<CommandApi>,
+    verify_ca: Option<String>,
+) -> anyhow::Result<()> {
     let engine = discover(&args.api_url).await;
     let mut session = lookup(&engine, args).await;
     api.set_token(session.token.clone());
@@ -149,7 +182,7 @@ async fn live(args: &AgentArgs, api: &Arc<CommandApi>) -> anyhow::Result<()> {
     let mut off = api.powered_off.subscribe();
     let mut failures = 0u32;
     loop {
-        let delay = match heartbeat(&engine, &session, api).await {
+        let delay = match heartbeat(&engine, &session, api, verify_ca.as_deref()).await {
             Ok(()) => {
                 failures = 0;
                 session.interval(args.heartbeat_interval)
@@ -305,12 +338,14 @@ async fn heartbeat(
     engine: &Engine,
     session: &Session,
     api: &Arc<CommandApi>,
+    verify_ca: Option<&str>,
 ) -> Result<(), Refused> {
     let body = Heartbeat {
         callback_url: api.advertise.clone(),
         agent_token: Some(session.token.clone()),
         agent_version: Some(concat!("deployd-agent ", env!("CARGO_PKG_VERSION")).to_owned()),
         agent_status_message: Some(api.status_message()),
+        agent_verify_ca: verify_ca.map(str::to_owned),
         ..Default::default()
     };
     let body = serde_json::to_value(&body).expect("a heartbeat serialises");

@@ -42,6 +42,10 @@ pub struct LabArgs {
     /// Run the agents as tasks of the lab process instead of `deployd agent` processes.
     #[arg(long)]
     pub agent_tasks: bool,
+    /// The agents serve their command API over HTTPS with a per-boot certificate that
+    /// the engine pins (`deployd agent --tls`).
+    #[arg(long)]
+    pub agent_tls: bool,
 }
 
 /// What a caller needs to enroll a machine: its name, MAC and BMC address.
@@ -74,6 +78,7 @@ impl Lab {
             advertise_url: None,
             throttle: args.throttle,
             heartbeat_interval: args.heartbeat_interval,
+            tls: args.agent_tls,
         };
         // A random middle byte keeps two labs on one engine from sharing MACs.
         let lab_id: u8 = rand::random();

@@ -188,6 +188,9 @@ impl Machine {
                 if let Some(i) = self.args.heartbeat_interval {
                     command.args(["--heartbeat-interval", &i.to_string()]);
                 }
+                if self.args.tls {
+                    command.arg("--tls");
+                }
                 let log = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)

@@ -164,7 +164,6 @@ async fn heartbeat(
         return Err(ApiError::not_found("The resource could not be found."));
     }
     let hb: Heartbeat = parse(&body)?;
-    let _ = &hb.agent_verify_ca;
     let token = hb
         .agent_token
         .as_deref()
@@ -205,10 +204,15 @@ async fn heartbeat(
             return Err(refused());
         }
     }
+    let ca = app
+        .conductor
+        .agents
+        .check_tls(uuid, token, &callback_url, hb.agent_verify_ca.as_deref())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
     let result = app
         .conductor
-        .heartbeat(uuid, token, &callback_url, agent_version);
+        .heartbeat(uuid, token, &callback_url, agent_version, ca);
     if let (Ok(()) | Err(ConductorError::Busy { .. }), Some(message)) =
         (&result, hb.agent_status_message)
     {

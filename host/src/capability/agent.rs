@@ -7,15 +7,23 @@ use super::HostState;
 use crate::bindings::deployd::driver::agent::Host;
 
 impl HostState {
-    /// The agent's commands endpoint and token, or why the driver cannot reach it yet.
-    fn agent_endpoint(&self) -> Result<(String, String), String> {
+    /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
+    fn agent_endpoint(&self) -> Result<(String, String, reqwest::Client), String> {
         let session = self.services.agents.get(self.node).unwrap_or_default();
         match (session.url, session.token) {
-            (Some(url), Some(token)) => Ok((url.commands(), token)),
+            (Some(url), Some(token)) => {
+                let client =
+                    self.services
+                        .agent_client(self.node, url.as_str(), &self.services.http)?;
+                Ok((url.commands(), token, client))
+            }
             _ => Err("the node's agent has not called back yet (no agent url or token)".into()),
         }
     }
 }
+
+/// How long one call to an agent's command API may take.
+const AGENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The agent's error text from an error response (`{"faultstring": …}`), or the status.
 async fn agent_error(response: reqwest::Response) -> String {
@@ -34,7 +42,7 @@ impl Host for HostState {
         params: String,
         wait: bool,
     ) -> wasmtime::Result<Result<String, String>> {
-        let (url, token) = match self.agent_endpoint() {
+        let (url, token, http) = match self.agent_endpoint() {
             Ok(e) => e,
             Err(e) => return Ok(Err(e)),
         };
@@ -42,10 +50,9 @@ impl Host for HostState {
             Ok(p) => p,
             Err(e) => return Ok(Err(format!("command params are not JSON: {e}"))),
         };
-        let request = self
-            .services
-            .http
+        let request = http
             .post(url)
+            .timeout(AGENT_TIMEOUT)
             .query(&[
                 ("wait", if wait { "true" } else { "false" }),
                 ("agent_token", token.as_str()),
@@ -62,14 +69,13 @@ impl Host for HostState {
     }
 
     async fn commands(&mut self) -> wasmtime::Result<Result<String, String>> {
-        let (url, token) = match self.agent_endpoint() {
+        let (url, token, http) = match self.agent_endpoint() {
             Ok(e) => e,
             Err(e) => return Ok(Err(e)),
         };
-        let request = self
-            .services
-            .http
+        let request = http
             .get(url)
+            .timeout(AGENT_TIMEOUT)
             .query(&[("agent_token", token.as_str())]);
         Ok(match request.send().await {
             Ok(r) if r.status().is_success() => match r.json::<Value>().await {

@@ -100,6 +100,7 @@ async fn write(
     target: reqwest::Url,
     written: Arc<AtomicU64>,
 ) -> Result<u64, String> {
+    let agent = services.agent_client(node, target.as_str(), &services.images.http)?;
     let http = &services.images.http;
     let hasher = Arc::new(Mutex::new(Hasher::new(&algo)?));
     let source = http
@@ -125,7 +126,7 @@ async fn write(
         }
         Ok::<_, String>(chunk)
     });
-    let mut put = http.put(target.clone());
+    let mut put = agent.put(target.clone());
     if let Some(length) = length {
         // Lets the agent report progress as a fraction.
         put = put.header(reqwest::header::CONTENT_LENGTH, length);

@@ -38,6 +38,8 @@ pub struct Services {
     pub bmc: bmc::Backends,
     /// One permit per instance slot of the pooling allocator.
     pub call_slots: tokio::sync::Semaphore,
+    /// HTTPS clients pinned to agents' certificates.
+    pub pinned: crate::agent_tls::PinnedClients,
 }
 
 impl Services {
@@ -52,7 +54,26 @@ impl Services {
             images: image::ImageJobs::default(),
             bmc: bmc::Backends::default(),
             call_slots: tokio::sync::Semaphore::new(max_concurrent_calls.max(1) as usize),
+            pinned: Default::default(),
         })
+    }
+
+    /// The client for a node's agent at `url`: `plain` for http; for https, one that
+    /// accepts only the certificate the agent registered (see [`crate::agent_tls`]).
+    pub fn agent_client(
+        &self,
+        node: uuid::Uuid,
+        url: &str,
+        plain: &reqwest::Client,
+    ) -> Result<reqwest::Client, String> {
+        if !url.starts_with("https://") {
+            return Ok(plain.clone());
+        }
+        let ca =
+            self.agents.get(node).and_then(|s| s.ca).ok_or(
+                "the agent's url is https but it registered no certificate (agent_verify_ca)",
+            )?;
+        Ok(self.pinned.get(&ca))
     }
 }
 

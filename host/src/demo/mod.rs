@@ -100,6 +100,8 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             throttle: Some(args.throttle),
             heartbeat_interval: None,
             agent_tasks: false,
+            // The agents' command APIs are HTTPS, pinned to each boot's certificate.
+            agent_tls: true,
         },
         AgentMode::Process(std::env::current_exe().context("finding this executable")?),
     )

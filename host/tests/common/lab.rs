@@ -116,6 +116,7 @@ impl Lab {
                 "t".repeat(43).as_str(),
                 &deployd::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
                 "test",
+                None,
             )
             .unwrap();
     }
