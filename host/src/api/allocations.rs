@@ -79,9 +79,14 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), ApiError> {
         return Ok(());
     }
     if let Some(name) = doc.get("name").and_then(Value::as_str) {
-        crate::node::validate_name(name).map_err(|e| {
-            ApiError::bad_request(e.to_string().replace("node name", "allocation name"))
+        crate::node::validate_name(name).map_err(|_| {
+            ApiError::bad_request(format!(
+                "Cannot create allocation with an invalid name '{name}'"
+            ))
         })?;
+    }
+    if let Some(rc) = doc.get("resource_class").and_then(Value::as_str) {
+        check_resource_class(rc)?;
     }
     if let Some(ident) = doc
         .get("node_uuid")
@@ -96,12 +101,18 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), ApiError> {
             "Mandatory field missing: 'resource_class'",
         ));
     }
-    let mut candidates = Vec::new();
+    let (mut candidates, mut missing) = (Vec::new(), Vec::new());
     for ident in strings(doc, "candidate_nodes") {
-        let node = app.conductor.store.find_node(&ident).map_err(|_| {
-            ApiError::bad_request(format!("Candidate node {ident} could not be found."))
-        })?;
-        candidates.push(json!(node.uuid()));
+        match app.conductor.store.find_node(&ident) {
+            Ok(node) => candidates.push(json!(node.uuid())),
+            Err(_) => missing.push(ident),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Nodes cannot be found: {}",
+            missing.join(", ")
+        )));
     }
     doc.insert("candidate_nodes".into(), Value::Array(candidates));
     for t in strings(doc, "traits") {
@@ -113,6 +124,17 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), ApiError> {
     doc.insert("node_uuid".into(), Value::Null);
     doc.entry("extra").or_insert(json!({}));
     Ok(())
+}
+
+/// Ironic's (Placement's) limit on a resource class name.
+const MAX_RESOURCE_CLASS: usize = 80;
+
+/// A resource class of at most [`MAX_RESOURCE_CLASS`] characters (JSON schema's words).
+pub fn check_resource_class(rc: &str) -> Result<(), ApiError> {
+    if rc.chars().count() <= MAX_RESOURCE_CLASS {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!("'{rc}' is too long")))
 }
 
 /// Whether a node may be given to the allocation `want`.

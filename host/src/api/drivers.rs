@@ -36,6 +36,10 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/drivers/{name}", get(show))
         .route("/v1/drivers/{name}/properties", get(properties))
         .route(
+            "/v1/drivers/{name}/raid/logical_disk_properties",
+            get(raid_properties),
+        )
+        .route(
             "/v1/deployd/drivers",
             // The handler streams the body to disk and enforces MAX_DRIVER itself.
             post(load).layer(DefaultBodyLimit::disable()),
@@ -172,6 +176,45 @@ async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>,
         "redfish_system_id": "The canonical path to the ComputerSystem resource. Optional.",
         "redfish_username": "User account with admin/server-profile access privilege. Optional.",
         "redfish_password": "User account password. Optional.",
+    })))
+}
+
+/// The RAID logical disk properties (Ironic's RAID schema), for types with a RAID
+/// interface other than `no-raid`.
+async fn raid_properties(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !version.at_least(12) {
+        return Err(ApiError::not_found("The resource could not be found."));
+    }
+    let hardware = Hardware::new(&app.conductor.registry);
+    if !hardware.exists(&name) {
+        return Err(ApiError::not_found(format!(
+            "Driver {name} could not be found."
+        )));
+    }
+    if hardware
+        .enabled(&name, "raid")
+        .iter()
+        .all(|r| r == "no-raid")
+    {
+        return Err(ApiError::bad_request(format!(
+            "Driver {name} does not support RAID (its raid interface is no-raid)."
+        )));
+    }
+    Ok(Json(json!({
+        "controller": "Controller to use for this logical disk. Optional.",
+        "disk_type": "The type of disk preferred. Valid values are 'hdd' and 'ssd'. Optional.",
+        "interface_type": "The interface type of disk. Valid values are 'sata', 'scsi' and 'sas'. Optional.",
+        "is_root_volume": "Specifies whether this disk is a root volume. Optional.",
+        "number_of_physical_disks": "Number of physical disks to use for this logical disk. Optional.",
+        "physical_disks": "The physical disks to use for this logical disk. Optional.",
+        "raid_level": "RAID level for the logical disk. Valid values are 'JBOD', '0', '1', '2', '5', '6', '1+0', '5+0' and '6+0'. Required.",
+        "share_physical_disks": "Specifies whether other logical disks can share physical disks with this logical disk. Optional.",
+        "size_gb": "Size in GiB (Integer) for the logical disk. Use 'MAX' as size_gb if this logical disk is supposed to use the rest of the space available. Required.",
+        "volume_name": "Name of the volume to be created. Optional.",
     })))
 }
 

@@ -89,7 +89,7 @@ pub fn attr_default(name: &str) -> Option<Value> {
         "conductor_group" => json!(""),
         "protected" | "retired" => json!(false),
         "traits" => json!([]),
-        "network_data" => json!({}),
+        "network_data" | "raid_config" | "target_raid_config" => json!({}),
         _ => return None,
     })
 }
@@ -132,6 +132,9 @@ pub fn new_node(body: &[u8], version: Version, hardware: &Hardware) -> Result<Ne
                 }
             },
         }
+    }
+    if let Some(rc) = new.attrs.get("resource_class").and_then(Value::as_str) {
+        super::allocations::check_resource_class(rc)?;
     }
     if new.driver.is_empty() {
         return Err(ApiError::bad_request("Mandatory field missing: 'driver'"));
@@ -214,6 +217,9 @@ pub fn write_back(
                 }
             },
         }
+    }
+    if let Some(rc) = body.attrs.get("resource_class").and_then(Value::as_str) {
+        super::allocations::check_resource_class(rc)?;
     }
     if !body.maintenance {
         body.maintenance_reason = None;

@@ -334,7 +334,10 @@ async fn raid(
                 b.uuid
             )));
         }
-        b.attrs.insert("target_raid_config".into(), target.clone());
+        match target.as_object().is_some_and(|t| t.is_empty()) {
+            true => b.attrs.remove("target_raid_config"),
+            false => b.attrs.insert("target_raid_config".into(), target.clone()),
+        };
         Ok(())
     })?;
     Ok(StatusCode::NO_CONTENT)

@@ -114,7 +114,7 @@ impl ListQuery {
                 }
                 "marker" => {
                     q.marker = Some(Uuid::parse_str(&v).map_err(|_| {
-                        ApiError::bad_request(format!("Expected a UUID for marker: {v}"))
+                        ApiError::bad_request(format!("Expected UUID for marker: {v}"))
                     })?)
                 }
                 "sort_key" if v != "uuid" => {

@@ -186,8 +186,8 @@ async fn states(app: State, Path(ident): Path<String>) -> Result<Json<Value>, Ap
         "target_power_state": b.target_power_state,
         "target_provision_state": p.target,
         "provision_updated_at": p.updated_at.to_datetime(),
-        "raid_config": {},
-        "target_raid_config": {},
+        "raid_config": b.attrs.get("raid_config").cloned().unwrap_or(json!({})),
+        "target_raid_config": b.attrs.get("target_raid_config").cloned().unwrap_or(json!({})),
     })))
 }
 

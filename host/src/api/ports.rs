@@ -167,7 +167,7 @@ async fn create(
     let mut doc = PORT.create(input, version)?;
     let uuid = match doc.remove("uuid") {
         Some(Value::String(s)) => Uuid::parse_str(&s)
-            .map_err(|_| ApiError::bad_request(format!("Expected a UUID for uuid: {s}")))?,
+            .map_err(|_| ApiError::bad_request(format!("Expected UUID for uuid: {s}")))?,
         _ => Uuid::new_v4(),
     };
     for required in ["address", "node_uuid"] {

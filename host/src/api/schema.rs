@@ -292,7 +292,7 @@ pub fn coerce(field: &Field, value: Value) -> Result<Value, ApiError> {
             Ok(u) => Value::String(u.to_string()),
             Err(_) => {
                 return Err(ApiError::bad_request(format!(
-                    "Expected a UUID for {}: {s}",
+                    "Expected UUID for {}: {s}",
                     field.name
                 )));
             }

@@ -257,7 +257,7 @@ pub fn check_trait(name: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::bad_request(format!(
-        "Invalid trait {name:?}: a trait is a standard trait or CUSTOM_ followed by upper case letters, digits and underscores, at most 255 characters."
+        "'{name}' does not match '^CUSTOM_[A-Z0-9_]+$' nor the form of a standard trait (upper case letters, digits and _, at most 255 characters)"
     )))
 }
 
@@ -280,7 +280,7 @@ fn check_deploy_template(_: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), 
         .ok_or_else(|| missing("steps"))?;
     if steps.is_empty() {
         return Err(ApiError::bad_request(
-            "A deploy template needs at least one step.",
+            "[] is too short: a deploy template needs at least one step.",
         ));
     }
     for step in steps.iter_mut() {

@@ -87,8 +87,6 @@ pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>, version: Vers
         ("console_enabled", json!(false)),
         ("clean_step", json!({})),
         ("deploy_step", json!({})),
-        ("raid_config", json!({})),
-        ("target_raid_config", json!({})),
         ("conductor", json!(CONDUCTOR)),
         ("inspection_started_at", Value::Null),
         ("inspection_finished_at", Value::Null),

@@ -383,6 +383,24 @@ async fn maintenance_traits_vifs_and_conductors() {
             .status,
         StatusCode::NOT_FOUND
     );
+    // RAID: stored where the type has a RAID interface (fake-hardware), {} clears it.
+    let raid_path = format!("{path}/states/raid");
+    let target = json!({"logical_disks": [{"size_gb": 50, "raid_level": "1"}]});
+    assert_eq!(
+        s.send(Method::PUT, &raid_path, target.clone()).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(s.get(&path).await.body["target_raid_config"], target);
+    assert_eq!(
+        s.send(Method::PUT, &raid_path, json!({})).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(s.get(&path).await.body["target_raid_config"], json!({}));
+    let props = s
+        .get("/v1/drivers/fake-hardware/raid/logical_disk_properties")
+        .await
+        .body;
+    assert!(props.get("raid_level").is_some() && props.get("size_gb").is_some());
     // RAID is refused where the interface is no-raid.
     let ipmi = s.node(json!({"driver": "ipmi"})).await;
     let raid = s
@@ -558,6 +576,45 @@ async fn stored_resources_create_list_show_patch_delete() {
             s.get(&format!("/v1/{path}/{uuid}")).await.status,
             StatusCode::NOT_FOUND
         );
+    }
+    // The words clients match in Ironic's refusals.
+    for (path, body, words) in [
+        (
+            "chassis",
+            json!({"uuid": "!@#$^*&%^"}),
+            "Expected UUID for uuid",
+        ),
+        (
+            "deploy_templates",
+            json!({"name": "foo", "steps": [{"interface": "bios", "step": "x", "priority": 1}]}),
+            "does not match",
+        ),
+        (
+            "deploy_templates",
+            json!({"name": "CUSTOM_Y", "steps": []}),
+            "is too short",
+        ),
+        (
+            "allocations",
+            json!({"resource_class": "x".repeat(81)}),
+            "is too long",
+        ),
+        (
+            "allocations",
+            json!({"resource_class": "rc", "candidate_nodes": ["banana?"]}),
+            "Nodes cannot be found",
+        ),
+        (
+            "allocations",
+            json!({"resource_class": "rc", "name": "not/a/name"}),
+            "invalid name",
+        ),
+    ] {
+        let a = s
+            .send(Method::POST, &format!("/v1/{path}"), body.clone())
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(a.fault().contains(words), "{body}: {}", a.fault());
     }
     // Unique values, validation, and what a node's deletion takes with it.
     let pg = json!({"node_uuid": node, "name": "bond1"});
