@@ -259,3 +259,48 @@ async fn erasing_metadata_zeroes_both_ends_of_the_disk() {
         "the middle is left"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_steps_are_listed_and_run_as_ironic_python_agent_runs_them() {
+    let a = agent(None).await;
+    let data = bytes(5 << 20);
+    std::fs::write(&a.api.disk.path, &data).unwrap();
+    let (status, listed) = a
+        .run(
+            Some(TOKEN),
+            "clean.get_clean_steps",
+            json!({"node": {}, "ports": []}),
+            true,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let result = &listed["command_result"];
+    let steps: Vec<&str> = result["clean_steps"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|s| s.as_array().unwrap())
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["erase_devices_metadata", "erase_devices"]);
+    // erase_devices erases the whole disk only when asked to, in the background.
+    let full = json!({"step": {"interface": "deploy", "step": "erase_devices", "priority": 10, "args": {"full": true}},
+                      "node": {}, "ports": [], "clean_version": result["hardware_manager_version"]});
+    let (status, run) = a
+        .run(Some(TOKEN), "clean.execute_clean_step", full, true)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(run["command_status"], "SUCCEEDED", "{run}");
+    assert!(
+        std::fs::read(&a.api.disk.path)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0)
+    );
+    let stale = json!({"step": {"interface": "deploy", "step": "erase_devices_metadata"},
+                       "clean_version": {"DeploydHardwareManager": "0.1"}});
+    let (status, refused) = a
+        .run(Some(TOKEN), "clean.execute_clean_step", stale, true)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+}

@@ -191,9 +191,10 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is off"), "{status}");
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    // Cleaning speaks only the clean-step protocol both agents have.
     assert_eq!(
         commands[3..],
-        ["erase_devices_metadata", "sync", "power_off"]
+        ["get_clean_steps", "execute_clean_step", "sync", "power_off"]
     );
     let disk = std::fs::read(&api.disk.path).unwrap();
     assert!(

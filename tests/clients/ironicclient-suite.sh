@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BIN=${1:-target/release/deployd}
+[ $# -gt 0 ] && shift
 [ -x "$BIN" ] || { echo "no deployd at $BIN: cargo build --release -p deployd" >&2; exit 2; }
 WORK=target/client-suites/ironicclient
 SRC=$WORK/python-ironicclient-5.8.0

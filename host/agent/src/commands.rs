@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use super::disk;
+use super::{clean, disk};
 pub use deployd_wire::agent::{CommandResult, CommandStatus};
 
 /// The disk images are written to.
@@ -196,7 +196,7 @@ impl CommandApi {
         let (extension, command) = name
             .split_once('.')
             .ok_or_else(|| AgentError::UnknownCommand(name.to_owned()))?;
-        if !matches!(extension, "standby" | "deploy" | "deployd") {
+        if !matches!(extension, "standby" | "deploy" | "clean" | "deployd") {
             return Err(AgentError::UnknownExtension(extension.to_owned()));
         }
         if self.running.swap(true, Ordering::SeqCst) {
@@ -234,6 +234,16 @@ impl CommandApi {
             ("deploy", "erase_devices_metadata") => disk::erase_metadata(&self.disk.path)
                 .map(|n| Some(json!({"result": format!("erased {n} bytes of metadata")})))
                 .map_err(AgentError::InvalidParams),
+            ("clean", "get_clean_steps") => Ok(Some(clean::steps())),
+            ("clean", "execute_clean_step") => match clean::execute(&self.disk.path, params) {
+                Ok(clean::Run::Done(r)) => Ok(Some(r)),
+                Ok(clean::Run::Full(step)) => {
+                    self.start_full_erase(&result.id, step);
+                    result.command_status = CommandStatus::Running;
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            },
             ("deployd", "expose_disk") => {
                 self.exposed.store(true, Ordering::SeqCst);
                 let token = self.token().unwrap_or_default();
@@ -257,6 +267,16 @@ impl CommandApi {
             self.end(command);
         }
         Ok(result)
+    }
+
+    /// Zeroes the whole disk in the background (`erase_devices` with `full: true`).
+    fn start_full_erase(self: &Arc<Self>, id: &str, step: Value) {
+        let (me, id, path) = (self.clone(), id.to_owned(), self.disk.path.clone());
+        tokio::task::spawn_blocking(move || {
+            let outcome = disk::erase_all(&path)
+                .map(|n| json!({"clean_result": format!("zeroed {n} bytes"), "clean_step": step}));
+            me.finish(&id, outcome);
+        });
     }
 
     /// When the last command of this name ended.

@@ -176,6 +176,27 @@ pub const METADATA_BYTES: u64 = 1 << 20;
 
 /// Zeroes the first and last MiB of the disk, as IPA's `erase_devices_metadata` wipes
 /// partition tables and signatures; returns the bytes zeroed.
+/// Zeroes the whole disk (`erase_devices` with `full: true`), then syncs it.
+pub fn erase_all(disk: &Path) -> Result<u64, String> {
+    use std::io::{Seek, SeekFrom, Write};
+    let fail = |e: std::io::Error| format!("erasing {}: {e}", disk.display());
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(fail)?;
+    let size = file.seek(SeekFrom::End(0)).map_err(fail)?;
+    file.seek(SeekFrom::Start(0)).map_err(fail)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        file.write_all(&zeros[..n]).map_err(fail)?;
+        left -= n as u64;
+    }
+    file.sync_all().map_err(fail)?;
+    Ok(size)
+}
+
 pub fn erase_metadata(disk: &Path) -> Result<u64, String> {
     use std::io::{Seek, SeekFrom, Write};
     let fail = |e: std::io::Error| format!("erasing {}: {e}", disk.display());

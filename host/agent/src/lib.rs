@@ -4,6 +4,7 @@
 //!
 //! - [`commands`]: the command API the engine calls (`/v1/commands`), one command at a
 //!   time, as ironic-python-agent runs them.
+//! - [`clean`]: the clean steps (`clean.get_clean_steps`, `clean.execute_clean_step`).
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
 //! - [`runner`]: the process: lookup, then heartbeats until power-off.
@@ -11,6 +12,7 @@
 //!   writes itself).
 
 pub mod checksum;
+pub mod clean;
 pub mod commands;
 pub mod disk;
 pub mod runner;

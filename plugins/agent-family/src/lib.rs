@@ -11,8 +11,9 @@
 //! where the last one left off, across engine restarts too.
 //!
 //! Undeploy and manual cleaning boot the ramdisk again (tear-down answers `wait`); in
-//! `clean wait` the agent's heartbeat has it erase the disk's metadata, then the machine
-//! is powered off and the node goes on to available (or back to manageable).
+//! `clean wait` the agent's heartbeats run the clean step `erase_devices_metadata`
+//! through `clean.get_clean_steps` and `clean.execute_clean_step` (as Ironic does), then
+//! the machine is powered off and the node goes on to available (or back to manageable).
 
 use deployd_driver_sdk::agent::ErrorText;
 use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
@@ -128,15 +129,93 @@ fn cleaning() -> bool {
     node::get().provision_state == "clean wait"
 }
 
-/// In `clean wait`: erase the disk's metadata through the agent, then power off.
+/// Scratch key: set while the agent runs a clean step (`clean.execute_clean_step`).
+const CLEANING: &str = "clean_step";
+
+/// The clean step deployd's drivers run, as both agents name it.
+const CLEAN_STEP: (&str, &str) = ("deploy", "erase_devices_metadata");
+
+/// In `clean wait`, as Ironic's `agent_base` cleans: ask the agent for its clean steps
+/// (`clean.get_clean_steps`), start `erase_devices_metadata` with the agent's own step
+/// document and hardware manager versions (`clean.execute_clean_step`), follow it on the
+/// next heartbeats (`GET /v1/commands`), then power the machine off. Only clean-step
+/// commands are used, so ironic-python-agent and deployd's agent are driven alike.
 fn clean_step() -> Result<Outcome, String> {
-    let erased = agent::run("deploy.erase_devices_metadata", &json!({}), true)?;
-    if !erased.succeeded() {
+    if scratch::get::<String>(CLEANING).as_deref() == Some("running") {
+        match agent::last("execute_clean_step")? {
+            Some(c) if c.is_running() => return Ok(Outcome::Wait),
+            Some(c) if c.succeeded() => return clean_done(),
+            Some(c) => {
+                scratch::remove(CLEANING)?;
+                return Ok(Outcome::Fail(format!(
+                    "the agent's clean step {} failed: {}",
+                    CLEAN_STEP.1,
+                    c.error_text()
+                )));
+            }
+            None => log::warn("the agent has no execute_clean_step command; starting the step again"),
+        }
+    }
+    let node = node::get();
+    let about = json!({
+        "uuid": node.uuid,
+        "properties": node.properties,
+        "instance_info": node.instance_info,
+        "driver_internal_info": {},
+    });
+    let listed = agent::run("clean.get_clean_steps", &json!({"node": about, "ports": []}), true)?;
+    let result = match &listed.command_result {
+        Some(r) if listed.succeeded() => r.clone(),
+        _ => {
+            return Ok(Outcome::Fail(format!(
+                "the agent could not list its clean steps: {}",
+                listed.error_text()
+            )));
+        }
+    };
+    let offered: Vec<&serde_json::Value> = result
+        .get("clean_steps")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flat_map(|managers| managers.values())
+        .filter_map(serde_json::Value::as_array)
+        .flatten()
+        .collect();
+    let wanted = offered.iter().find(|s| {
+        s.get("interface").and_then(serde_json::Value::as_str) == Some(CLEAN_STEP.0)
+            && s.get("step").and_then(serde_json::Value::as_str) == Some(CLEAN_STEP.1)
+    });
+    let Some(step) = wanted else {
         return Ok(Outcome::Fail(format!(
-            "the agent could not erase the disk: {}",
-            erased.error_text()
+            "the agent offers no {}.{} clean step",
+            CLEAN_STEP.0, CLEAN_STEP.1
+        )));
+    };
+    let params = json!({
+        "step": step,
+        "node": about,
+        "ports": [],
+        "clean_version": result.get("hardware_manager_version").cloned().unwrap_or(json!({})),
+    });
+    let started = agent::run("clean.execute_clean_step", &params, false)?;
+    if started.succeeded() {
+        return clean_done();
+    }
+    if !started.is_running() {
+        return Ok(Outcome::Fail(format!(
+            "the agent refused the clean step {}: {}",
+            CLEAN_STEP.1,
+            started.error_text()
         )));
     }
+    scratch::set(CLEANING, &"running")?;
+    log::info(&format!("the agent is running the clean step {}", CLEAN_STEP.1));
+    Ok(Outcome::Wait)
+}
+
+/// The clean step succeeded: the machine goes off and cleaning ends.
+fn clean_done() -> Result<Outcome, String> {
+    scratch::remove(CLEANING)?;
     log::info("the disk's metadata is erased");
     power_off()?;
     Ok(Outcome::Done)
