@@ -8,5 +8,6 @@ mod support;
 mod baremetal_cli;
 mod client_suites;
 mod deployd_cli;
+mod real_ipa;
 mod seed_end_to_end;
 mod serve;

@@ -19,7 +19,7 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
     let s = start(|_| {}).await;
     let root = s.call(Method::GET, "/", None, None).await;
     assert_eq!(root.status, StatusCode::OK);
-    assert_eq!(root.body["default_version"]["version"], "1.67");
+    assert_eq!(root.body["default_version"]["version"], "1.68");
     assert_eq!(root.body["default_version"]["min_version"], "1.1");
     let v1 = s.call(Method::GET, "/v1", None, None).await;
     assert_eq!(v1.body["id"], "v1");
@@ -38,13 +38,13 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
         .unwrap();
     assert_eq!(modern.headers()["x-openstack-ironic-api-version"], "1.62");
     let latest = s.call(Method::GET, "/v1/nodes", Some("latest"), None).await;
-    assert_eq!(latest.headers["x-openstack-ironic-api-version"], "1.67");
+    assert_eq!(latest.headers["x-openstack-ironic-api-version"], "1.68");
 
     // Out of range and malformed: 406 with the bounds, so the CLI can negotiate down.
     for bad in ["1.115", "2.0", "1.x", "banana"] {
         let a = s.call(Method::GET, "/v1/nodes", Some(bad), None).await;
         assert_eq!(a.status, StatusCode::NOT_ACCEPTABLE, "{bad}");
-        assert_eq!(a.headers["x-openstack-ironic-api-maximum-version"], "1.67");
+        assert_eq!(a.headers["x-openstack-ironic-api-maximum-version"], "1.68");
         assert_eq!(a.headers["x-openstack-ironic-api-minimum-version"], "1.1");
         assert!(!a.fault().is_empty());
     }
@@ -54,7 +54,7 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
     assert_eq!(missing.fault(), "Node nope could not be found.");
     assert_eq!(
         missing.headers["x-openstack-ironic-api-maximum-version"],
-        "1.67"
+        "1.68"
     );
     assert!(
         missing.headers["openstack-request-id"]

@@ -260,7 +260,7 @@ mod tests {
         for head in heads {
             let head = head.to_ascii_lowercase();
             assert!(
-                head.contains("x-openstack-ironic-api-version: 1.67"),
+                head.contains(&format!("x-openstack-ironic-api-version: {}", version::MAX)),
                 "{head}"
             );
             assert!(head.contains("authorization: basic "), "{head}");

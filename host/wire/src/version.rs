@@ -1,9 +1,10 @@
 //! API microversions (`1.x`).
 //!
 //! deployd serves 1.1 to [`MAX`]. The maximum is chosen for the agents: from 1.62 lookup
-//! issues agent tokens (which deployd requires), and from 1.68 ironic-python-agent
-//! switches to HTTPS with a self-signed certificate per boot that the engine would have to
-//! pin from `agent_verify_ca`, which deployd does not do yet.
+//! issues agent tokens (which deployd requires), and at 1.68 ironic-python-agent switches
+//! to HTTPS with a self-signed certificate per boot, which the engine pins from
+//! `agent_verify_ca` (shown with the real IPA in `tests/real_ipa.rs`). Later versions wait
+//! for their features (runbooks, inspection rules, firmware, virtual media, …).
 
 use std::fmt;
 
@@ -12,7 +13,7 @@ use std::fmt;
 pub const HEADER: &str = "X-OpenStack-Ironic-API-Version";
 
 pub const MIN: Version = Version(1);
-pub const MAX: Version = Version(67);
+pub const MAX: Version = Version(68);
 
 /// A 1.x microversion; only the minor part varies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,7 +44,7 @@ mod tests {
 
     #[test]
     fn versions_print_and_parse_as_ironic_writes_them() {
-        assert_eq!(MAX.to_string(), "1.67");
+        assert_eq!(MAX.to_string(), "1.68");
         assert_eq!(Version::parse(" 1.62 "), Some(Version(62)));
         assert_eq!(Version::parse("2.1"), None);
         assert_eq!(Version::parse("1.x"), None);

@@ -1,0 +1,325 @@
+//! The real ironic-python-agent (PyPI, pinned in `.ci/run`) against `deployd serve`:
+//! deploy a whole-disk image through `agent_redfish` (sushy-tools) and `agent_ipmitool`
+//! (pyghmi's fakebmc), with a write longer than `deploy_callback_timeout`, over auto-TLS
+//! at API 1.68; then undeploy, cleaning through IPA's clean steps. IPA runs unprivileged
+//! with the hardware manager and `PATH` stubs of `tests/ipa/` (see its README).
+
+use crate::support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::{Value, json};
+use support::{Engine, call, make_available, provision, sha256_of, wait_node};
+
+/// Seconds a node may wait without a heartbeat; the image takes longer to write.
+const TIMEOUT: u64 = 20;
+const MIB: usize = 1 << 20;
+
+fn ipa_venv() -> PathBuf {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ipa-venv");
+    assert!(
+        venv.join("bin/ironic-python-agent").exists(),
+        "{} is missing: run .ci/run once",
+        venv.display()
+    );
+    venv
+}
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+/// A whole-disk image with an MBR partition table (IPA checks for one after writing):
+/// `mib` MiB, random bytes after the first MiB. Returns its sha256.
+fn disk_image(path: &Path, mib: usize) -> String {
+    let mut data = vec![0u8; mib * MIB];
+    rand::fill(&mut data[MIB..]);
+    std::fs::write(path, &data).unwrap();
+    let out = Command::new("parted")
+        .arg("-s")
+        .arg(path)
+        .args(["mklabel", "msdos", "mkpart", "primary", "ext4", "1MiB"])
+        .arg(format!("{}MiB", mib - 1))
+        .output()
+        .expect("running parted (Debian's parted: .ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sha256_of(path)
+}
+
+/// Serves `file` over HTTP at `rate` bytes per second: a download that outlasts the
+/// callback timeout. Returns its url.
+fn slow_server(file: PathBuf, rate: usize) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/image.raw", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let data = std::fs::read(&file).unwrap();
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = std::io::Read::read(&mut stream, &mut request);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                    data.len()
+                );
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for chunk in data.chunks(rate / 10) {
+                    if stream.write_all(chunk).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    url
+}
+
+/// One boot of ironic-python-agent, killed when dropped.
+struct Ipa(Child);
+
+impl Drop for Ipa {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The machine: its disk file, MAC and working directory (all writable by IPA's uid).
+struct Machine {
+    dir: PathBuf,
+    disk: PathBuf,
+    mac: &'static str,
+    port: u16,
+}
+
+impl Machine {
+    fn new(dir: &Path, mac: &'static str) -> Machine {
+        let dir = dir.join("machine");
+        std::fs::create_dir_all(&dir).unwrap();
+        let disk = dir.join("disk.img");
+        std::fs::write(&disk, vec![0xABu8; 64 * MIB]).unwrap();
+        open_to_all(&dir);
+        open_to_all(&disk);
+        Machine {
+            dir,
+            disk,
+            mac,
+            port: support::free_port(),
+        }
+    }
+
+    /// Boots the ramdisk: a fresh IPA process (a new boot, so a new token and certificate).
+    fn boot(&self, api: &str, n: u32) -> Ipa {
+        let conf = self.dir.join(format!("ipa-{n}.conf"));
+        let log = self.dir.join(format!("ipa-{n}.log"));
+        std::fs::write(
+            &conf,
+            format!(
+                "[DEFAULT]\napi_url = {api}\nlisten_host = 127.0.0.1\nlisten_port = {p}\nadvertise_host = 127.0.0.1\nadvertise_port = {p}\nhardware_initialization_delay = 0\ndisk_wait_attempts = 0\nlookup_timeout = 300\nlookup_interval = 1\nenable_mdns = False\nlog_file = {log}\ndebug = true\n",
+                p = self.port,
+                log = log.display()
+            ),
+        )
+        .unwrap();
+        open_to_all(&conf);
+        let venv = ipa_venv();
+        let path = format!(
+            "{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            repo("tests/ipa/stubs").display(),
+            venv.join("bin").display()
+        );
+        let mut command = unprivileged();
+        command
+            .arg(venv.join("bin/ironic-python-agent"))
+            .arg("--config-file")
+            .arg(&conf)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.dir)
+            .env("DEPLOYD_IPA_DISK", &self.disk)
+            .env("DEPLOYD_IPA_MAC", self.mac)
+            .env("DEPLOYD_IPA_REFUSED", self.dir.join("refused.log"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("ipa-{n}.out"))).unwrap());
+        Ipa(command.spawn().expect("starting ironic-python-agent"))
+    }
+
+    fn logs(&self) -> String {
+        let mut all = String::new();
+        for n in 1..=2 {
+            all +=
+                &std::fs::read_to_string(self.dir.join(format!("ipa-{n}.log"))).unwrap_or_default();
+            all +=
+                &std::fs::read_to_string(self.dir.join(format!("ipa-{n}.out"))).unwrap_or_default();
+        }
+        all
+    }
+
+    /// The agent's log without its DEBUG lines, for failure messages.
+    fn summary(&self) -> String {
+        self.logs()
+            .lines()
+            .filter(|l| !l.contains(" DEBUG "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// As root, IPA runs as nobody with no capabilities; otherwise as the current user.
+fn unprivileged() -> Command {
+    if !rustix::process::geteuid().is_root() {
+        return Command::new("env");
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]);
+    c
+}
+
+fn open_to_all(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if path.is_dir() { 0o777 } else { 0o666 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
+    let dir = tempfile::tempdir().unwrap();
+    open_to_all(dir.path());
+    let image = dir.path().join("image.raw");
+    let sha = disk_image(&image, 48);
+    // 48 MiB at 2 MiB/s: 24 s, longer than the callback timeout.
+    let url = slow_server(image, 2 * MIB);
+    let timeout = TIMEOUT.to_string();
+    let engine = Engine::start(
+        &dir.path().join("data"),
+        &[
+            "--deploy-callback-timeout",
+            &timeout,
+            "--clean-callback-timeout",
+            "60",
+            "--ramdisk-heartbeat-timeout",
+            "5",
+        ],
+    );
+    let mut info = driver_info;
+    // IPA syncs slowly; leave the power-off step time within the driver's deadline.
+    info["soft_power_off_timeout"] = json!(3);
+    let (status, node) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": driver, "driver_info": info,
+                    "instance_info": {"image_source": url, "image_checksum": sha}})),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        "POST",
+        &format!("{}/v1/ports", engine.url),
+        Some(json!({"node_uuid": uuid, "address": mac})),
+    );
+    assert_eq!(status, 201);
+    make_available(&engine.url, &uuid);
+    let machine = Machine::new(dir.path(), mac);
+
+    let started = Instant::now();
+    provision(&engine.url, &uuid, "active");
+    let ipa = machine.boot(&engine.url, 1);
+    let node = wait_node(&engine.url, &uuid, 180, |n| {
+        n["provision_state"] != "deploying" && n["provision_state"] != "wait call-back"
+    });
+    assert_eq!(
+        node["provision_state"],
+        "active",
+        "last_error {}\n{}",
+        node["last_error"],
+        machine.summary()
+    );
+    assert!(
+        started.elapsed() > Duration::from_secs(TIMEOUT),
+        "the write outlasted the timeout"
+    );
+    assert_eq!(
+        sha256_of(&machine.disk)[..],
+        sha[..],
+        "the disk holds the image"
+    );
+    // Auto-TLS at 1.68: IPA served HTTPS with its own certificate, which deployd pinned.
+    let logs = machine.logs();
+    assert!(
+        logs.contains("announcing callback URL https://127.0.0.1"),
+        "{logs}"
+    );
+    assert!(logs.contains("API version is 1.68"));
+    drop(ipa);
+
+    // Undeploy: the machine boots the ramdisk again; IPA cleans through its clean steps.
+    provision(&engine.url, &uuid, "deleted");
+    let _ipa = machine.boot(&engine.url, 2);
+    let node = wait_node(&engine.url, &uuid, 180, |n| {
+        n["provision_state"] == "available" || n["provision_state"] == "clean failed"
+    });
+    assert_eq!(
+        node["provision_state"],
+        "available",
+        "last_error {}\n{}",
+        node["last_error"],
+        machine.summary()
+    );
+    let disk = std::fs::read(&machine.disk).unwrap();
+    assert!(
+        disk[..MIB].iter().all(|&b| b == 0),
+        "the first MiB is erased"
+    );
+    assert!(
+        disk[disk.len() - MIB..].iter().all(|&b| b == 0),
+        "the last MiB is erased"
+    );
+    let logs = machine.logs();
+    assert!(
+        logs.contains("Asynchronous command execute_clean_step completed"),
+        "{logs}"
+    );
+    engine.stop();
+}
+
+#[test]
+fn ironic_python_agent_deploys_and_cleans_through_agent_redfish_over_auto_tls() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_sushy, base, system) = runtime.block_on(support::emulators::sushy());
+    deploy_and_clean(
+        "redfish",
+        json!({"redfish_address": base, "redfish_system_id": system}),
+        "52:54:00:1a:00:01",
+    );
+}
+
+#[test]
+fn ironic_python_agent_deploys_and_cleans_through_agent_ipmitool_over_auto_tls() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_bmc, port) = runtime.block_on(support::emulators::fakebmc());
+    deploy_and_clean(
+        "ipmi",
+        json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),
+        "52:54:00:1a:00:02",
+    );
+}
