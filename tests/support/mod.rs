@@ -16,6 +16,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether `GET /` on `addr` is answered by a deployd (Ironic's version headers).
+fn answers_as_deployd(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: test\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .to_ascii_lowercase()
+        .contains("x-openstack-ironic-api-maximum-version")
+}
+
 /// A `deployd serve` process; killed (SIGKILL) when dropped if still running.
 pub struct Engine {
     pub child: Child,
@@ -58,9 +78,12 @@ impl Engine {
         engine
     }
 
+    /// Waits until this engine answers. A bare connect is not enough: a port taken from
+    /// `free_port` may meanwhile be bound by another test's process (an agent), so the
+    /// answer must be a deployd's (it carries the microversion headers).
     fn wait_ready(&self) {
         for _ in 0..600 {
-            if std::net::TcpStream::connect(self.url.trim_start_matches("http://")).is_ok() {
+            if answers_as_deployd(self.url.trim_start_matches("http://")) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
