@@ -176,28 +176,21 @@ pub const METADATA_BYTES: u64 = 1 << 20;
 
 /// Zeroes the first and last MiB of the disk, as IPA's `erase_devices_metadata` wipes
 /// partition tables and signatures; returns the bytes zeroed.
-/// Zeroes the whole disk (`erase_devices` with `full: true`), then syncs it.
-pub fn erase_all(disk: &Path) -> Result<u64, String> {
-    use std::io::{Seek, SeekFrom, Write};
-    let fail = |e: std::io::Error| format!("erasing {}: {e}", disk.display());
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(disk)
-        .map_err(fail)?;
-    let size = file.seek(SeekFrom::End(0)).map_err(fail)?;
-    file.seek(SeekFrom::Start(0)).map_err(fail)?;
-    let zeros = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(zeros.len() as u64) as usize;
-        file.write_all(&zeros[..n]).map_err(fail)?;
-        left -= n as u64;
-    }
-    file.sync_all().map_err(fail)?;
-    Ok(size)
+pub fn erase_metadata(disk: &Path) -> Result<u64, String> {
+    zero(disk, |size| {
+        let head = size.min(METADATA_BYTES);
+        let tail_start = size.saturating_sub(METADATA_BYTES).max(head);
+        vec![(0, head), (tail_start, size - tail_start)]
+    })
 }
 
-pub fn erase_metadata(disk: &Path) -> Result<u64, String> {
+/// Zeroes the whole disk (`erase_devices` with `full: true`); returns the bytes zeroed.
+pub fn erase_all(disk: &Path) -> Result<u64, String> {
+    zero(disk, |size| vec![(0, size)])
+}
+
+/// Zeroes the `(start, length)` ranges `ranges(size)` picks, a MiB at a time, then syncs.
+fn zero(disk: &Path, ranges: impl FnOnce(u64) -> Vec<(u64, u64)>) -> Result<u64, String> {
     use std::io::{Seek, SeekFrom, Write};
     let fail = |e: std::io::Error| format!("erasing {}: {e}", disk.display());
     let mut file = std::fs::OpenOptions::new()
@@ -205,14 +198,18 @@ pub fn erase_metadata(disk: &Path) -> Result<u64, String> {
         .open(disk)
         .map_err(fail)?;
     let size = file.seek(SeekFrom::End(0)).map_err(fail)?;
-    let zeros = vec![0u8; METADATA_BYTES as usize];
-    let head = size.min(METADATA_BYTES);
-    let tail_start = size.saturating_sub(METADATA_BYTES).max(head);
-    file.seek(SeekFrom::Start(0)).map_err(fail)?;
-    file.write_all(&zeros[..head as usize]).map_err(fail)?;
-    file.seek(SeekFrom::Start(tail_start)).map_err(fail)?;
-    file.write_all(&zeros[..(size - tail_start) as usize])
-        .map_err(fail)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut total = 0;
+    for (start, length) in ranges(size) {
+        file.seek(SeekFrom::Start(start)).map_err(fail)?;
+        let mut left = length;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64);
+            file.write_all(&zeros[..n as usize]).map_err(fail)?;
+            left -= n;
+        }
+        total += length;
+    }
     file.sync_all().map_err(fail)?;
-    Ok(head + size - tail_start)
+    Ok(total)
 }
