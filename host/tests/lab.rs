@@ -14,7 +14,7 @@ async fn lab(dir: &tempfile::TempDir) -> (Lab, String) {
         throttle: None,
         heartbeat_interval: None,
         agent_tasks: true,
-        agent_tls: false,
+        agent_tls: deployd::lab::TlsMode::Auto,
     };
     let lab = Lab::start(&args, AgentMode::Task).await.unwrap();
     let base = format!("http://{}/redfish/v1/Systems/machine-000", lab.addr);

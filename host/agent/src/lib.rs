@@ -21,4 +21,4 @@ pub mod signal;
 pub mod tls;
 
 pub use commands::{CommandApi, DiskTarget};
-pub use runner::AgentArgs;
+pub use runner::{AgentArgs, TlsMode};

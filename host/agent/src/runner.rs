@@ -1,5 +1,5 @@
-//! The agent's life, as ironic-python-agent lives it: serve the command API, discover the
-//! engine's API version, look the machine up by its MACs (or node uuid) until the engine
+//! The agent's life, as ironic-python-agent lives it: discover the engine's API version,
+//! serve the command API (over HTTPS from 1.68, with a certificate made at start), look the machine up by its MACs (or node uuid) until the engine
 //! expects it, then heartbeat until the machine is powered off.
 //!
 //! - Heartbeats come every `heartbeat_timeout × U(0.3, 0.6)` (IPA's interval), and at once
@@ -53,9 +53,33 @@ pub struct AgentArgs {
     #[arg(long)]
     pub heartbeat_interval: Option<f64>,
     /// Serve the command API over HTTPS with a certificate made at start, which the
-    /// heartbeats send as `agent_verify_ca` for the engine to pin (IPA's auto-TLS).
-    #[arg(long)]
-    pub tls: bool,
+    /// heartbeats send as `agent_verify_ca` for the engine to pin (IPA's auto-TLS):
+    /// `auto` does when the engine speaks API 1.68 or newer, as IPA does.
+    #[arg(long, value_enum, default_value_t = TlsMode::Auto, num_args = 0..=1, default_missing_value = "on")]
+    pub tls: TlsMode,
+}
+
+/// When the command API serves HTTPS.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    /// From API 1.68 on (ironic-python-agent's auto-TLS).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// The API version from which agents serve HTTPS with a certificate of their own.
+const AUTO_TLS: u32 = 68;
+
+impl TlsMode {
+    fn serves_https(self, engine: Version) -> bool {
+        match self {
+            TlsMode::Auto => engine.at_least(AUTO_TLS),
+            TlsMode::On => true,
+            TlsMode::Off => false,
+        }
+    }
 }
 
 /// `10M` → 10 MiB/s.
@@ -81,11 +105,11 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     Ok((n * scale as f64) as u64)
 }
 
-/// The engine, as the agent sees it.
 /// The engine, at the newest API version both sides speak. Retries are the runner's
 /// own (backoff, back to lookup), so the client makes none.
 struct Engine {
     client: Client,
+    version: Version,
 }
 
 /// Why a heartbeat did not land.
@@ -116,7 +140,11 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
         );
     }
     let addr = listener.local_addr()?;
-    let scheme = if args.tls { "https" } else { "http" };
+    // The engine's version decides the scheme (as IPA asks before it serves), so the
+    // command API starts once the engine answers.
+    let engine = discover(&args.api_url).await;
+    let tls = args.tls.serves_https(engine.version);
+    let scheme = if tls { "https" } else { "http" };
     let advertise = args
         .advertise_url
         .clone()
@@ -128,7 +156,7 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
     let api = CommandApi::new(disk, advertise.clone());
     let _writes = StopWrites(api.clone());
     let router = server::router(api.clone());
-    let identity = match args.tls {
+    let identity = match tls {
         true => Some(tls::Identity::generate(&advertised_host(&advertise)?)?),
         false => None,
     };
@@ -140,11 +168,11 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
                 .context("the command API stopped"),
         }
     };
-    tracing::info!(%advertise, disk = %args.disk.display(), tls = args.tls, "agent command API is up");
+    tracing::info!(%advertise, disk = %args.disk.display(), tls, "agent command API is up");
     let pem = identity.as_ref().map(|i| i.pem.clone());
     tokio::select! {
         r = server => r,
-        r = live(&args, &api, pem) => r,
+        r = live(&args, engine, &api, pem) => r,
     }
 }
 
@@ -172,10 +200,10 @@ impl Drop for StopWrites {
 /// Discovery, lookup, then heartbeats until power-off.
 async fn live(
     args: &AgentArgs,
+    engine: Engine,
     api: &Arc<CommandApi>,
     verify_ca: Option<String>,
 ) -> anyhow::Result<()> {
-    let engine = discover(&args.api_url).await;
     let mut session = lookup(&engine, args).await;
     api.set_token(session.token.clone());
     let mut ended = api.command_ended.subscribe();
@@ -237,6 +265,7 @@ async fn discover(base: &str) -> Engine {
                 tracing::info!(%version, "engine found");
                 return Engine {
                     client: client.with_version(version),
+                    version,
                 };
             }
             Err(e) => {

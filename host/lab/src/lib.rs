@@ -17,6 +17,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use deployd_agent::TlsMode;
 pub use machine::{AgentMode, Machine, MachineView};
 
 #[derive(clap::Args, Clone, Debug)]
@@ -42,10 +43,10 @@ pub struct LabArgs {
     /// Run the agents as tasks of the lab process instead of `deployd agent` processes.
     #[arg(long)]
     pub agent_tasks: bool,
-    /// The agents serve their command API over HTTPS with a per-boot certificate that
-    /// the engine pins (`deployd agent --tls`).
-    #[arg(long)]
-    pub agent_tls: bool,
+    /// When the agents serve their command API over HTTPS with a per-boot certificate
+    /// that the engine pins (`deployd agent --tls`): `auto` from API 1.68, as IPA does.
+    #[arg(long, value_enum, default_value_t = deployd_agent::TlsMode::Auto, num_args = 0..=1, default_missing_value = "on")]
+    pub agent_tls: deployd_agent::TlsMode,
 }
 
 /// What a caller needs to enroll a machine: its name, MAC and BMC address.

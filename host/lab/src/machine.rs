@@ -188,9 +188,9 @@ impl Machine {
                 if let Some(i) = self.args.heartbeat_interval {
                     command.args(["--heartbeat-interval", &i.to_string()]);
                 }
-                if self.args.tls {
-                    command.arg("--tls");
-                }
+                let tls = clap::ValueEnum::to_possible_value(&self.args.tls)
+                    .expect("every TLS mode has a name");
+                command.args(["--tls", tls.get_name()]);
                 let log = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)

@@ -101,7 +101,7 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             heartbeat_interval: None,
             agent_tasks: false,
             // The agents' command APIs are HTTPS, pinned to each boot's certificate.
-            agent_tls: true,
+            agent_tls: deployd_agent::TlsMode::On,
         },
         AgentMode::Process(std::env::current_exe().context("finding this executable")?),
     )
