@@ -91,6 +91,10 @@ impl Node {
     }
 }
 
+/// The name this engine answers to as an Ironic conductor (a node's `conductor`, the
+/// `hosts` of `/v1/conductors`, who wrote a history event).
+pub const CONDUCTOR: &str = "deployd";
+
 /// What an operator gives to enroll a node.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

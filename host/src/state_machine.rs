@@ -284,6 +284,22 @@ impl ProvisionState {
         )
     }
 
+    /// States a failed flow ends in (a history event about them is an `ERROR`).
+    pub fn is_failed(self) -> bool {
+        use ProvisionState as S;
+        matches!(
+            self,
+            S::DeployFailed
+                | S::CleanFailed
+                | S::InspectFailed
+                | S::AdoptFailed
+                | S::RescueFailed
+                | S::UnrescueFailed
+                | S::ServiceFailed
+                | S::Error
+        )
+    }
+
     /// The state a transient state is heading for (`target_provision_state`).
     pub fn target(self) -> Option<ProvisionState> {
         use ProvisionState as S;

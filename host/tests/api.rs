@@ -19,7 +19,7 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
     let s = start(|_| {}).await;
     let root = s.call(Method::GET, "/", None, None).await;
     assert_eq!(root.status, StatusCode::OK);
-    assert_eq!(root.body["default_version"]["version"], "1.68");
+    assert_eq!(root.body["default_version"]["version"], "1.115");
     assert_eq!(root.body["default_version"]["min_version"], "1.1");
     let v1 = s.call(Method::GET, "/v1", None, None).await;
     assert_eq!(v1.body["id"], "v1");
@@ -38,13 +38,13 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
         .unwrap();
     assert_eq!(modern.headers()["x-openstack-ironic-api-version"], "1.62");
     let latest = s.call(Method::GET, "/v1/nodes", Some("latest"), None).await;
-    assert_eq!(latest.headers["x-openstack-ironic-api-version"], "1.68");
+    assert_eq!(latest.headers["x-openstack-ironic-api-version"], "1.115");
 
     // Out of range and malformed: 406 with the bounds, so the CLI can negotiate down.
-    for bad in ["1.115", "2.0", "1.x", "banana"] {
+    for bad in ["1.116", "2.0", "1.x", "banana"] {
         let a = s.call(Method::GET, "/v1/nodes", Some(bad), None).await;
         assert_eq!(a.status, StatusCode::NOT_ACCEPTABLE, "{bad}");
-        assert_eq!(a.headers["x-openstack-ironic-api-maximum-version"], "1.68");
+        assert_eq!(a.headers["x-openstack-ironic-api-maximum-version"], "1.115");
         assert_eq!(a.headers["x-openstack-ironic-api-minimum-version"], "1.1");
         assert!(!a.fault().is_empty());
     }
@@ -54,7 +54,7 @@ async fn discovery_documents_and_version_headers_on_every_answer() {
     assert_eq!(missing.fault(), "Node nope could not be found.");
     assert_eq!(
         missing.headers["x-openstack-ironic-api-maximum-version"],
-        "1.68"
+        "1.115"
     );
     assert!(
         missing.headers["openstack-request-id"]
@@ -733,7 +733,10 @@ async fn manual_cleaning_takes_known_steps_and_returns_to_manageable() {
     s.walk(&uuid, &[("manage", "manageable")]).await;
     let path = format!("/v1/nodes/{uuid}/states/provision");
     let refused = [
-        (json!({"target": "clean"}), "\"clean_steps\" is required"),
+        (
+            json!({"target": "clean"}),
+            "\"clean_steps\" or \"runbook\" is required",
+        ),
         (
             json!({"target": "clean", "clean_steps": []}),
             "must not be empty",
@@ -821,3 +824,6 @@ mod ironic_model;
 
 #[path = "api/hardening.rs"]
 mod hardening;
+
+#[path = "api/ironic_latest.rs"]
+mod ironic_latest;

@@ -154,6 +154,9 @@ fn issue_token(app: &App, node: &Node) -> Result<String, ApiError> {
     }
 }
 
+/// What an external installer may say of itself in a heartbeat (1.72).
+const AGENT_STATUSES: &[&str] = &["start", "end", "error"];
+
 async fn heartbeat(
     app: State,
     Extension(version): Extension<Version>,
@@ -172,6 +175,20 @@ async fn heartbeat(
             ApiError::bad_request("Agent token is required for heartbeat processing.")
         })?;
     let callback_url = CallbackUrl::parse(&hb.callback_url).map_err(ApiError::bad_request)?;
+    let gives_status = hb.agent_status.is_some() || hb.agent_status_message.is_some();
+    if gives_status && !version.at_least(72) {
+        return Err(ApiError::bad_request(format!(
+            "agent_status and agent_status_message need API version 1.72 or newer, not {version}."
+        )));
+    }
+    if let Some(status) = hb.agent_status.as_deref()
+        && !AGENT_STATUSES.contains(&status)
+    {
+        return Err(ApiError::bad_request(format!(
+            "Unknown agent status {status:?}; expected one of {}.",
+            AGENT_STATUSES.join(", ")
+        )));
+    }
     if hb.agent_version.is_none() && hb.agent_status.is_none() {
         return Err(ApiError::bad_request(
             "Agent did not transmit a version, and a version is required.",

@@ -4,7 +4,7 @@
 //! A new allocation answers `allocating` at once; a task then looks for a node that is
 //! `available`, not in maintenance, has a known power state, the resource class, every
 //! requested trait, no instance and no allocation (and is among `candidate_nodes`, if
-//! given), in random order. The node is taken under its claim with the conditions checked
+//! given), in random order, but a node named as the allocation first (Ironic 1.79). The node is taken under its claim with the conditions checked
 //! again, so two allocations never take one node. The allocation ends `active` with the
 //! node's uuid (the node's `instance_uuid` and `allocation_uuid` name it), or `error` with
 //! a `last_error` that says what was asked.
@@ -19,6 +19,7 @@ use super::error::ApiError;
 use super::resources::Resource;
 use super::schema::{Field, Schema, Ty};
 use super::stored::check_trait;
+use super::version::Version;
 use crate::node::{NodeBody, strings};
 use crate::state_machine::ProvisionState;
 use crate::store::documents::Doc;
@@ -72,9 +73,10 @@ pub const ALLOCATION: Resource = Resource {
     check,
     on_create: Some(start),
     on_delete: Some(release),
+    shown: None,
 };
 
-fn check(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), ApiError> {
+fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     if old.is_some() {
         return Ok(());
     }
@@ -188,14 +190,22 @@ fn allocate(app: &App, uuid: Uuid) -> Result<Uuid, String> {
         .docs
         .get(ALLOCATION.kind, uuid)
         .map_err(|e| e.to_string())?;
-    let mut candidates: Vec<Uuid> = store
+    let name = want.get("name").and_then(Value::as_str);
+    let mut candidates: Vec<(bool, Uuid)> = store
         .nodes_after(None)
         .filter_map(Result::ok)
         .filter(|n| fits(n.state(), &n.body, &want))
-        .map(|n| n.uuid())
+        .map(|n| {
+            (
+                n.body.name.is_some() && n.body.name.as_deref() == name,
+                n.uuid(),
+            )
+        })
         .collect();
-    // Random order, so concurrent allocations spread over the fleet.
-    candidates.sort_by_key(|_| Uuid::new_v4());
+    // Random order, so concurrent allocations spread over the fleet; but a node named as
+    // the allocation is tried first (Ironic 1.79).
+    candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
+    let candidates = candidates.into_iter().map(|(_, u)| u);
     for node in candidates {
         let taken = app.conductor.edit(node, |provision, b| {
             if !fits(provision.state, b, &want) {

@@ -117,6 +117,33 @@ struct ListQuery {
     #[serde(rename = "type")]
     kind: Option<String>,
     detail: Option<String>,
+    fields: Option<String>,
+}
+
+/// `?fields=a,b` (1.77): only those fields of each driver; the names must be the
+/// document's own.
+fn only_fields(doc: Value, fields: Option<&str>, version: Version) -> Result<Value, ApiError> {
+    let Some(fields) = fields else {
+        return Ok(doc);
+    };
+    if !version.at_least(77) {
+        return Err(ApiError::not_acceptable(
+            "The fields parameter of drivers needs API version 1.77 or newer.",
+        ));
+    }
+    let wanted: Vec<&str> = fields.split(',').map(str::trim).collect();
+    if let Some(bad) = wanted.iter().find(|f| doc.get(**f).is_none()) {
+        return Err(ApiError::bad_request(format!(
+            "Field(s) \"{bad}\" are not valid"
+        )));
+    }
+    Ok(super::view::fields(doc, &wanted))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ShowQuery {
+    fields: Option<String>,
 }
 
 async fn list(
@@ -141,8 +168,11 @@ async fn list(
     };
     let docs: Vec<Value> = names
         .iter()
-        .map(|n| hardware_doc(&app, n, detail, version))
-        .collect();
+        .map(|n| {
+            let full = hardware_doc(&app, n, detail || q.fields.is_some(), version);
+            only_fields(full, q.fields.as_deref(), version)
+        })
+        .collect::<Result<_, _>>()?;
     Ok(Json(json!({"drivers": docs})))
 }
 
@@ -150,13 +180,16 @@ async fn show(
     app: State,
     Extension(version): Extension<Version>,
     Path(name): Path<String>,
+    query: Result<Query<ShowQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if !Hardware::new(&app.conductor.registry).exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
     }
-    Ok(Json(hardware_doc(&app, &name, true, version)))
+    let doc = hardware_doc(&app, &name, true, version);
+    Ok(Json(only_fields(doc, q.fields.as_deref(), version)?))
 }
 
 async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {

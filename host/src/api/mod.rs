@@ -17,15 +17,20 @@ mod allocations;
 pub mod auth;
 pub mod drivers;
 pub mod error;
+mod inspection_rules;
 pub mod listener;
 mod listing;
 mod node_doc;
 mod node_extras;
+mod node_groups;
+mod node_hardware;
+mod node_history;
 mod node_list;
 pub mod nodes;
 pub mod ports;
 mod resources;
 pub mod root;
+mod runbooks;
 pub mod schema;
 mod stored;
 pub mod version;
@@ -96,6 +101,8 @@ const RESOURCES: &[&resources::Resource] = &[
     &stored::VOLUME_CONNECTOR,
     &stored::VOLUME_TARGET,
     &allocations::ALLOCATION,
+    &runbooks::RUNBOOK,
+    &inspection_rules::INSPECTION_RULE,
 ];
 
 pub fn router(app: Arc<App>) -> Router {
@@ -107,6 +114,10 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(agent::routes())
         .merge(resources::routes(RESOURCES))
         .merge(node_extras::routes())
+        .merge(runbooks::routes())
+        .merge(node_hardware::routes())
+        .merge(node_groups::routes())
+        .merge(node_history::routes())
         .fallback(unrouted)
         .method_not_allowed_fallback(not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))

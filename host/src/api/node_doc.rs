@@ -73,6 +73,15 @@ const FIELDS: &[Field] = &[
     Field::rw("retired_reason", Ty::Text, 61),
     Field::rw("lessee", Ty::Text, 65),
     Field::rw("network_data", Ty::Map, 66),
+    Field::ro("boot_mode", Ty::Text, 75),
+    Field::ro("secure_boot", Ty::Bool, 75),
+    Field::rw("shard", Ty::Text, 82),
+    Field::rw("parent_node", Ty::Text, 83),
+    Field::rw("firmware_interface", Ty::Text, 86),
+    Field::ro("service_step", Ty::Map, 87),
+    Field::rw("disable_power_off", Ty::Bool, 95),
+    Field::rw("instance_name", Ty::Text, 104),
+    Field::ro("health", Ty::Text, 109),
 ];
 
 pub const NODE: Schema = Schema {
@@ -85,9 +94,10 @@ pub fn attr_default(name: &str) -> Option<Value> {
     Some(match name {
         "chassis_uuid" | "instance_uuid" | "resource_class" | "protected_reason" | "owner"
         | "description" | "allocation_uuid" | "retired_reason" | "lessee" | "automated_clean"
-        | "fault" => Value::Null,
+        | "fault" | "boot_mode" | "secure_boot" | "shard" | "parent_node" | "instance_name"
+        | "health" => Value::Null,
         "conductor_group" => json!(""),
-        "protected" | "retired" => json!(false),
+        "protected" | "retired" | "disable_power_off" => json!(false),
         "traits" => json!([]),
         "network_data" | "raid_config" | "target_raid_config" => json!({}),
         _ => return None,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, parse};
 use super::nodes::find;
-use super::stored::check_trait;
+use super::stored::{self, check_trait};
 use super::version::Version;
 use super::{App, State, view};
 use crate::node::{self, NodeBody};
@@ -43,7 +43,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/conductors/{hostname}", get(conductor))
 }
 
-fn since(version: Version, minor: u32) -> Result<(), ApiError> {
+pub(super) fn since(version: Version, minor: u32) -> Result<(), ApiError> {
     if version.at_least(minor) {
         return Ok(());
     }
@@ -53,7 +53,7 @@ fn since(version: Version, minor: u32) -> Result<(), ApiError> {
 }
 
 /// Changes a node's body under its claim.
-fn edit(
+pub(super) fn edit(
     app: &App,
     ident: &str,
     change: impl Fn(&mut NodeBody) -> Result<(), ApiError>,
@@ -137,13 +137,6 @@ fn remove_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Ironic's limit on a node's traits.
-const MAX_TRAITS: usize = 50;
-
-fn too_many() -> ApiError {
-    ApiError::bad_request(format!("A node may have at most {MAX_TRAITS} traits."))
-}
-
 async fn traits(
     app: State,
     Extension(v): Extension<Version>,
@@ -161,24 +154,7 @@ async fn set_traits(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     since(v, 37)?;
-    let doc: Value = parse(&body)?;
-    if !doc.get("traits").is_some_and(Value::is_array) {
-        return Err(ApiError::bad_request("Expected {\"traits\": [...]}"));
-    }
-    let given = node::strings(doc.as_object().expect("checked"), "traits");
-    if given.len() != doc["traits"].as_array().map_or(0, Vec::len) {
-        return Err(ApiError::bad_request("Every trait must be a string."));
-    }
-    let mut unique: Vec<String> = Vec::new();
-    for t in given {
-        check_trait(&t)?;
-        if !unique.contains(&t) {
-            unique.push(t);
-        }
-    }
-    if unique.len() > MAX_TRAITS {
-        return Err(too_many());
-    }
+    let unique = stored::trait_list(&body)?;
     edit(&app, &ident, |b| {
         List::Traits.set(b, unique.clone());
         Ok(())
@@ -209,8 +185,8 @@ async fn add_trait(
     edit(&app, &ident, |b| {
         let mut list = List::Traits.get(b);
         if !list.contains(&name) {
-            if list.len() >= MAX_TRAITS {
-                return Err(too_many());
+            if list.len() >= stored::MAX_TRAITS {
+                return Err(stored::too_many_traits());
             }
             list.push(name.clone());
         }

@@ -50,6 +50,12 @@ pub struct ListQuery {
     equal: Vec<(&'static str, Value)>,
     associated: Option<bool>,
     description_contains: Option<String>,
+    /// `sharded` (1.82): whether the node has a shard.
+    sharded: Option<bool>,
+    /// `parent_node` (1.83), as given; [`ListQuery::resolve`] makes it a uuid.
+    parent_node: Option<String>,
+    /// `include_children` (1.83): child nodes are listed only when asked for.
+    include_children: bool,
     fields: Option<String>,
     detail: Option<bool>,
     limit: Option<usize>,
@@ -72,6 +78,8 @@ const EQUAL: &[(&str, u32, bool)] = &[
     ("lessee", 65, false),
     ("retired", 61, true),
     ("conductor", 49, false),
+    ("shard", 82, false),
+    ("instance_name", 104, false),
 ];
 
 impl ListQuery {
@@ -102,6 +110,19 @@ impl ListQuery {
             }
             match k.as_str() {
                 "associated" => q.associated = Some(boolean(&k, &v)?),
+                "sharded" | "parent_node" | "include_children" => {
+                    let since = if k == "sharded" { 82 } else { 83 };
+                    if !version.at_least(since) {
+                        return Err(ApiError::not_acceptable(format!(
+                            "The filter \"{k}\" needs API version 1.{since} or newer."
+                        )));
+                    }
+                    match k.as_str() {
+                        "sharded" => q.sharded = Some(boolean(&k, &v)?),
+                        "parent_node" => q.parent_node = Some(v),
+                        _ => q.include_children = boolean(&k, &v)?,
+                    }
+                }
                 "description_contains" => q.description_contains = Some(v),
                 "fields" => q.fields = Some(v),
                 "detail" => q.detail = Some(boolean(&k, &v)?),
@@ -136,9 +157,35 @@ impl ListQuery {
         Ok(q)
     }
 
+    /// Names in the query that stand for nodes become their uuids; an unknown parent
+    /// matches nothing.
+    fn resolve(&mut self, app: &App) {
+        if let Some(parent) = self.parent_node.take() {
+            let uuid = app.conductor.store.find_node(&parent).map(|n| n.uuid());
+            self.parent_node = Some(uuid.map_or(parent, |u| u.to_string()));
+        }
+    }
+
+    /// Child nodes show only when asked for (`include_children`, or their `parent_node`).
+    /// This reads the stored node, so it holds at every version.
+    fn shows_child(&self, node: &crate::node::Node) -> bool {
+        self.include_children
+            || self.parent_node.is_some()
+            || node
+                .body
+                .attrs
+                .get("parent_node")
+                .is_none_or(Value::is_null)
+    }
+
     fn matches(&self, doc: &Value) -> bool {
         let field = |k: &str| doc.get(k).unwrap_or(&Value::Null);
         self.equal.iter().all(|(k, v)| field(k) == v)
+            && self.sharded.is_none_or(|s| field("shard").is_null() != s)
+            && self
+                .parent_node
+                .as_deref()
+                .is_none_or(|p| field("parent_node").as_str() == Some(p))
             && self
                 .associated
                 .is_none_or(|a| field("instance_uuid").is_null() != a)
@@ -188,10 +235,11 @@ async fn respond(
         Ok(Query(pairs)) => ListQuery::parse(pairs, version),
         Err(e) => Err(ApiError::bad_request(e.body_text())),
     };
-    let q = match q {
+    let mut q = match q {
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
+    q.resolve(&app);
     let detail = detail || q.detail.unwrap_or(false);
     let fields = match q
         .fields
@@ -269,6 +317,9 @@ fn write_list(
     let (mut count, mut last) = (0, None);
     for node in app.conductor.store.nodes_after(q.marker) {
         let node = node?;
+        if !q.shows_child(&node) {
+            continue;
+        }
         let agent = app.conductor.agents.get(node.uuid());
         let doc = view::node(base, &node, agent.as_ref(), shape.version);
         if !q.matches(&doc) {

@@ -40,8 +40,10 @@ async fn create(
     Extension(version): Extension<Version>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let new = node_doc::new_node(&body, version, &Hardware::new(&app.conductor.registry))?;
+    let mut new = node_doc::new_node(&body, version, &Hardware::new(&app.conductor.registry))?;
     let store = &app.conductor.store;
+    let given: Vec<String> = new.attrs.keys().cloned().collect();
+    settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given)?;
     let mut node = store.create_node(new)?;
     // Before 1.11 new nodes start in "available", as Ironic's do.
     if !version.at_least(11) {
@@ -61,6 +63,27 @@ pub fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
     Ok(app.conductor.store.find_node(ident)?)
 }
 
+/// Node fields that lists of a node's parts (ports, port groups) filter on.
+pub const NODE_FILTERS: &[&str] = &["conductor_group", "shard"];
+
+/// The nodes whose `field` (one of [`NODE_FILTERS`]) is `value`.
+pub fn nodes_where(
+    app: &App,
+    field: &str,
+    value: &str,
+) -> Result<std::collections::HashSet<Uuid>, ApiError> {
+    let mut found = std::collections::HashSet::new();
+    for node in app.conductor.store.nodes_after(None) {
+        let node = node?;
+        let default = node_doc::attr_default(field).unwrap_or(Value::Null);
+        let actual = node.body.attrs.get(field).unwrap_or(&default);
+        if actual.as_str() == Some(value) {
+            found.insert(node.uuid());
+        }
+    }
+    Ok(found)
+}
+
 async fn show(
     app: State,
     Extension(version): Extension<Version>,
@@ -74,6 +97,43 @@ async fn show(
         Some(f) => view::fields(doc, &node_doc::NODE.fields(&f, version)?),
         None => doc,
     }))
+}
+
+/// What a node's fields mean beyond themselves:
+/// - `parent_node` (1.83) names an existing node, other than this one, and is kept as
+///   its uuid;
+/// - `instance_name` (1.104) follows `instance_info.display_name` (as Nova sets it) while
+///   it has no value of its own, unless the same request sets it.
+fn settle(
+    app: &App,
+    me: Option<Uuid>,
+    attrs: &mut crate::node::JsonMap,
+    instance_info: &crate::node::JsonMap,
+    changed: &[String],
+) -> Result<(), ApiError> {
+    if let Some(parent) = attrs.get("parent_node").and_then(Value::as_str) {
+        let found = app
+            .conductor
+            .store
+            .find_node(parent)
+            .map_err(|_| ApiError::bad_request(format!("Node {parent} could not be found.")))?;
+        if Some(found.uuid()) == me {
+            return Err(ApiError::bad_request("A node cannot be its own parent."));
+        }
+        attrs.insert("parent_node".into(), json!(found.uuid()));
+    }
+    let named = attrs.get("instance_name").is_some_and(|n| !n.is_null());
+    let explicit = changed.iter().any(|f| f == "instance_name");
+    if !named
+        && !explicit
+        && let Some(display) = instance_info.get("display_name").and_then(Value::as_str)
+    {
+        attrs.insert("instance_name".into(), json!(display));
+    }
+    if attrs.get("instance_name").and_then(Value::as_str) == Some("") {
+        return Err(ApiError::bad_request("'' is too short: instance_name"));
+    }
+    Ok(())
 }
 
 /// States in which a node may be changed although a flow targets another state.
@@ -116,6 +176,7 @@ async fn update(
         node_doc::NODE.patch(&mut doc, &ops, version)?;
         let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
         node_doc::write_back(b, doc, &patched, &hardware)?;
+        settle(&app, Some(uuid), &mut b.attrs, &b.instance_info, &patched)?;
         // Removing the instance ends its allocation, as in Ironic.
         if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
             b.attrs.remove("allocation_uuid");
@@ -174,11 +235,15 @@ async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, Api
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn states(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn states(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
     let b = &node.body;
     let p = &node.provision;
-    Ok(Json(json!({
+    let mut doc = json!({
         "console_enabled": false,
         "last_error": b.last_error,
         "power_state": b.power_state,
@@ -188,7 +253,13 @@ async fn states(app: State, Path(ident): Path<String>) -> Result<Json<Value>, Ap
         "provision_updated_at": p.updated_at.to_datetime(),
         "raid_config": b.attrs.get("raid_config").cloned().unwrap_or(json!({})),
         "target_raid_config": b.attrs.get("target_raid_config").cloned().unwrap_or(json!({})),
-    })))
+    });
+    if version.at_least(75) {
+        for key in ["boot_mode", "secure_boot"] {
+            doc[key] = b.attrs.get(key).cloned().unwrap_or(Value::Null);
+        }
+    }
+    Ok(Json(doc))
 }
 
 #[derive(Deserialize)]
@@ -198,19 +269,87 @@ struct ProvisionRequest {
     configdrive: Option<Value>,
     clean_steps: Option<Value>,
     deploy_steps: Option<Value>,
+    service_steps: Option<Value>,
+    runbook: Option<String>,
     rescue_password: Option<String>,
     disable_ramdisk: Option<bool>,
+}
+
+impl ProvisionRequest {
+    /// The optional parameters, each with the microversion it came with and the targets
+    /// that take it (Ironic answers 406 below the version, 400 on another target).
+    fn check_parameters(&self, version: Version) -> Result<(), ApiError> {
+        let target = self.target.as_str();
+        let given: [(&str, bool, u32, &[&str]); 5] = [
+            (
+                "deploy_steps",
+                self.deploy_steps.is_some(),
+                69,
+                &["active", "deploy", "rebuild"],
+            ),
+            (
+                "disable_ramdisk",
+                self.disable_ramdisk.is_some(),
+                70,
+                &["clean", "service"],
+            ),
+            (
+                "service_steps",
+                self.service_steps.is_some(),
+                87,
+                &["service"],
+            ),
+            ("runbook", self.runbook.is_some(), 92, &["clean", "service"]),
+            ("clean_steps", self.clean_steps.is_some(), 15, &["clean"]),
+        ];
+        for (name, present, since, targets) in given {
+            if !present {
+                continue;
+            }
+            if !version.at_least(since) {
+                return Err(ApiError::not_acceptable(format!(
+                    "\"{name}\" needs API version 1.{since} or newer."
+                )));
+            }
+            if !targets.contains(&target) {
+                return Err(ApiError::bad_request(format!(
+                    "\"{name}\" is only valid when setting target provision state to {}",
+                    targets.join(" or ")
+                )));
+            }
+        }
+        if target == "service" && self.disable_ramdisk.is_some() && !version.at_least(108) {
+            return Err(ApiError::not_acceptable(
+                "\"disable_ramdisk\" for servicing needs API version 1.108 or newer.",
+            ));
+        }
+        if self.runbook.is_some() && (self.clean_steps.is_some() || self.service_steps.is_some()) {
+            return Err(ApiError::bad_request(
+                "\"runbook\" and explicit steps are mutually exclusive.",
+            ));
+        }
+        if let Some(steps) = &self.deploy_steps {
+            let empty = steps.as_array().is_some_and(Vec::is_empty);
+            if !empty {
+                return Err(ApiError::bad_request(format!(
+                    "deployd's drivers run a fixed deploy and take no extra deploy steps; got {steps}"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The clean steps deployd's drivers run: erasing the disk's metadata (partition tables
 /// and signatures), which their tear-down does by booting the ramdisk.
 const CLEAN_STEPS: &[(&str, &str)] = &[("deploy", "erase_devices_metadata")];
 
-/// Manual cleaning needs `clean_steps`, a list of `{interface, step}` this engine knows.
-fn check_clean_steps(steps: Option<&Value>) -> Result<(), ApiError> {
+/// Manual cleaning needs `clean_steps` (or a runbook's), a list of `{interface, step}`
+/// this engine knows; every one of them needs the ramdisk.
+fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<(), ApiError> {
     let steps = steps.and_then(Value::as_array).ok_or_else(|| {
         ApiError::bad_request(
-            "\"clean_steps\" is required when setting target provision state to clean",
+            "\"clean_steps\" or \"runbook\" is required when setting target provision state to clean",
         )
     })?;
     if steps.is_empty() {
@@ -229,6 +368,11 @@ fn check_clean_steps(steps: Option<&Value>) -> Result<(), ApiError> {
                     .join(", ")
             )));
         }
+        if disable_ramdisk {
+            return Err(ApiError::bad_request(format!(
+                "Clean step {interface}.{name} runs in the ramdisk; it cannot run with disable_ramdisk."
+            )));
+        }
     }
     Ok(())
 }
@@ -240,13 +384,17 @@ async fn provision(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ProvisionRequest = parse(&body)?;
-    let _ = (
-        &request.configdrive,
-        &request.deploy_steps,
-        &request.rescue_password,
-        &request.disable_ramdisk,
-    );
+    let _ = (&request.configdrive, &request.rescue_password);
+    request.check_parameters(version)?;
     let node = find(&app, &ident)?;
+    let illegal = || {
+        ApiError::bad_request(format!(
+            "The requested action \"{}\" can not be performed on node \"{}\" while it is in state \"{}\".",
+            request.target,
+            node.uuid(),
+            node.state()
+        ))
+    };
     let verb = match request.target.as_str() {
         "manage" if version.at_least(4) => Verb::Manage,
         "provide" if version.at_least(4) => Verb::Provide,
@@ -255,18 +403,38 @@ async fn provision(
         "rebuild" => Verb::Rebuild,
         "deleted" => Verb::Undeploy,
         "undeploy" if version.at_least(73) => Verb::Undeploy,
+        // Aborting a deploy in "wait call-back" came with 1.110.
+        "abort" if node.state() == ProvisionState::WaitCallBack && !version.at_least(110) => {
+            return Err(illegal());
+        }
         "abort" if version.at_least(13) => Verb::Abort,
         "clean" if version.at_least(15) => {
-            check_clean_steps(request.clean_steps.as_ref())?;
+            let from_runbook = match &request.runbook {
+                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
+                None => None,
+            };
+            let steps = from_runbook.as_ref().or(request.clean_steps.as_ref());
+            check_clean_steps(steps, request.disable_ramdisk.unwrap_or(false))?;
             Verb::Clean
         }
-        "manage" | "provide" | "abort" | "deploy" | "undeploy" | "clean" => {
+        // deployd's nodes never hold, and its drivers have no service steps.
+        "unhold" if version.at_least(85) => return Err(illegal()),
+        "service" if version.at_least(87) => {
+            if node.state() != ProvisionState::Active {
+                return Err(illegal());
+            }
+            return Err(ApiError::bad_request(format!(
+                "Node {} cannot be serviced: its driver has no service steps.",
+                node.uuid()
+            )));
+        }
+        "manage" | "provide" | "abort" | "deploy" | "undeploy" | "clean" | "unhold" | "service" => {
             return Err(ApiError::not_acceptable(format!(
                 "The provision target \"{}\" needs a newer API version than {version}.",
                 request.target
             )));
         }
-        "inspect" | "adopt" | "rescue" | "unrescue" | "service" | "unhold" => {
+        "inspect" | "adopt" | "rescue" | "unrescue" => {
             return Err(ApiError::bad_request(format!(
                 "deployd does not support the provision target \"{}\".",
                 request.target

@@ -35,13 +35,22 @@ const PORT: Schema = Schema {
         Field::rw("portgroup_uuid", Ty::Uuid, 24),
         Field::rw("physical_network", Ty::Text, 34),
         Field::rw("is_smartnic", Ty::Bool, 53),
+        Field::rw("name", Ty::Text, 88),
+        Field::create("node_name", Ty::Text, 94),
+        Field::rw("description", Ty::Text, 97),
+        Field::rw("vendor", Ty::Text, 100),
+        Field::rw("category", Ty::Text, 101),
+        Field::rw("available_for_dynamic_portgroup", Ty::Bool, 111),
     ],
 };
 
 /// Fields kept in `port.attrs`, with their value when unset.
 fn attr_default(name: &str) -> Option<Value> {
     Some(match name {
-        "portgroup_uuid" | "physical_network" => Value::Null,
+        "portgroup_uuid" | "physical_network" | "name" | "description" | "vendor" | "category" => {
+            Value::Null
+        }
+        "available_for_dynamic_portgroup" => json!(true),
         "local_link_connection" | "internal_info" => json!({}),
         "is_smartnic" => json!(false),
         _ => return None,
@@ -53,6 +62,8 @@ const FILTERS: &[(&str, u32)] = &[
     ("node_uuid", 1),
     ("address", 1),
     ("portgroup", 24),
+    ("shard", 82),
+    ("conductor_group", 99),
 ];
 const SHORT: &[&str] = &["uuid", "address", "links"];
 
@@ -141,6 +152,22 @@ fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(),
             }
         }
     }
+    if let Some(name) = port.attrs.get("name").and_then(Value::as_str) {
+        crate::node::validate_name(name)
+            .map_err(|e| ApiError::bad_request(e.to_string().replace("node name", "port name")))?;
+        let taken = app
+            .conductor
+            .store
+            .list_ports()?
+            .into_iter()
+            .find(|p| p.uuid != port.uuid && p.attrs.get("name") == Some(&json!(name)));
+        if let Some(other) = taken {
+            return Err(ApiError::conflict(format!(
+                "A port with name {name} already exists (port {}).",
+                other.uuid
+            )));
+        }
+    }
     if let Some(pg) = port.attrs.get("portgroup_uuid").and_then(Value::as_str) {
         let (_, group) = app
             .conductor
@@ -170,6 +197,15 @@ async fn create(
             .map_err(|_| ApiError::bad_request(format!("Expected UUID for uuid: {s}")))?,
         _ => Uuid::new_v4(),
     };
+    // From 1.94 the node may be named instead.
+    if let Some(name) = doc.remove("node_name").filter(|n| !n.is_null()) {
+        if doc.get("node_uuid").is_some_and(|u| !u.is_null()) {
+            return Err(ApiError::bad_request(
+                "Give either node_uuid or node_name, not both.",
+            ));
+        }
+        doc.insert("node_uuid".into(), name);
+    }
     for required in ["address", "node_uuid"] {
         if doc.get(required).is_none_or(Value::is_null) {
             return Err(ApiError::bad_request(format!(
@@ -236,6 +272,16 @@ async fn respond(
         .map(|i| store.docs.find(super::stored::PORTGROUP.kind, "name", i))
         .transpose()?
         .map(|(u, _)| json!(u));
+    let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
+    for field in super::nodes::NODE_FILTERS {
+        if let Some(value) = params.filter(field) {
+            let these = super::nodes::nodes_where(app, field, value)?;
+            of_nodes = Some(match of_nodes {
+                Some(before) => before.intersection(&these).copied().collect(),
+                None => these,
+            });
+        }
+    }
     let address = params.filter("address").map(|a| a.to_ascii_lowercase());
     let ports = match node {
         Some(n) => store.ports_of(n)?,
@@ -245,6 +291,7 @@ async fn respond(
     let mut matching: Vec<(Uuid, Map<String, Value>)> = ports
         .iter()
         .filter(|p| address.as_ref().is_none_or(|a| p.address == *a))
+        .filter(|p| of_nodes.as_ref().is_none_or(|n| n.contains(&p.node_uuid)))
         .filter(|p| {
             group
                 .as_ref()
@@ -313,9 +360,18 @@ async fn of_portgroup_detail(
     respond(&app, v, q, true, Scope::Portgroup(ident)).await
 }
 
-fn port_uuid(text: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text)
-        .map_err(|_| ApiError::not_found(format!("Port {text} could not be found.")))
+/// A port by uuid, or by name (1.88).
+fn port_uuid(app: &App, text: &str) -> Result<Uuid, ApiError> {
+    if let Ok(uuid) = Uuid::parse_str(text) {
+        return Ok(uuid);
+    }
+    app.conductor
+        .store
+        .list_ports()?
+        .into_iter()
+        .find(|p| p.attrs.get("name").and_then(Value::as_str) == Some(text))
+        .map(|p| p.uuid)
+        .ok_or_else(|| ApiError::not_found(format!("Port {text} could not be found.")))
 }
 
 async fn show(
@@ -324,7 +380,7 @@ async fn show(
     Path(id): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let port = app.conductor.store.port(port_uuid(&id)?)?;
+    let port = app.conductor.store.port(port_uuid(&app, &id)?)?;
     let doc = document(&app.public_url, &port, version);
     Ok(Json(Value::Object(match q.fields {
         Some(f) => keep(doc, PORT.fields(&f, version)?),
@@ -339,7 +395,7 @@ async fn update(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ops: Value = parse(&body)?;
-    let uuid = port_uuid(&id)?;
+    let uuid = port_uuid(&app, &id)?;
     let port = app.conductor.store.update_port(uuid, |port| {
         let mut doc = editable(port);
         PORT.patch(&mut doc, &ops, version)?;
@@ -353,6 +409,6 @@ async fn update(
 }
 
 async fn remove(app: State, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    app.conductor.store.delete_port(port_uuid(&id)?)?;
+    app.conductor.store.delete_port(port_uuid(&app, &id)?)?;
     Ok(StatusCode::NO_CONTENT)
 }

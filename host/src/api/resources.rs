@@ -27,7 +27,8 @@ use super::{App, State, view};
 use crate::store::documents::Doc;
 
 /// Checks (and normalises) a document about to be written; `old` is None at create.
-pub type Check = fn(&App, &mut Doc, Option<&Doc>) -> Result<(), ApiError>;
+/// The request's version is given, for checks that changed with it (a runbook's name).
+pub type Check = fn(&App, &mut Doc, Option<&Doc>, Version) -> Result<(), ApiError>;
 
 /// Refuses a delete, or undoes what the document did.
 pub type OnDelete = fn(&App, Uuid, &Doc) -> Result<(), ApiError>;
@@ -57,6 +58,8 @@ pub struct Resource {
     pub on_create: Option<fn(Arc<App>, Uuid)>,
     /// Refuses a delete, or undoes what the document did (an allocation frees its node).
     pub on_delete: Option<OnDelete>,
+    /// Hides what a document keeps from view (a sensitive inspection rule's conditions).
+    pub shown: Option<fn(&mut Doc)>,
 }
 
 pub fn routes(resources: &'static [&'static Resource]) -> Router<Arc<App>> {
@@ -87,7 +90,7 @@ pub fn routes(resources: &'static [&'static Resource]) -> Router<Arc<App>> {
     router
 }
 
-fn exists(r: &Resource, version: Version) -> Result<(), ApiError> {
+pub fn exists(r: &Resource, version: Version) -> Result<(), ApiError> {
     if version.at_least(r.since) {
         return Ok(());
     }
@@ -97,8 +100,18 @@ fn exists(r: &Resource, version: Version) -> Result<(), ApiError> {
     )))
 }
 
-/// A document as the API shows it: every field (null if unset), links, version gates.
-pub fn document(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version) -> Doc {
+/// A document as the API shows it: every field (null if unset), links, version gates,
+/// and what the resource hides ([`Resource::shown`]) hidden.
+pub fn document(app: &App, r: &Resource, uuid: Uuid, doc: Doc, version: Version) -> Doc {
+    let mut doc = unmasked(app, r, uuid, doc, version);
+    if let Some(hide) = r.shown {
+        hide(&mut doc);
+    }
+    doc
+}
+
+/// A document with every field (a PATCH applies to this, so nothing hidden is lost).
+fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version) -> Doc {
     for f in r.schema.fields {
         doc.entry(f.name).or_insert(Value::Null);
     }
@@ -133,7 +146,7 @@ async fn create(
             .map_err(|_| ApiError::bad_request(format!("Expected UUID for uuid: {s}")))?,
         _ => Uuid::new_v4(),
     };
-    (r.check)(&app, &mut doc, None)?;
+    (r.check)(&app, &mut doc, None, version)?;
     let now = app.conductor.store.clock().now().to_datetime();
     doc.insert("created_at".into(), json!(now));
     doc.insert("updated_at".into(), Value::Null);
@@ -170,13 +183,32 @@ async fn list(
         Some(ident) => Some(json!(app.conductor.store.find_node(ident)?.uuid())),
         None => None,
     };
+    let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
+    for (k, v) in &params.filters {
+        if super::nodes::NODE_FILTERS.contains(&k.as_str()) {
+            let these = super::nodes::nodes_where(&app, k, v)?;
+            of_nodes = Some(match of_nodes {
+                Some(before) => before.intersection(&these).copied().collect(),
+                None => these,
+            });
+        }
+    }
+    let in_nodes = |d: &Doc| {
+        of_nodes.as_ref().is_none_or(|set| {
+            d.get("node_uuid")
+                .and_then(Value::as_str)
+                .and_then(|u| Uuid::parse_str(u).ok())
+                .is_some_and(|u| set.contains(&u))
+        })
+    };
     let docs = app.conductor.store.docs.list(r.kind)?;
     let matching = docs.into_iter().filter(|(_, d)| {
         node.as_ref().is_none_or(|n| d.get("node_uuid") == Some(n))
+            && in_nodes(d)
             && params
                 .filters
                 .iter()
-                .filter(|(k, _)| k != "node")
+                .filter(|(k, _)| k != "node" && !super::nodes::NODE_FILTERS.contains(&k.as_str()))
                 .all(|(k, v)| match d.get(k) {
                     Some(Value::String(s)) => s.eq_ignore_ascii_case(v),
                     Some(Value::Bool(b)) => super::schema::parse_bool(&json!(v)) == Some(*b),
@@ -232,7 +264,7 @@ async fn update(
         .docs
         .update(r.kind, uuid, r.unique, |doc| {
             let old = doc.clone();
-            let mut full = document(&app, r, uuid, doc.clone(), version);
+            let mut full = unmasked(&app, r, uuid, doc.clone(), version);
             r.schema.patch(&mut full, &ops, version)?;
             let mut next: Doc = full
                 .into_iter()
@@ -243,7 +275,7 @@ async fn update(
                     next.insert(k.clone(), v.clone());
                 }
             }
-            (r.check)(&app, &mut next, Some(&old))?;
+            (r.check)(&app, &mut next, Some(&old), version)?;
             next.insert("updated_at".into(), json!(now));
             next.insert(
                 "created_at".into(),

@@ -10,6 +10,7 @@ use super::App;
 use super::error::ApiError;
 use super::resources::Resource;
 use super::schema::{Field, Schema, Ty};
+use super::version::Version;
 use crate::node;
 use crate::store::documents::Doc;
 
@@ -37,6 +38,7 @@ pub const CHASSIS: Resource = Resource {
     check: no_check,
     on_create: None,
     on_delete: Some(chassis_may_go),
+    shown: None,
 };
 
 pub const PORTGROUP: Resource = Resource {
@@ -57,6 +59,9 @@ pub const PORTGROUP: Resource = Resource {
             Field::ro("internal_info", Ty::Map, 23),
             Field::rw("mode", Ty::Text, 26),
             Field::rw("properties", Ty::Map, 26),
+            Field::rw("physical_network", Ty::Text, 102),
+            Field::rw("category", Ty::Text, 103),
+            Field::ro("dynamic_portgroup", Ty::Bool, 111),
             Field::ro("created_at", Ty::Text, 23),
             Field::ro("updated_at", Ty::Text, 23),
             Field::ro("ports", Ty::Any, 23),
@@ -64,11 +69,17 @@ pub const PORTGROUP: Resource = Resource {
     },
     unique: &["name", "address"],
     short: &["uuid", "address", "name", "links"],
-    filters: &[("node", 23), ("address", 23)],
+    filters: &[
+        ("node", 23),
+        ("address", 23),
+        ("conductor_group", 99),
+        ("shard", 106),
+    ],
     sublinks: &["ports"],
     check: check_portgroup,
     on_create: None,
     on_delete: Some(portgroup_may_go),
+    shown: None,
 };
 
 pub const DEPLOY_TEMPLATE: Resource = Resource {
@@ -95,6 +106,7 @@ pub const DEPLOY_TEMPLATE: Resource = Resource {
     check: check_deploy_template,
     on_create: None,
     on_delete: None,
+    shown: None,
 };
 
 pub const VOLUME_CONNECTOR: Resource = Resource {
@@ -122,6 +134,7 @@ pub const VOLUME_CONNECTOR: Resource = Resource {
     check: check_connector,
     on_create: None,
     on_delete: None,
+    shown: None,
 };
 
 pub const VOLUME_TARGET: Resource = Resource {
@@ -158,6 +171,7 @@ pub const VOLUME_TARGET: Resource = Resource {
     check: check_target,
     on_create: None,
     on_delete: None,
+    shown: None,
 };
 
 /// What goes with a node when it is deleted: (kind, unique fields).
@@ -167,7 +181,7 @@ pub const OF_NODE: &[(&str, &[&str])] = &[
     (VOLUME_TARGET.kind, VOLUME_TARGET.unique),
 ];
 
-fn no_check(_: &App, _: &mut Doc, _: Option<&Doc>) -> Result<(), ApiError> {
+fn no_check(_: &App, _: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     Ok(())
 }
 
@@ -191,7 +205,12 @@ pub fn check_node(app: &App, doc: &mut Doc) -> Result<Uuid, ApiError> {
     Ok(node.uuid())
 }
 
-fn check_portgroup(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), ApiError> {
+fn check_portgroup(
+    app: &App,
+    doc: &mut Doc,
+    old: Option<&Doc>,
+    _: Version,
+) -> Result<(), ApiError> {
     check_node(app, doc)?;
     if let Some(mac) = text(doc, "address") {
         let mac = node::normalize_mac(mac).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -209,6 +228,7 @@ fn check_portgroup(app: &App, doc: &mut Doc, old: Option<&Doc>) -> Result<(), Ap
         doc.entry("properties").or_insert(json!({}));
         doc.entry("internal_info").or_insert(json!({}));
         doc.entry("extra").or_insert(json!({}));
+        doc.entry("dynamic_portgroup").or_insert(json!(false));
     }
     if doc
         .get("standalone_ports_supported")
@@ -272,15 +292,29 @@ const STEP_INTERFACES: &[&str] = &[
     "storage",
 ];
 
-fn check_deploy_template(_: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), ApiError> {
+fn check_deploy_template(
+    _: &App,
+    doc: &mut Doc,
+    _: Option<&Doc>,
+    _: Version,
+) -> Result<(), ApiError> {
     check_trait(text(doc, "name").ok_or_else(|| missing("name"))?)?;
+    check_steps(doc, "priority")?;
+    doc.entry("extra").or_insert(json!({}));
+    Ok(())
+}
+
+/// A document's `steps`: at least one, each `{interface, step, args, <rank>}` with a
+/// known interface and a non-negative rank (a deploy template's `priority`, a runbook's
+/// `order`; Ironic takes a string of digits too). `args` defaults to `{}`.
+pub fn check_steps(doc: &mut Doc, rank: &str) -> Result<(), ApiError> {
     let steps = doc
         .get_mut("steps")
         .and_then(Value::as_array_mut)
         .ok_or_else(|| missing("steps"))?;
     if steps.is_empty() {
         return Err(ApiError::bad_request(
-            "[] is too short: a deploy template needs at least one step.",
+            "[] is too short: at least one step is needed.",
         ));
     }
     for step in steps.iter_mut() {
@@ -305,12 +339,19 @@ fn check_deploy_template(_: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), 
         {
             return Err(missing("step"));
         }
-        let priority = obj.get("priority").and_then(Value::as_i64);
-        if priority.is_none_or(|p| p < 0) {
-            return Err(ApiError::bad_request(
-                "A step's priority must be a non-negative integer.",
-            ));
-        }
+        let value = match obj.get(rank) {
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+                s.parse().ok()
+            }
+            _ => None,
+        };
+        let Some(value) = value else {
+            return Err(ApiError::bad_request(format!(
+                "A step's {rank} must be a non-negative integer: {shown}"
+            )));
+        };
+        obj.insert(rank.into(), json!(value));
         match obj.get("args") {
             None | Some(Value::Null) => {
                 obj.insert("args".into(), json!({}));
@@ -323,13 +364,41 @@ fn check_deploy_template(_: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), 
             }
         }
     }
-    doc.entry("extra").or_insert(json!({}));
     Ok(())
+}
+
+/// Ironic's limit on the traits of a node or a runbook.
+pub const MAX_TRAITS: usize = 50;
+
+pub fn too_many_traits() -> ApiError {
+    ApiError::bad_request(format!("At most {MAX_TRAITS} traits are allowed."))
+}
+
+/// The body of a `PUT …/traits`: `{"traits": [...]}`, each a valid trait, without repeats.
+pub fn trait_list(body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let doc: Value = super::error::parse(body)?;
+    let Some(given) = doc.get("traits").and_then(Value::as_array) else {
+        return Err(ApiError::bad_request("Expected {\"traits\": [...]}"));
+    };
+    let mut unique: Vec<String> = Vec::new();
+    for t in given {
+        let t = t
+            .as_str()
+            .ok_or_else(|| ApiError::bad_request("Every trait must be a string."))?;
+        check_trait(t)?;
+        if !unique.iter().any(|u| u == t) {
+            unique.push(t.to_owned());
+        }
+    }
+    if unique.len() > MAX_TRAITS {
+        return Err(too_many_traits());
+    }
+    Ok(unique)
 }
 
 const CONNECTOR_TYPES: &[&str] = &["iqn", "ip", "mac", "wwnn", "wwpn", "port", "portgroup"];
 
-fn check_connector(app: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), ApiError> {
+fn check_connector(app: &App, doc: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     check_node(app, doc)?;
     let kind = text(doc, "type").ok_or_else(|| missing("type"))?;
     if !CONNECTOR_TYPES.contains(&kind) {
@@ -343,7 +412,7 @@ fn check_connector(app: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), ApiE
     Ok(())
 }
 
-fn check_target(app: &App, doc: &mut Doc, _: Option<&Doc>) -> Result<(), ApiError> {
+fn check_target(app: &App, doc: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     check_node(app, doc)?;
     text(doc, "volume_type").ok_or_else(|| missing("volume_type"))?;
     text(doc, "volume_id").ok_or_else(|| missing("volume_id"))?;

@@ -8,8 +8,7 @@ use crate::agents::AgentSession;
 use crate::hardware;
 use crate::node::Node;
 
-/// The name this engine answers to as an Ironic conductor (`conductor`, `hosts`).
-pub const CONDUCTOR: &str = "deployd";
+pub use crate::node::CONDUCTOR;
 
 /// Keys whose values are never shown (Ironic's `node_sanitize` masks these the same way).
 fn secret(key: &str) -> bool {
@@ -87,6 +86,7 @@ pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>, version: Vers
         ("console_enabled", json!(false)),
         ("clean_step", json!({})),
         ("deploy_step", json!({})),
+        ("service_step", json!({})),
         ("conductor", json!(CONDUCTOR)),
         ("inspection_started_at", Value::Null),
         ("inspection_finished_at", Value::Null),

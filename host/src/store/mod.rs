@@ -27,6 +27,7 @@
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
 pub mod documents;
+pub mod history;
 mod locks;
 mod provision;
 mod record;
@@ -150,6 +151,8 @@ pub struct Store {
     deadlines: sled::Tree,
     /// Chassis, port groups, allocations and the other stored-only resources.
     pub docs: documents::Documents,
+    /// Each node's provision state changes, for `/v1/nodes/{node}/history`.
+    pub history: history::History,
     locks: locks::NodeLocks,
     timeouts: Timeouts,
     clock: Clock,
@@ -176,6 +179,7 @@ impl Store {
             node_ports: tree("node_ports")?,
             deadlines: tree("deadlines")?,
             docs: documents::Documents::open(&db)?,
+            history: history::History::open(&db)?,
             db,
             locks: locks::NodeLocks::new(),
             timeouts,
@@ -424,6 +428,7 @@ impl Store {
             }
             Ok(())
         })?;
+        self.history.forget(uuid)?;
         self.flush()
     }
 

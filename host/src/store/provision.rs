@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::{Store, StoreError, parse_body, record};
+use super::{Store, StoreError, history, parse_body, record};
 use crate::clock::Timestamp;
 use crate::node::{Node, Provision};
 use crate::state_machine::{Event, ProvisionState};
@@ -317,6 +317,25 @@ impl Store {
             ..new
         };
         let mut body = parse_body(uuid, json)?;
+        let event_text = match &last_error {
+            Some(e) if to.is_failed() => e.clone(),
+            _ => format!(
+                "Provision state changed from \"{}\" to \"{to}\" ({event})",
+                old.state
+            ),
+        };
+        let recorded = history::Event {
+            uuid: Uuid::new_v4(),
+            created_at: now.to_datetime(),
+            severity: if to.is_failed() { "ERROR" } else { "INFO" }.into(),
+            event_type: "provisioning".into(),
+            event: event_text,
+            conductor: crate::node::CONDUCTOR.into(),
+            user: None,
+            state: to.to_string(),
+            target_provision_state: new.target.map(|t| t.to_string()),
+            duration_seconds: Some(now.since(old.updated_at).as_secs_f64()),
+        };
         if body.last_error == last_error {
             self.write_node(uuid, &old, &new, json)?;
         } else {
@@ -325,6 +344,7 @@ impl Store {
             let json = serde_json::to_vec(&body).expect("a node body serialises");
             self.write_node(uuid, &old, &new, &json)?;
         }
+        self.history.record(uuid, now, &recorded)?;
         Ok(Node {
             body,
             provision: new,

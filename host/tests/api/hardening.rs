@@ -119,11 +119,17 @@ async fn a_staged_image_is_served_only_during_its_deploy_and_with_its_token() {
         assert_eq!(a.status(), StatusCode::NOT_FOUND, "{refused}");
     }
 
-    // The flow ends (the operator aborts it): the url is dead and removed from the node.
-    assert_eq!(
-        s.provision(&uuid, "abort").await.status,
-        StatusCode::ACCEPTED
-    );
+    // The flow ends (the operator aborts it, as 1.110 allows in wait call-back): the url
+    // is dead and removed from the node.
+    let abort = s
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/states/provision"),
+            Some("1.110"),
+            Some(br#"{"target": "abort"}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(abort.status, StatusCode::ACCEPTED);
     let node = s.wait_for(&uuid, "deploy failed").await;
     assert!(node["instance_info"]["image_url"].is_null(), "{node}");
     assert!(node["driver_internal_info"]["image_staging_token"].is_null());

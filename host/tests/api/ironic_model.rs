@@ -9,22 +9,6 @@ use common::server::{Server, start};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn at(
-    s: &Server,
-    method: Method,
-    path: &str,
-    version: &str,
-    body: Option<Value>,
-) -> common::server::Answer {
-    s.call(
-        method,
-        path,
-        Some(version),
-        body.map(|b| b.to_string().into_bytes()),
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hardware_types_default_validate_and_choose_the_component() {
     let s = start(|_| {}).await;
@@ -139,7 +123,8 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         ipmi_doc["enabled_deploy_interfaces"],
         json!(["direct", "iscsi"])
     );
-    let old = at(&s, Method::GET, "/v1/drivers/ipmi", "1.29", None)
+    let old = s
+        .at(Method::GET, "/v1/drivers/ipmi", "1.29", None)
         .await
         .body;
     assert!(
@@ -169,28 +154,22 @@ async fn node_fields_coerce_gate_by_version_and_patch_as_ironic() {
         (json!(true), json!("rack 4"))
     );
     // A field newer than the request is absent in answers and 406 when set.
-    let old = at(&s, Method::GET, &path, "1.49", None).await.body;
+    let old = s.at(Method::GET, &path, "1.49", None).await.body;
     assert!(old.get("owner").is_none() && old.get("description").is_none());
     assert_eq!(old["resource_class"], "gold");
-    let refused = at(
-        &s,
-        Method::PATCH,
-        &path,
-        "1.49",
-        Some(json!([{"op": "replace", "path": "/owner", "value": "x"}])),
-    )
-    .await;
+    let refused = s
+        .at(
+            Method::PATCH,
+            &path,
+            "1.49",
+            Some(json!([{"op": "replace", "path": "/owner", "value": "x"}])),
+        )
+        .await;
     assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
     assert_eq!(
-        at(
-            &s,
-            Method::GET,
-            &format!("{path}?fields=lessee"),
-            "1.64",
-            None
-        )
-        .await
-        .status,
+        s.at(Method::GET, &format!("{path}?fields=lessee"), "1.64", None)
+            .await
+            .status,
         StatusCode::NOT_ACCEPTABLE
     );
     assert_eq!(
@@ -335,7 +314,7 @@ async fn maintenance_traits_vifs_and_conductors() {
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        at(&s, Method::GET, &format!("{path}/traits"), "1.36", None)
+        s.at(Method::GET, &format!("{path}/traits"), "1.36", None)
             .await
             .status,
         StatusCode::NOT_FOUND
@@ -378,7 +357,7 @@ async fn maintenance_traits_vifs_and_conductors() {
     assert_eq!(s.get("/v1/conductors/deployd").await.body["alive"], true);
     assert_eq!(s.get(&path).await.body["conductor"], "deployd");
     assert_eq!(
-        at(&s, Method::GET, "/v1/conductors", "1.48", None)
+        s.at(Method::GET, "/v1/conductors", "1.48", None)
             .await
             .status,
         StatusCode::NOT_FOUND
@@ -562,7 +541,7 @@ async fn stored_resources_create_list_show_patch_delete() {
         );
         // Below the resource's version it does not exist.
         assert_eq!(
-            at(&s, Method::GET, &format!("/v1/{path}"), "1.22", None)
+            s.at(Method::GET, &format!("/v1/{path}"), "1.22", None)
                 .await
                 .status
                 == StatusCode::NOT_FOUND,
@@ -761,7 +740,7 @@ async fn allocations_take_a_matching_node_once() {
     );
     assert_eq!(allocation_of(&s, node).await, (Value::Null, Value::Null));
     assert_eq!(
-        at(&s, Method::GET, "/v1/allocations", "1.51", None)
+        s.at(Method::GET, "/v1/allocations", "1.51", None)
             .await
             .status,
         StatusCode::NOT_FOUND

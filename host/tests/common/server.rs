@@ -95,6 +95,18 @@ impl Server {
         }
     }
 
+    /// A request at a microversion, with an optional JSON body.
+    pub async fn at(
+        &self,
+        method: Method,
+        path: &str,
+        version: &str,
+        body: Option<serde_json::Value>,
+    ) -> Answer {
+        let body = body.map(|b| b.to_string().into_bytes());
+        self.call(method, path, Some(version), body).await
+    }
+
     pub async fn get(&self, path: &str) -> Answer {
         self.call(Method::GET, path, Some("1.67"), None).await
     }

@@ -1,10 +1,9 @@
 //! API microversions (`1.x`).
 //!
-//! deployd serves 1.1 to [`MAX`]. The maximum is chosen for the agents: from 1.62 lookup
-//! issues agent tokens (which deployd requires), and at 1.68 ironic-python-agent switches
-//! to HTTPS with a self-signed certificate per boot, which the engine pins from
-//! `agent_verify_ca` (shown with the real IPA in `tests/real_ipa.rs`). Later versions wait
-//! for their features (runbooks, inspection rules, firmware, virtual media, …).
+//! deployd serves 1.1 to [`MAX`], Ironic 39's maximum, each version gated as Ironic gates
+//! it. For the agents: from 1.62 lookup issues agent tokens (which deployd requires), and
+//! from 1.68 agents serve HTTPS with a self-signed certificate per boot, which the engine
+//! pins from `agent_verify_ca` (shown with the real IPA in `tests/real_ipa.rs`).
 
 use std::fmt;
 
@@ -13,7 +12,7 @@ use std::fmt;
 pub const HEADER: &str = "X-OpenStack-Ironic-API-Version";
 
 pub const MIN: Version = Version(1);
-pub const MAX: Version = Version(68);
+pub const MAX: Version = Version(115);
 
 /// A 1.x microversion; only the minor part varies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -44,7 +43,7 @@ mod tests {
 
     #[test]
     fn versions_print_and_parse_as_ironic_writes_them() {
-        assert_eq!(MAX.to_string(), "1.68");
+        assert_eq!(MAX.to_string(), "1.115");
         assert_eq!(Version::parse(" 1.62 "), Some(Version(62)));
         assert_eq!(Version::parse("2.1"), None);
         assert_eq!(Version::parse("1.x"), None);
