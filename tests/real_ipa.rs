@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use serde_json::{Value, json};
-use support::{Engine, call, make_available, provision, sha256_of, wait_node};
+use support::{Engine, call, make_available_without_cleaning, provision, sha256_of, wait_node};
 
 /// Seconds a node may wait without a heartbeat; the image takes longer to write.
 const TIMEOUT: u64 = 20;
@@ -238,7 +238,7 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
         Some(json!({"node_uuid": uuid, "address": mac})),
     );
     assert_eq!(status, 201);
-    make_available(&engine.url, &uuid);
+    make_available_without_cleaning(&engine.url, &uuid);
     let machine = Machine::new(dir.path(), mac);
 
     let started = Instant::now();

@@ -14,7 +14,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use serde_json::{Value, json};
-use support::{Engine, Lab, call, image, make_available, provision, sha256_of, wait_node};
+use support::{
+    Engine, Lab, call, image, make_available, make_available_without_cleaning, provision,
+    sha256_of, wait_node,
+};
 
 /// Engine flags: this deploy timeout, sweeps every second, agents heartbeating every
 /// 0.3–0.6 s (30–60 % of a 1 s heartbeat timeout), local images allowed from `dir`.
@@ -402,8 +405,8 @@ fn undeploy_wipes_the_disk_through_the_agent_and_returns_the_node_to_available()
     let machine = lab.machine("machine-000");
     assert_eq!(machine["power"], "Off");
     assert_eq!(
-        machine["agent_boots"], 2,
-        "one boot to deploy, one to clean"
+        machine["agent_boots"], 3,
+        "one boot to clean at provide (automated_clean), one to deploy, one to clean"
     );
 }
 
@@ -465,7 +468,7 @@ fn deploy_with_real_bmc(driver: &str, driver_info: Value) {
         call("POST", &format!("{}/v1/ports", engine.url), Some(port)).0,
         201
     );
-    make_available(&engine.url, &uuid);
+    make_available_without_cleaning(&engine.url, &uuid);
     let disk = dir.path().join("disk.img");
     let mut agent = std::process::Command::new(support::BIN)
         .args([

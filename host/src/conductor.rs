@@ -83,11 +83,19 @@ pub struct Conductor {
     pub images: std::sync::OnceLock<Images>,
     /// The [`keep_alive`] task, started with the first step.
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
+    automated_clean: bool,
 }
 
 impl Conductor {
-    pub fn new(store: Arc<Store>, registry: Arc<Registry>, agents: Arc<Agents>) -> Arc<Conductor> {
+    pub fn new(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        agents: Arc<Agents>,
+        automated_clean: bool,
+    ) -> Arc<Conductor> {
         Arc::new(Conductor {
+            automated_clean,
             store,
             registry,
             agents,
@@ -118,6 +126,9 @@ impl Conductor {
                     .apply_event_from(node, state, Event::Manage, None)?;
                 self.spawn(claim, Step::Verify);
             }
+            Verb::Provide if self.cleans(&current.body) => {
+                self.start_flow(claim, &current, Event::Provide, Step::TearDown)?
+            }
             Verb::Provide => {
                 self.store
                     .apply_event_from(node, state, Event::Provide, None)?;
@@ -132,7 +143,10 @@ impl Conductor {
                 self.start_flow(claim, &current, event, Step::Deploy)?;
             }
             // Cleaning boots the ramdisk again, so it is a flow of its own too.
-            Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::TearDown)?,
+            Verb::Undeploy if self.cleans(&current.body) => {
+                self.start_flow(claim, &current, Event::Delete, Step::TearDown)?
+            }
+            Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::Release)?,
             Verb::Clean => self.start_flow(claim, &current, Event::Clean, Step::TearDown)?,
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
@@ -142,6 +156,15 @@ impl Conductor {
             }
         }
         Ok(())
+    }
+
+    /// Whether provide and undeploy clean this node: its own `automated_clean`, else the
+    /// engine's (Ironic's rule).
+    pub fn cleans(&self, node: &crate::node::NodeBody) -> bool {
+        node.attrs
+            .get("automated_clean")
+            .and_then(Value::as_bool)
+            .unwrap_or(self.automated_clean)
     }
 
     /// Starts a flow that runs the driver over several steps (deploy, rebuild, undeploy,
@@ -230,10 +253,21 @@ impl Conductor {
                     Err(e) => self.store.apply_event(node, Event::Fail, Some(e))?,
                 };
             }
-            // No automated cleaning: the node goes straight on (Ironic with
+            // Provide without cleaning: the node goes straight on (Ironic with
             // `automated_clean = False`).
             Step::Clean => {
                 self.store.apply_event(node, Event::Done, None)?;
+            }
+            // Undeploy without cleaning: the driver's clean-up powers the instance off
+            // and drops its step state; no ramdisk boots, the disk is left as it is.
+            Step::Release => {
+                self.agents.forget(node);
+                let reason = "undeployed without cleaning (automated_clean is off)";
+                if let Err(e) = self.call(node, Export::CleanUp(reason.into())).await {
+                    tracing::warn!(%node, "driver clean-up failed: {e}");
+                }
+                self.store.apply_event(node, Event::Clean, None)?;
+                self.cleaned(node)?;
             }
             Step::Deploy => {
                 let valid = match self.call(node, Export::Validate).await {
@@ -582,7 +616,10 @@ enum Step {
     Clean,
     Deploy,
     Heartbeat(crate::store::Touched),
+    /// Undeploy with cleaning, or cleaning (provide, manual): the driver's tear-down.
     TearDown,
+    /// Undeploy without cleaning.
+    Release,
     CleanUp(String),
 }
 

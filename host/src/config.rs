@@ -11,6 +11,8 @@
 //! service_callback_timeout = 1800    # service wait
 //! rescue_callback_timeout = 1800     # rescue wait
 //! check_provision_state_interval = 60  # longest the sweeper sleeps; 0 turns it off
+//! automated_clean = true             # clean on provide and undeploy (a node's own
+//!                                    # automated_clean field wins), as Ironic's default
 //!
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
@@ -127,6 +129,9 @@ pub struct Conductor {
     pub service_callback_timeout: u64,
     pub rescue_callback_timeout: u64,
     pub check_provision_state_interval: u64,
+    /// Whether provide and undeploy clean the disk (boot the ramdisk, erase its metadata)
+    /// for nodes whose own `automated_clean` is unset. Ironic's default: true.
+    pub automated_clean: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -157,6 +162,7 @@ impl Default for Conductor {
             service_callback_timeout: 1800,
             rescue_callback_timeout: 1800,
             check_provision_state_interval: 60,
+            automated_clean: true,
         }
     }
 }
@@ -214,6 +220,9 @@ pub struct Overrides {
     /// Longest the sweeper sleeps, in seconds; 0 turns it off [default: 60].
     #[arg(long, env = "DEPLOYD_CHECK_PROVISION_STATE_INTERVAL")]
     pub check_provision_state_interval: Option<u64>,
+    /// Clean on provide and undeploy unless a node says otherwise [default: true].
+    #[arg(long, env = "DEPLOYD_AUTOMATED_CLEAN")]
+    pub automated_clean: Option<bool>,
     /// How often sled flushes touches to disk, in ms [default: 500].
     #[arg(long, env = "DEPLOYD_FLUSH_EVERY_MS")]
     pub flush_every_ms: Option<u64>,
@@ -280,6 +289,7 @@ impl Config {
             &mut c.check_provision_state_interval,
             o.check_provision_state_interval,
         );
+        set(&mut c.automated_clean, o.automated_clean);
         set(&mut config.store.flush_every_ms, o.flush_every_ms);
         set(&mut config.api.auth_strategy, o.auth_strategy);
         if o.http_basic_auth_user_file.is_some() {

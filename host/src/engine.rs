@@ -53,7 +53,12 @@ impl Engine {
             calls,
         )?);
         load_drivers(config, &registry).await?;
-        let conductor = Conductor::new(store.clone(), registry, agents);
+        let conductor = Conductor::new(
+            store.clone(),
+            registry,
+            agents,
+            config.conductor.automated_clean,
+        );
         let sweeper = Sweeper::spawn(store.clone(), config.sweeper(), Arc::new(conductor.clone()));
 
         let auth = match config.api.auth_strategy {

@@ -790,6 +790,50 @@ async fn manual_cleaning_takes_known_steps_and_returns_to_manageable() {
     assert_eq!(illegal.status, StatusCode::BAD_REQUEST);
 }
 
+/// Provide cleans by default (Ironic's `automated_clean = true`): the driver's tear-down
+/// runs (the fake one powers the node off). A node's own `automated_clean` wins over the
+/// engine's setting, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automated_cleaning_follows_the_node_then_the_engine() {
+    async fn provided_power(s: &Server, body: Value) -> Value {
+        let uuid = s.node(body).await;
+        let on = json!({"target": "power on"});
+        let path = format!("/v1/nodes/{uuid}/states/power");
+        assert_eq!(
+            s.send(Method::PUT, &path, on).await.status,
+            StatusCode::ACCEPTED
+        );
+        for _ in 0..200 {
+            if s.get(&format!("/v1/nodes/{uuid}")).await.body["power_state"] == "power on" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        s.walk(&uuid, &[("manage", "manageable"), ("provide", "available")])
+            .await;
+        s.get(&format!("/v1/nodes/{uuid}")).await.body["power_state"].clone()
+    }
+    let s = start(|_| {}).await;
+    let cleaned = provided_power(&s, json!({"driver": "fake"})).await;
+    assert_eq!(cleaned, "power off", "cleaning ran the driver's tear-down");
+    let kept = provided_power(&s, json!({"driver": "fake", "automated_clean": false})).await;
+    assert_eq!(kept, "power on", "no cleaning: the node was not touched");
+    let s = start(|c| c.conductor.automated_clean = false).await;
+    let kept = provided_power(&s, json!({"driver": "fake"})).await;
+    assert_eq!(kept, "power on");
+    let cleaned = provided_power(&s, json!({"driver": "fake", "automated_clean": true})).await;
+    assert_eq!(cleaned, "power off");
+    // Removing the field unsets it (the engine decides again), as in Ironic.
+    let uuid = s
+        .node(json!({"driver": "fake", "automated_clean": "false"}))
+        .await;
+    let unset = json!([{"op": "remove", "path": "/automated_clean"}]);
+    let patched = s
+        .send(Method::PATCH, &format!("/v1/nodes/{uuid}"), unset)
+        .await;
+    assert_eq!(patched.body["automated_clean"], Value::Null);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_local_image_is_refused_at_deploy_and_changes_nothing() {
     let s = start(|_| {}).await;

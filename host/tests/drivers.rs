@@ -132,6 +132,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_sushy, base, system): (Process, String, String) = emulators::sushy().await;
     let info = json!({"redfish_address": base, "redfish_system_id": system});
+    let system_url = format!("{base}/redfish/v1/Systems/{system}");
     // Watch the BMC: when did the machine last go from On to Off?
     let offs = Arc::new(std::sync::Mutex::new(Vec::new()));
     let watch = {
@@ -149,7 +150,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
             }
         })
     };
-    let (_, api, _) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
+    let (uuid, api, _) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(commands, ["prepare_image", "sync", "power_off"]);
     watch.abort();
@@ -172,6 +173,29 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     assert_eq!(system["PowerState"], "On");
     assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Hdd");
     assert_eq!(system["Boot"]["BootSourceOverrideEnabled"], "Continuous");
+
+    // Undeploy with automated_clean off: powered off, no ramdisk, the disk left as it is.
+    lab.store
+        .edit_node(uuid, |_, b| {
+            b.attrs.insert("automated_clean".into(), json!(false));
+            Ok::<(), deployd::store::StoreError>(())
+        })
+        .unwrap();
+    let image = std::fs::read(&api.disk.path).unwrap();
+    lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.settle(uuid, ProvisionState::Available).await;
+    let system: Value = reqwest::get(&system_url)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(system["PowerState"], "Off");
+    assert_eq!(api.list().len(), 3, "no agent command: no ramdisk booted");
+    assert!(
+        std::fs::read(&api.disk.path).unwrap() == image,
+        "the disk is not wiped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

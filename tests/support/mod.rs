@@ -297,6 +297,20 @@ pub fn make_available(url: &str, node: &str) {
     wait_node(url, node, 30, |n| n["provision_state"] == "available");
 }
 
+/// [`make_available`] without cleaning, for tests that start an agent by hand only to
+/// deploy (an emulator's power-on boots nothing): `automated_clean` is off for the
+/// provide, then back to the engine's default, so an undeploy cleans.
+pub fn make_available_without_cleaning(url: &str, node: &str) {
+    let path = format!("{url}/v1/nodes/{node}");
+    let set = |op: serde_json::Value| {
+        let (status, body) = call("PATCH", &path, Some(op));
+        assert_eq!(status, 200, "{body}");
+    };
+    set(serde_json::json!([{"op": "add", "path": "/automated_clean", "value": false}]));
+    make_available(url, node);
+    set(serde_json::json!([{"op": "remove", "path": "/automated_clean"}]));
+}
+
 /// The BMC emulators and the test virtualenv, shared with the library's tests.
 #[path = "../../host/tests/common/emulators.rs"]
 pub mod emulators;

@@ -62,7 +62,7 @@ const FIELDS: &[Field] = &[
     Field::ro("fault", Ty::Text, 42),
     Field::ro("deploy_step", Ty::Map, 44),
     Field::rw("conductor_group", Ty::Text, 46),
-    Field::rw("automated_clean", Ty::Bool, 47),
+    Field::rw("automated_clean", Ty::OptionalBool, 47),
     Field::rw("protected", Ty::Bool, 48),
     Field::rw("protected_reason", Ty::Text, 48),
     Field::ro("conductor", Ty::Text, 49),

@@ -21,6 +21,10 @@ pub enum Ty {
     Text,
     /// A boolean; strings such as `"true"`, `"False"`, `"1"`, `"off"` are accepted.
     Bool,
+    /// A boolean or null, where null means "unset, the engine decides" (a node's
+    /// `automated_clean`): removing it unsets it, where removing a [`Ty::Bool`] makes it
+    /// false.
+    OptionalBool,
     /// A UUID string or null.
     Uuid,
     /// A JSON object; null means empty.
@@ -284,8 +288,8 @@ pub fn coerce(field: &Field, value: Value) -> Result<Value, ApiError> {
         (_, Value::Null) => Value::Null,
         (Ty::Text, Value::String(s)) if s.chars().count() <= 255 => Value::String(s),
         (Ty::Text, v) => return Err(invalid("Expected a string of at most 255 characters", &v)),
-        (Ty::Bool, Value::Bool(b)) => Value::Bool(b),
-        (Ty::Bool, v) => {
+        (Ty::Bool | Ty::OptionalBool, Value::Bool(b)) => Value::Bool(b),
+        (Ty::Bool | Ty::OptionalBool, v) => {
             Value::Bool(parse_bool(&v).ok_or_else(|| invalid("Expected a boolean", &v))?)
         }
         (Ty::Uuid, Value::String(s)) => match uuid::Uuid::parse_str(&s) {

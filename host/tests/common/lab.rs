@@ -37,7 +37,7 @@ pub async fn lab(deploy_timeout: Duration) -> Lab {
     let services = Services::new(store.clone(), agents.clone(), 16);
     let registry =
         Arc::new(Registry::new(services, Some(dir.path().join("compiled")), 16).unwrap());
-    let conductor = Conductor::new(store.clone(), registry.clone(), agents);
+    let conductor = Conductor::new(store.clone(), registry.clone(), agents, true);
     let sweep = SweeperConfig {
         check_interval: Duration::from_millis(100),
         ..SweeperConfig::default()
@@ -71,10 +71,15 @@ impl Lab {
         let (Value::Object(driver_info), Value::Object(instance_info)) = (info, instance) else {
             panic!("driver_info and instance_info are JSON objects")
         };
+        // Made available without cleaning (no agent boots here), then with the engine's
+        // default again, so an undeploy cleans.
+        let mut attrs = deployd::node::JsonMap::new();
+        attrs.insert("automated_clean".into(), json!(false));
         let new = NewNode {
             driver: driver.into(),
             driver_info,
             instance_info,
+            attrs,
             ..Default::default()
         };
         let uuid = self.store.create_node(new).unwrap().uuid();
@@ -82,6 +87,12 @@ impl Lab {
         self.settle(uuid, ProvisionState::Manageable).await;
         self.conductor.provision(uuid, Verb::Provide).unwrap();
         self.settle(uuid, ProvisionState::Available).await;
+        self.store
+            .edit_node(uuid, |_, b| {
+                b.attrs.remove("automated_clean");
+                Ok::<(), deployd::store::StoreError>(())
+            })
+            .unwrap();
         uuid
     }
 
