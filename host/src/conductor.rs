@@ -36,6 +36,8 @@ use crate::sweeper::TimeoutHook;
 pub const DRIVER_HASH: &str = "driver_hash";
 /// driver_internal_info key of the sha256 of the agent token issued for this boot.
 pub const AGENT_TOKEN_HASH: &str = "agent_token_hash";
+/// driver_internal_info key: the steps of a manual cleaning, for the driver.
+pub const CLEAN_STEPS: &str = "clean_steps";
 
 /// What an operator can ask of a node (the API's provision targets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +129,8 @@ impl Conductor {
                 self.spawn(claim, Step::Verify);
             }
             Verb::Provide if self.cleans(&current.body) => {
+                self.check(&current, Event::Provide)?;
+                self.set_clean_steps(node, Vec::new())?;
                 self.start_flow(claim, &current, Event::Provide, Step::TearDown)?
             }
             Verb::Provide => {
@@ -144,10 +148,16 @@ impl Conductor {
             }
             // Cleaning boots the ramdisk again, so it is a flow of its own too.
             Verb::Undeploy if self.cleans(&current.body) => {
+                self.check(&current, Event::Delete)?;
+                self.set_clean_steps(node, Vec::new())?;
                 self.start_flow(claim, &current, Event::Delete, Step::TearDown)?
             }
             Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::Release)?,
-            Verb::Clean => self.start_flow(claim, &current, Event::Clean, Step::TearDown)?,
+            Verb::Clean => {
+                self.check(&current, Event::Clean)?;
+                self.set_clean_steps(node, Vec::new())?;
+                self.start_flow(claim, &current, Event::Clean, Step::TearDown)?
+            }
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
                 self.store
@@ -155,6 +165,50 @@ impl Conductor {
                 self.spawn(claim, Step::CleanUp(message));
             }
         }
+        Ok(())
+    }
+
+    /// Manual cleaning (from manageable) with the operator's steps, kept where Ironic keeps
+    /// them (`driver_internal_info.clean_steps`) for the driver to run in order, until
+    /// the flow ends. No steps: the driver's default (erasing the disk's metadata).
+    pub fn clean(self: &Arc<Self>, node: Uuid, steps: Vec<Value>) -> Result<(), ConductorError> {
+        let claim = self.claim(node, Verb::Clean.operation())?;
+        let current = self.store.node(node)?;
+        self.check(&current, Event::Clean)?;
+        self.set_clean_steps(node, steps)?;
+        self.start_flow(claim, &current, Event::Clean, Step::TearDown)
+    }
+
+    /// Refuses an illegal transition before anything is written.
+    fn check(&self, current: &Node, event: Event) -> Result<(), ConductorError> {
+        let node = current.uuid();
+        current
+            .state()
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        Ok(())
+    }
+
+    /// Sets (or, with none, removes) the steps a cleaning runs.
+    fn set_clean_steps(&self, node: Uuid, steps: Vec<Value>) -> Result<(), StoreError> {
+        let present = self
+            .store
+            .node(node)?
+            .body
+            .driver_internal_info
+            .contains_key(CLEAN_STEPS);
+        if steps.is_empty() && !present {
+            return Ok(());
+        }
+        self.store.update_node(node, |b| {
+            match steps.is_empty() {
+                true => b.driver_internal_info.remove(CLEAN_STEPS),
+                false => b
+                    .driver_internal_info
+                    .insert(CLEAN_STEPS.into(), Value::Array(steps.clone())),
+            };
+            Ok(())
+        })?;
         Ok(())
     }
 
@@ -498,7 +552,8 @@ impl Conductor {
         let info = &current.body.driver_internal_info;
         let pinned = info.get(DRIVER_HASH).and_then(Value::as_str);
         let staged = hash.is_none() && info.contains_key(STAGED_TOKEN);
-        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) && !staged {
+        let steps = hash.is_none() && info.contains_key(CLEAN_STEPS);
+        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) && !staged && !steps {
             return Ok(());
         }
         self.store.update_node(node, |b| {
@@ -507,6 +562,9 @@ impl Conductor {
                 None => b.driver_internal_info.remove(DRIVER_HASH),
             };
             b.driver_internal_info.remove(AGENT_TOKEN_HASH);
+            if hash.is_none() {
+                b.driver_internal_info.remove(CLEAN_STEPS);
+            }
             if let (None, Some(images)) = (hash, self.images.get()) {
                 images.unstage(node, &mut b.instance_info, &mut b.driver_internal_info);
             }

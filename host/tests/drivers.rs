@@ -225,6 +225,35 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
         disk[..1 << 20].iter().all(|&b| b == 0),
         "the disk's first MiB is wiped"
     );
+
+    // Manual cleaning with the operator's steps, in their order: the metadata, then the
+    // whole disk (deployd's agent's erase_devices with {"full": true}).
+    std::fs::write(&api.disk.path, vec![0xab; IMAGE_BYTES]).unwrap();
+    lab.conductor.provision(uuid, Verb::Manage).unwrap();
+    lab.settle(uuid, ProvisionState::Manageable).await;
+    let steps = vec![
+        json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}}),
+        json!({"interface": "deploy", "step": "erase_devices", "args": {"full": true}}),
+    ];
+    lab.conductor.clean(uuid, steps).unwrap();
+    lab.settle(uuid, ProvisionState::CleanWait).await;
+    heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
+    let node = lab.settle(uuid, ProvisionState::Manageable).await;
+    assert_eq!(node.body.last_error, None);
+    assert!(
+        !node.body.driver_internal_info.contains_key("clean_steps"),
+        "the steps leave with the flow"
+    );
+    let steps: Vec<String> = api
+        .list()
+        .into_iter()
+        .skip(7)
+        .filter(|c| c.command_name == "execute_clean_step")
+        .map(|c| c.command_result.unwrap()["clean_step"]["step"].to_string())
+        .collect();
+    assert_eq!(steps, ["\"erase_devices_metadata\"", "\"erase_devices\""]);
+    let disk = std::fs::read(&api.disk.path).unwrap();
+    assert!(disk.iter().all(|&b| b == 0), "the whole disk is zeroed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -340,13 +340,18 @@ impl ProvisionRequest {
     }
 }
 
-/// The clean steps deployd's drivers run: erasing the disk's metadata (partition tables
-/// and signatures), which their tear-down does by booting the ramdisk.
-const CLEAN_STEPS: &[(&str, &str)] = &[("deploy", "erase_devices_metadata")];
+/// The clean steps deployd's drivers run, through the agent both ironic-python-agent and
+/// deployd's agent have: erasing the disk's metadata (partition tables and signatures),
+/// and erasing the disk (deployd's agent: its metadata, or all of it with `{"full": true}`).
+const CLEAN_STEPS: &[(&str, &str)] = &[
+    ("deploy", "erase_devices_metadata"),
+    ("deploy", "erase_devices"),
+];
 
-/// Manual cleaning needs `clean_steps` (or a runbook's), a list of `{interface, step}`
-/// this engine knows; every one of them needs the ramdisk.
-fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<(), ApiError> {
+/// Manual cleaning needs `clean_steps` (or a runbook's), a list of `{interface, step,
+/// args}` this engine knows, run in the order given; every one of them needs the ramdisk.
+/// Returns them as the driver receives them (`args` always an object).
+fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<Vec<Value>, ApiError> {
     let steps = steps.and_then(Value::as_array).ok_or_else(|| {
         ApiError::bad_request(
             "\"clean_steps\" or \"runbook\" is required when setting target provision state to clean",
@@ -374,7 +379,21 @@ fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<(),
             )));
         }
     }
-    Ok(())
+    steps
+        .iter()
+        .map(|step| {
+            let args = match step.get("args") {
+                None | Some(Value::Null) => json!({}),
+                Some(Value::Object(a)) => Value::Object(a.clone()),
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "A clean step's args must be an object, not {other}"
+                    )));
+                }
+            };
+            Ok(json!({"interface": step["interface"], "step": step["step"], "args": args}))
+        })
+        .collect()
 }
 
 async fn provision(
@@ -395,6 +414,7 @@ async fn provision(
             node.state()
         ))
     };
+    let mut clean_steps = None;
     let verb = match request.target.as_str() {
         "manage" if version.at_least(4) => Verb::Manage,
         "provide" if version.at_least(4) => Verb::Provide,
@@ -414,7 +434,8 @@ async fn provision(
                 None => None,
             };
             let steps = from_runbook.as_ref().or(request.clean_steps.as_ref());
-            check_clean_steps(steps, request.disable_ramdisk.unwrap_or(false))?;
+            let steps = check_clean_steps(steps, request.disable_ramdisk.unwrap_or(false))?;
+            clean_steps = Some(steps);
             Verb::Clean
         }
         // deployd's nodes never hold, and its drivers have no service steps.
@@ -446,7 +467,11 @@ async fn provision(
             )));
         }
     };
-    app.conductor.provision(node.uuid(), verb).map_err(|e| match e {
+    let started = match clean_steps {
+        Some(steps) => app.conductor.clean(node.uuid(), steps),
+        None => app.conductor.provision(node.uuid(), verb),
+    };
+    started.map_err(|e| match e {
         crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(
             "The requested action \"{}\" can not be performed on node \"{n}\" while it is in state \"{}\".",
             request.target, source.state

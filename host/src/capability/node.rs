@@ -20,6 +20,9 @@ struct NodeView<'a> {
     instance_info: &'a Map<String, Value>,
     properties: &'a Map<String, Value>,
     provision_state: crate::state_machine::ProvisionState,
+    /// The operator's steps of a manual cleaning (absent: the driver's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clean_steps: Option<&'a Value>,
 }
 const MAX_KEY: usize = 128;
 const MAX_VALUE: usize = 64 << 10;
@@ -37,6 +40,7 @@ impl Host for HostState {
             instance_info: &b.instance_info,
             properties: &b.properties,
             provision_state: node.provision.state,
+            clean_steps: b.driver_internal_info.get(crate::conductor::CLEAN_STEPS),
         };
         Ok(serde_json::to_string(&view).expect("a node serialises"))
     }

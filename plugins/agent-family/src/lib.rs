@@ -10,10 +10,11 @@
 //! Progress is kept in the driver's scratch key `deploy_step`, so every heartbeat resumes
 //! where the last one left off, across engine restarts too.
 //!
-//! Undeploy and manual cleaning boot the ramdisk again (tear-down answers `wait`); in
-//! `clean wait` the agent's heartbeats run the clean step `erase_devices_metadata`
-//! through `clean.get_clean_steps` and `clean.execute_clean_step` (as Ironic does), then
-//! the machine is powered off and the node goes on to available (or back to manageable).
+//! Cleaning (provide, undeploy, manual) boots the ramdisk again (tear-down answers `wait`);
+//! in `clean wait` the agent's heartbeats run the clean steps (the operator's, else
+//! `erase_devices_metadata`) through `clean.get_clean_steps` and `clean.execute_clean_step`
+//! (as Ironic does), then the machine is powered off and the node goes on to available
+//! (or back to manageable).
 
 use deployd_driver_sdk::agent::ErrorText;
 use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
@@ -129,34 +130,65 @@ fn cleaning() -> bool {
     node::get().provision_state == "clean wait"
 }
 
-/// Scratch key: set while the agent runs a clean step (`clean.execute_clean_step`).
+/// Scratch key: the index of the clean step the agent runs (`clean.execute_clean_step`).
 const CLEANING: &str = "clean_step";
 
-/// The clean step deployd's drivers run, as both agents name it.
-const CLEAN_STEP: (&str, &str) = ("deploy", "erase_devices_metadata");
+/// The clean step an automated cleaning runs, as both agents name it.
+const DEFAULT_STEP: (&str, &str) = ("deploy", "erase_devices_metadata");
 
-/// In `clean wait`, as Ironic's `agent_base` cleans: ask the agent for its clean steps
-/// (`clean.get_clean_steps`), start `erase_devices_metadata` with the agent's own step
-/// document and hardware manager versions (`clean.execute_clean_step`), follow it on the
-/// next heartbeats (`GET /v1/commands`), then power the machine off. Only clean-step
-/// commands are used, so ironic-python-agent and deployd's agent are driven alike.
+/// The steps of this cleaning: the operator's (a manual cleaning), else the default.
+fn clean_steps(node: &Node) -> Vec<(String, String, serde_json::Value)> {
+    let given = node.clean_steps.iter().map(|s| {
+        let text = |k: &str| s.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+        let args = s.get("args").cloned().unwrap_or_else(|| json!({}));
+        (text("interface").to_owned(), text("step").to_owned(), args)
+    });
+    let mut steps: Vec<_> = given.collect();
+    if steps.is_empty() {
+        steps.push((DEFAULT_STEP.0.into(), DEFAULT_STEP.1.into(), json!({})));
+    }
+    steps
+}
+
+/// In `clean wait`, as Ironic's `agent_base` cleans: for each step in turn, ask the agent
+/// for its clean steps (`clean.get_clean_steps`), start the step with the agent's own step
+/// document (the operator's args over its own) and hardware manager versions
+/// (`clean.execute_clean_step`), follow it on the next heartbeats (`GET /v1/commands`);
+/// after the last, power the machine off. Only clean-step commands are used, so
+/// ironic-python-agent and deployd's agent are driven alike.
 fn clean_step() -> Result<Outcome, String> {
-    if scratch::get::<String>(CLEANING).as_deref() == Some("running") {
-        match agent::last("execute_clean_step")? {
-            Some(c) if c.is_running() => return Ok(Outcome::Wait),
-            Some(c) if c.succeeded() => return clean_done(),
-            Some(c) => {
-                scratch::remove(CLEANING)?;
-                return Ok(Outcome::Fail(format!(
-                    "the agent's clean step {} failed: {}",
-                    CLEAN_STEP.1,
-                    c.error_text()
-                )));
-            }
-            None => log::warn("the agent has no execute_clean_step command; starting the step again"),
+    let node = node::get();
+    let steps = clean_steps(&node);
+    let Some(index) = scratch::get::<usize>(CLEANING) else {
+        return start_clean_step(&node, &steps, 0);
+    };
+    let name = steps.get(index).map_or("?", |s| s.1.as_str()).to_owned();
+    match agent::last("execute_clean_step")? {
+        Some(c) if c.is_running() => Ok(Outcome::Wait),
+        Some(c) if c.succeeded() => start_clean_step(&node, &steps, index + 1),
+        Some(c) => {
+            scratch::remove(CLEANING)?;
+            Ok(Outcome::Fail(format!(
+                "the agent's clean step {name} failed: {}",
+                c.error_text()
+            )))
+        }
+        None => {
+            log::warn("the agent has no execute_clean_step command; starting the step again");
+            start_clean_step(&node, &steps, index)
         }
     }
-    let node = node::get();
+}
+
+/// Starts step `index` (or ends the cleaning after the last one).
+fn start_clean_step(
+    node: &Node,
+    steps: &[(String, String, serde_json::Value)],
+    index: usize,
+) -> Result<Outcome, String> {
+    let Some((interface, name, args)) = steps.get(index) else {
+        return clean_done();
+    };
     let about = json!({
         "uuid": node.uuid,
         "properties": node.properties,
@@ -173,24 +205,27 @@ fn clean_step() -> Result<Outcome, String> {
             )));
         }
     };
-    let offered: Vec<&serde_json::Value> = result
+    let offered = result
         .get("clean_steps")
         .and_then(serde_json::Value::as_object)
         .into_iter()
         .flat_map(|managers| managers.values())
         .filter_map(serde_json::Value::as_array)
-        .flatten()
-        .collect();
-    let wanted = offered.iter().find(|s| {
-        s.get("interface").and_then(serde_json::Value::as_str) == Some(CLEAN_STEP.0)
-            && s.get("step").and_then(serde_json::Value::as_str) == Some(CLEAN_STEP.1)
-    });
-    let Some(step) = wanted else {
+        .flatten();
+    let mut wanted = offered
+        .filter(|s| {
+            s.get("interface").and_then(serde_json::Value::as_str) == Some(interface)
+                && s.get("step").and_then(serde_json::Value::as_str) == Some(name)
+        })
+        .cloned();
+    let Some(mut step) = wanted.next() else {
         return Ok(Outcome::Fail(format!(
-            "the agent offers no {}.{} clean step",
-            CLEAN_STEP.0, CLEAN_STEP.1
+            "the agent offers no {interface}.{name} clean step"
         )));
     };
+    if args.as_object().is_some_and(|a| !a.is_empty()) {
+        step["args"] = args.clone();
+    }
     let params = json!({
         "step": step,
         "node": about,
@@ -199,24 +234,28 @@ fn clean_step() -> Result<Outcome, String> {
     });
     let started = agent::run("clean.execute_clean_step", &params, false)?;
     if started.succeeded() {
-        return clean_done();
+        return start_clean_step(node, steps, index + 1);
     }
     if !started.is_running() {
+        scratch::remove(CLEANING)?;
         return Ok(Outcome::Fail(format!(
-            "the agent refused the clean step {}: {}",
-            CLEAN_STEP.1,
+            "the agent refused the clean step {name}: {}",
             started.error_text()
         )));
     }
-    scratch::set(CLEANING, &"running")?;
-    log::info(&format!("the agent is running the clean step {}", CLEAN_STEP.1));
+    scratch::set(CLEANING, &index)?;
+    log::info(&format!(
+        "the agent is running clean step {} of {}: {interface}.{name}",
+        index + 1,
+        steps.len()
+    ));
     Ok(Outcome::Wait)
 }
 
-/// The clean step succeeded: the machine goes off and cleaning ends.
+/// The last clean step succeeded: the machine goes off and cleaning ends.
 fn clean_done() -> Result<Outcome, String> {
     scratch::remove(CLEANING)?;
-    log::info("the disk's metadata is erased");
+    log::info("the clean steps are done");
     power_off()?;
     Ok(Outcome::Done)
 }
@@ -383,6 +422,7 @@ fn into_outcome(step: Result<Outcome, String>) -> Outcome {
 /// erases the disk when it heartbeats (see [`clean_step`]).
 pub fn tear_down() -> Outcome {
     let boot = scratch::remove(STEP)
+        .and_then(|()| scratch::remove(CLEANING))
         .and_then(|()| bmc::set_power(PowerState::Off))
         .and_then(|()| bmc::set_boot_device(BootDevice::Pxe, false))
         .and_then(|()| bmc::set_power(PowerState::On));
@@ -397,6 +437,7 @@ pub fn tear_down() -> Outcome {
 pub fn clean_up(reason: String) {
     log::warn(&format!("cleaning up after: {reason}"));
     let _ = scratch::remove(STEP);
+    let _ = scratch::remove(CLEANING);
     if let Err(e) = bmc::set_power(PowerState::Off) {
         log::error(&format!("could not power the node off: {e}"));
     }

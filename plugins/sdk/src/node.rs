@@ -18,6 +18,9 @@ pub struct Node {
     #[serde(default)]
     pub properties: Map<String, Value>,
     pub provision_state: String,
+    /// The operator's steps of a manual cleaning, in order (empty: the driver's default).
+    #[serde(default)]
+    pub clean_steps: Vec<Value>,
 }
 
 impl Node {
