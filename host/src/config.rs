@@ -13,6 +13,7 @@
 //! check_provision_state_interval = 60  # longest the sweeper sleeps; 0 turns it off
 //! automated_clean = true             # clean on provide and undeploy (a node's own
 //!                                    # automated_clean field wins), as Ironic's default
+//! node_history = true                # record every state change (GET …/history)
 //!
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
@@ -132,6 +133,8 @@ pub struct Conductor {
     /// Whether provide and undeploy clean the disk (boot the ramdisk, erase its metadata)
     /// for nodes whose own `automated_clean` is unset. Ironic's default: true.
     pub automated_clean: bool,
+    /// Whether each provision state change is recorded in the node's history.
+    pub node_history: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -163,6 +166,7 @@ impl Default for Conductor {
             rescue_callback_timeout: 1800,
             check_provision_state_interval: 60,
             automated_clean: true,
+            node_history: true,
         }
     }
 }
@@ -335,6 +339,7 @@ impl Config {
         StoreConfig {
             flush_every_ms: self.store.flush_every_ms,
             cache_capacity: self.store.cache_capacity_mb * 1024 * 1024,
+            node_history: self.conductor.node_history,
         }
     }
 

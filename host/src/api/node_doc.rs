@@ -89,6 +89,19 @@ pub const NODE: Schema = Schema {
     fields: FIELDS,
 };
 
+/// Every field kept in `body.attrs`, with its default, in the table's order: computed
+/// once, since every node shown walks it.
+pub fn attrs() -> &'static [(&'static str, Value)] {
+    static ATTRS: std::sync::LazyLock<Vec<(&'static str, Value)>> =
+        std::sync::LazyLock::new(|| {
+            FIELDS
+                .iter()
+                .filter_map(|f| attr_default(f.name).map(|d| (f.name, d)))
+                .collect()
+        });
+    &ATTRS
+}
+
 /// Fields kept in `body.attrs`, with the value a node has when none was given.
 pub fn attr_default(name: &str) -> Option<Value> {
     Some(match name {

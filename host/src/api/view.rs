@@ -75,11 +75,9 @@ pub fn node(base: &str, node: &Node, agent: Option<&AgentSession>, version: Vers
     for (kind, _) in hardware::KINDS {
         obj.insert(hardware::field(kind), json!(b.interfaces.get(*kind)));
     }
-    for field in node_doc::NODE.fields {
-        if let Some(default) = node_doc::attr_default(field.name) {
-            let value = b.attrs.get(field.name).cloned().unwrap_or(default);
-            obj.insert(field.name.into(), value);
-        }
+    for (name, default) in node_doc::attrs() {
+        let value = b.attrs.get(*name).unwrap_or(default).clone();
+        obj.insert((*name).into(), value);
     }
     let uuid = b.uuid.to_string();
     for (key, value) in [

@@ -41,6 +41,9 @@ pub struct CoreBench {
     /// sled's page cache, in MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
+    /// Record each state change in the node's history (`[conductor] node_history`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub node_history: bool,
     /// Directory for the store (a temporary one by default).
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
@@ -57,6 +60,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
         &tmp.join("store"),
         &StoreConfig {
             cache_capacity: args.cache_mb << 20,
+            node_history: args.node_history,
             ..StoreConfig::default()
         },
         Timeouts::uniform(TIMEOUT),

@@ -128,6 +128,9 @@ pub struct StoreConfig {
     pub flush_every_ms: u64,
     /// sled's page cache, in bytes.
     pub cache_capacity: u64,
+    /// Whether state changes are recorded in the nodes' history (Ironic's
+    /// `[conductor]node_history`): one small write per transition.
+    pub node_history: bool,
 }
 
 impl Default for StoreConfig {
@@ -135,6 +138,7 @@ impl Default for StoreConfig {
         StoreConfig {
             flush_every_ms: 500,
             cache_capacity: 256 * 1024 * 1024,
+            node_history: true,
         }
     }
 }
@@ -179,7 +183,7 @@ impl Store {
             node_ports: tree("node_ports")?,
             deadlines: tree("deadlines")?,
             docs: documents::Documents::open(&db)?,
-            history: history::History::open(&db)?,
+            history: history::History::open(&db, config.node_history)?,
             db,
             locks: locks::NodeLocks::new(),
             timeouts,

@@ -317,24 +317,13 @@ impl Store {
             ..new
         };
         let mut body = parse_body(uuid, json)?;
-        let event_text = match &last_error {
-            Some(e) if to.is_failed() => e.clone(),
-            _ => format!(
-                "Provision state changed from \"{}\" to \"{to}\" ({event})",
-                old.state
-            ),
-        };
-        let recorded = history::Event {
-            uuid: Uuid::new_v4(),
-            created_at: now.to_datetime(),
-            severity: if to.is_failed() { "ERROR" } else { "INFO" }.into(),
-            event_type: "provisioning".into(),
-            event: event_text,
-            conductor: crate::node::CONDUCTOR.into(),
-            user: None,
-            state: to.to_string(),
-            target_provision_state: new.target.map(|t| t.to_string()),
-            duration_seconds: Some(now.since(old.updated_at).as_secs_f64()),
+        let change = history::Change {
+            from: old.state.to_string(),
+            to: to.to_string(),
+            event: event.to_string(),
+            target: new.target.map(|t| t.to_string()),
+            error: last_error.clone().filter(|_| to.is_failed()),
+            seconds: now.since(old.updated_at).as_secs_f64(),
         };
         if body.last_error == last_error {
             self.write_node(uuid, &old, &new, json)?;
@@ -344,7 +333,7 @@ impl Store {
             let json = serde_json::to_vec(&body).expect("a node body serialises");
             self.write_node(uuid, &old, &new, &json)?;
         }
-        self.history.record(uuid, now, &recorded)?;
+        self.history.record(uuid, now, &change)?;
         Ok(Node {
             body,
             provision: new,

@@ -71,6 +71,11 @@ async fn runbooks_are_stored_validated_and_run_by_manual_cleaning() {
         wipe["steps"][0]["order"], 5,
         "a string of digits is an order"
     );
+    let again = json!({"name": "CUSTOM_WIPE", "steps": steps});
+    let taken = s
+        .at(Method::POST, "/v1/runbooks", "1.92", Some(again))
+        .await;
+    assert_eq!(taken.status, StatusCode::CONFLICT, "names are unique");
     assert_eq!(wipe["steps"][0]["args"], json!({}));
     assert_eq!(
         (wipe["public"].clone(), wipe["owner"].clone()),
