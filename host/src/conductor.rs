@@ -129,9 +129,7 @@ impl Conductor {
                 self.spawn(claim, Step::Verify);
             }
             Verb::Provide if self.cleans(&current.body) => {
-                self.check(&current, Event::Provide)?;
-                self.set_clean_steps(node, Vec::new())?;
-                self.start_flow(claim, &current, Event::Provide, Step::TearDown)?
+                self.start_cleaning(claim, &current, Event::Provide, Vec::new())?
             }
             Verb::Provide => {
                 self.store
@@ -148,16 +146,10 @@ impl Conductor {
             }
             // Cleaning boots the ramdisk again, so it is a flow of its own too.
             Verb::Undeploy if self.cleans(&current.body) => {
-                self.check(&current, Event::Delete)?;
-                self.set_clean_steps(node, Vec::new())?;
-                self.start_flow(claim, &current, Event::Delete, Step::TearDown)?
+                self.start_cleaning(claim, &current, Event::Delete, Vec::new())?
             }
             Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::Release)?,
-            Verb::Clean => {
-                self.check(&current, Event::Clean)?;
-                self.set_clean_steps(node, Vec::new())?;
-                self.start_flow(claim, &current, Event::Clean, Step::TearDown)?
-            }
+            Verb::Clean => self.start_cleaning(claim, &current, Event::Clean, Vec::new())?,
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
                 self.store
@@ -174,19 +166,26 @@ impl Conductor {
     pub fn clean(self: &Arc<Self>, node: Uuid, steps: Vec<Value>) -> Result<(), ConductorError> {
         let claim = self.claim(node, Verb::Clean.operation())?;
         let current = self.store.node(node)?;
-        self.check(&current, Event::Clean)?;
-        self.set_clean_steps(node, steps)?;
-        self.start_flow(claim, &current, Event::Clean, Step::TearDown)
+        self.start_cleaning(claim, &current, Event::Clean, steps)
     }
 
-    /// Refuses an illegal transition before anything is written.
-    fn check(&self, current: &Node, event: Event) -> Result<(), ConductorError> {
+    /// Starts a cleaning (`event` from the node's state: provide, undeploy, clean) that
+    /// runs `steps`, or the driver's default with none. An illegal transition is refused
+    /// before the steps are written.
+    fn start_cleaning(
+        self: &Arc<Self>,
+        claim: Claim,
+        current: &Node,
+        event: Event,
+        steps: Vec<Value>,
+    ) -> Result<(), ConductorError> {
         let node = current.uuid();
         current
             .state()
             .next(event)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
-        Ok(())
+        self.set_clean_steps(node, steps)?;
+        self.start_flow(claim, current, event, Step::TearDown)
     }
 
     /// Sets (or, with none, removes) the steps a cleaning runs.
