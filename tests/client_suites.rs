@@ -16,9 +16,7 @@ use support::{Engine, venv_bin};
 const OPENSTACKSDK: &str = "openstacksdk-4.22.0";
 
 fn suite_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/client-suites")
-        .join(name);
+    let dir = support::repo_root().join("target/client-suites").join(name);
     assert!(
         dir.is_dir(),
         "{} is missing: run .ci/run once, or tests/clients/prepare.sh",

@@ -112,10 +112,7 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
         drivers.contains("agent_redfish") && !drivers.contains("test_driver"),
         "{drivers}"
     );
-    let loaded = ok(
-        &engine,
-        &["driver", "load", deployd::plugin::built::TEMPLATE],
-    );
+    let loaded = ok(&engine, &["driver", "load", deployd_fixtures::TEMPLATE]);
     assert!(loaded.starts_with("loaded template 0.1.0"), "{loaded}");
     ok(
         &engine,

@@ -21,7 +21,7 @@ const TIMEOUT: u64 = 20;
 const MIB: usize = 1 << 20;
 
 fn ipa_venv() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ipa-venv");
+    let venv = support::repo_root().join("target/ipa-venv");
     assert!(
         venv.join("bin/ironic-python-agent").exists(),
         "{} is missing: run .ci/run once",
@@ -31,9 +31,7 @@ fn ipa_venv() -> PathBuf {
 }
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path)
+    support::repo_root().join(path)
 }
 
 /// A whole-disk image with an MBR partition table (IPA checks for one after writing):

@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::conductor::Conductor;
 use crate::config::{AuthStrategy, Config};
 use crate::images::Images;
-use crate::plugin::{Limits, Registry, built};
+use crate::plugin::{Limits, Registry};
 use crate::store::{Recovery, Store};
 use crate::sweeper::Sweeper;
 
@@ -136,7 +136,7 @@ impl Engine {
 /// bundled one of the same name). A file that fails to load is reported and skipped.
 async fn load_drivers(config: &Config, registry: &Registry) -> anyhow::Result<()> {
     if config.plugins.bundled {
-        for (name, bytes) in built::BUNDLED {
+        for (name, bytes) in deployd_artifacts::BUNDLED {
             registry
                 .load(bytes, Limits::default())
                 .await

@@ -12,30 +12,27 @@
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
-//! - [`agent`]: `deployd agent`, the ramdisk agent (the `deployd-agent` crate); [`lab`]:
-//!   simulated machines with a Redfish BMC whose power-on boots an agent (the
-//!   `deployd-lab` crate, which needs the agent, not the engine); [`demo`]: the whole
-//!   story in one command.
-//! - [`bench`]: `deployd bench`, the measurements quoted in the README.
+//! - [`agent`]: the ramdisk agent's protocol pieces the engine shares (the `deployd-agent`
+//!   crate: checksums, signals, its TLS).
+//!
+//! Beside it: `deployd` (the binary: the CLI, `serve`, the demo), `deployd-bench`,
+//! `deployd-lab` (simulated machines, which need the agent, not the engine), and the
+//! driver components, bundled (`deployd-artifacts`) and test-only (`deployd-fixtures`).
 
 pub use deployd_agent as agent;
 pub mod agent_tls;
 pub mod agents;
 pub mod api;
-pub mod bench;
 pub mod bindings;
 pub mod capability;
 pub use deployd_agent::checksum;
-pub mod cli;
 pub mod clock;
 pub mod conductor;
 pub mod config;
-pub mod demo;
 pub mod engine;
 pub mod hardware;
 pub mod image_server;
 pub mod images;
-pub use deployd_lab as lab;
 pub mod node;
 pub mod plugin;
 pub mod reservations;

@@ -302,10 +302,10 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
     let s = start(|_| {}).await;
     let (uuid, token) = looked_up_node(&s).await;
     let before = updated_at(&s, &uuid).await;
-    let cert = deployd::agent::tls::Identity::generate("127.0.0.1")
+    let cert = deployd_agent::tls::Identity::generate("127.0.0.1")
         .unwrap()
         .pem;
-    let other = deployd::agent::tls::Identity::generate("127.0.0.1")
+    let other = deployd_agent::tls::Identity::generate("127.0.0.1")
         .unwrap()
         .pem;
     let beat = |url: &str, ca: Option<&str>| {
@@ -379,6 +379,6 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
         .unwrap();
     assert_eq!(
         session.ca,
-        Some(deployd::agent_tls::parse_pem(&cert).unwrap())
+        Some(deployd_engine::agent_tls::parse_pem(&cert).unwrap())
     );
 }

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use common::emulators;
-use deployd::agent::{CommandApi, DiskTarget};
+use deployd_agent::{CommandApi, DiskTarget};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -32,7 +32,7 @@ async fn agent(throttle: Option<u64>) -> Agent {
     };
     let api = CommandApi::new(disk, "http://agent".into());
     api.set_token(TOKEN.into());
-    let addr = emulators::serve(deployd::agent::server::router(api.clone())).await;
+    let addr = emulators::serve(deployd_agent::server::router(api.clone())).await;
     Agent {
         api,
         url: format!("http://{addr}"),
@@ -79,7 +79,10 @@ fn sha256(data: &[u8]) -> String {
 async fn served(data: &[u8]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("os.raw"), data).unwrap();
-    let addr = emulators::serve(deployd::image_server::files(dir.path().to_path_buf())).await;
+    let addr = emulators::serve(deployd_engine::image_server::files(
+        dir.path().to_path_buf(),
+    ))
+    .await;
     (dir, format!("http://{addr}/images/os.raw"))
 }
 

@@ -412,7 +412,7 @@ async fn patch_updates_allowed_fields_and_delete_follows_state_rules() {
 async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
     let s = start(|_| {}).await;
     // A driver that spins until its 1.5 s deadline keeps the node busy that long.
-    let wasm = std::fs::read(deployd::plugin::built::TEST_DRIVER).unwrap();
+    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
     let upload = s
         .http
         .post(format!("{}/v1/deployd/drivers?deadline_ms=1500", s.base))
@@ -608,7 +608,7 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
         .await
         .unwrap();
     assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
-    let fs = std::fs::read(deployd::plugin::built::FS_DRIVER).unwrap();
+    let fs = std::fs::read(deployd_fixtures::FS_DRIVER).unwrap();
     let refused = s
         .http
         .post(format!("{}/v1/deployd/drivers", s.base))
@@ -619,7 +619,7 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     assert!(refused.text().await.unwrap().contains("wasi:filesystem"));
 
-    let v2 = std::fs::read(deployd::plugin::built::TEST_DRIVER_V2).unwrap();
+    let v2 = std::fs::read(deployd_fixtures::TEST_DRIVER_V2).unwrap();
     let loaded = s
         .http
         .post(format!("{}/v1/deployd/drivers", s.base))
@@ -677,7 +677,7 @@ async fn http_basic_auth_guards_operators_but_not_agents_or_discovery() {
     )
     .unwrap();
     let s = start(|c| {
-        c.api.auth_strategy = deployd::config::AuthStrategy::HttpBasic;
+        c.api.auth_strategy = deployd_engine::config::AuthStrategy::HttpBasic;
         c.api.http_basic_auth_user_file = Some(htpasswd.clone());
     })
     .await;
@@ -871,3 +871,6 @@ mod hardening;
 
 #[path = "api/ironic_latest.rs"]
 mod ironic_latest;
+
+#[path = "api/wire.rs"]
+mod wire;

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use common::emulators::{self, Process};
 use common::lab::{Lab, lab};
-use deployd::agent::{CommandApi, DiskTarget};
-use deployd::conductor::{ConductorError, Verb};
-use deployd::plugin::{Limits, built};
-use deployd::state_machine::ProvisionState;
+use deployd_agent::{CommandApi, DiskTarget};
+use deployd_engine::conductor::{ConductorError, Verb};
+use deployd_engine::plugin::Limits;
+use deployd_engine::state_machine::ProvisionState;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -34,7 +34,10 @@ async fn image() -> Image {
         *b = (i.wrapping_mul(2654435761) >> 13) as u8;
     }
     std::fs::write(dir.path().join("disk.raw"), &bytes).unwrap();
-    let addr = emulators::serve(deployd::image_server::files(dir.path().to_path_buf())).await;
+    let addr = emulators::serve(deployd_engine::image_server::files(
+        dir.path().to_path_buf(),
+    ))
+    .await;
     Image {
         url: format!("http://{addr}/images/disk.raw"),
         sha256: hex::encode(Sha256::digest(&bytes)),
@@ -57,7 +60,7 @@ async fn agent(dir: &tempfile::TempDir) -> (Arc<CommandApi>, String, String) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let router = deployd::agent::server::router(api.clone());
+    let router = deployd_agent::server::router(api.clone());
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     (api, url, token)
 }
@@ -76,7 +79,7 @@ async fn heartbeat_until_not(
             heartbeats < 600,
             "still {waiting} after {heartbeats} heartbeats"
         );
-        let agent = deployd::agents::CallbackUrl::parse(agent).unwrap();
+        let agent = deployd_engine::agents::CallbackUrl::parse(agent).unwrap();
         match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0", None) {
             Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
@@ -150,7 +153,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
             }
         })
     };
-    let (uuid, api, _) = deploy(&lab, "agent_redfish", built::AGENT_REDFISH, info).await;
+    let (uuid, api, _) = deploy(&lab, "agent_redfish", deployd_fixtures::AGENT_REDFISH, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(commands, ["prepare_image", "sync", "power_off"]);
     watch.abort();
@@ -178,7 +181,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     lab.store
         .edit_node(uuid, |_, b| {
             b.attrs.insert("automated_clean".into(), json!(false));
-            Ok::<(), deployd::store::StoreError>(())
+            Ok::<(), deployd_engine::store::StoreError>(())
         })
         .unwrap();
     let image = std::fs::read(&api.disk.path).unwrap();
@@ -203,7 +206,13 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
-    let (uuid, api, agent_url) = deploy(&lab, "agent_ipmitool", built::AGENT_IPMITOOL, info).await;
+    let (uuid, api, agent_url) = deploy(
+        &lab,
+        "agent_ipmitool",
+        deployd_fixtures::AGENT_IPMITOOL,
+        info,
+    )
+    .await;
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is on"), "{status}");
     // Undeploy boots the ramdisk through the BMC; its agent erases the disk; then off.
@@ -261,7 +270,7 @@ async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
-    let (_, api, _) = deploy(&lab, "pxe_ipmitool", built::PXE_IPMITOOL, info).await;
+    let (_, api, _) = deploy(&lab, "pxe_ipmitool", deployd_fixtures::PXE_IPMITOOL, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(
         commands,
@@ -273,7 +282,8 @@ async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bmc_with_wrong_credentials_fails_the_deploy_with_the_bmcs_words() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::AGENT_IPMITOOL, Limits::default()).await;
+    lab.load(deployd_fixtures::AGENT_IPMITOOL, Limits::default())
+        .await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "wrong"});
     let instance =

@@ -1,6 +1,6 @@
 //! The lab's Redfish BMC over real HTTP: what the `redfish` drivers use, and its refusals.
 
-use deployd::lab::{AgentMode, Lab, LabArgs};
+use deployd_lab::{AgentMode, Lab, LabArgs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -14,7 +14,7 @@ async fn lab(dir: &tempfile::TempDir) -> (Lab, String) {
         throttle: None,
         heartbeat_interval: None,
         agent_tasks: true,
-        agent_tls: deployd::lab::TlsMode::Auto,
+        agent_tls: deployd_lab::TlsMode::Auto,
     };
     let lab = Lab::start(&args, AgentMode::Task).await.unwrap();
     let base = format!("http://{}/redfish/v1/Systems/machine-000", lab.addr);

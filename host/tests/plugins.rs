@@ -7,10 +7,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::lab::{lab, wasm};
-use deployd::conductor::{DRIVER_HASH, Verb};
-use deployd::node::Node;
-use deployd::plugin::{Limits, LoadError, Registry, built};
-use deployd::state_machine::ProvisionState;
+use deployd_engine::conductor::{DRIVER_HASH, Verb};
+use deployd_engine::node::Node;
+use deployd_engine::plugin::{Limits, LoadError, Registry};
+use deployd_engine::state_machine::ProvisionState;
 use serde_json::{Value, json};
 
 fn scratch(node: &Node, key: &str) -> Value {
@@ -33,7 +33,7 @@ fn limits(memory_mib: usize, deadline_ms: u64) -> Limits {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fake_driver_deploys_and_undeploys_a_node() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::FAKE, Limits::default()).await;
+    lab.load(deployd_fixtures::FAKE, Limits::default()).await;
     let uuid = lab.node("fake", json!({})).await;
     let node = lab.deploy(uuid, ProvisionState::Active).await;
     assert_eq!(node.body.power_state.as_deref(), Some("power on"));
@@ -50,7 +50,8 @@ async fn the_fake_driver_deploys_and_undeploys_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_infinite_loop_is_stopped_at_its_deadline_and_the_next_call_is_fresh() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::TEST_DRIVER, limits(64, 300)).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, limits(64, 300))
+        .await;
     let looping = lab.node("test_driver", json!({"mode": "loop"})).await;
     let healthy = lab.node("test_driver", json!({"mode": "done"})).await;
     let node = lab.deploy(looping, ProvisionState::DeployFailed).await;
@@ -63,7 +64,8 @@ async fn an_infinite_loop_is_stopped_at_its_deadline_and_the_next_call_is_fresh(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_just_inside_the_cap_works_and_just_past_it_fails_the_node() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::TEST_DRIVER, limits(24, 5000)).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, limits(24, 5000))
+        .await;
     // 16 MiB of data plus the program's own pages fit in 24 MiB; 24 MiB of data cannot.
     let inside = lab.node("test_driver", json!({"mode": "alloc:16"})).await;
     let past = lab.node("test_driver", json!({"mode": "alloc:24"})).await;
@@ -84,7 +86,8 @@ async fn memory_just_inside_the_cap_works_and_just_past_it_fails_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_message_reaches_last_error_and_clean_up_runs() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::TEST_DRIVER, Limits::default()).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, Limits::default())
+        .await;
     let uuid = lab.node("test_driver", json!({"mode": "panic"})).await;
     let node = lab.deploy(uuid, ProvisionState::DeployFailed).await;
     let error = node.body.last_error.clone().unwrap();
@@ -101,14 +104,14 @@ async fn components_that_are_not_drivers_for_this_host_are_refused_with_the_reas
     let lab = lab(Duration::from_secs(60)).await;
     let err = lab
         .registry
-        .load(&wasm(built::FS_DRIVER), Limits::default())
+        .load(&wasm(deployd_fixtures::FS_DRIVER), Limits::default())
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::Import(_)), "{err}");
     assert!(err.to_string().contains("wasi:filesystem"), "{err}");
     let err = lab
         .registry
-        .load(&wasm(built::WRONG_WORLD), Limits::default())
+        .load(&wasm(deployd_fixtures::WRONG_WORLD), Limits::default())
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::WrongWorld(_)), "{err}");
@@ -136,7 +139,8 @@ async fn components_that_are_not_drivers_for_this_host_are_refused_with_the_reas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_mid_deploy_finishes_on_the_version_it_started_with() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::TEST_DRIVER, Limits::default()).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, Limits::default())
+        .await;
     let v1 = lab.registry.get("test_driver").unwrap();
     let early = lab
         .node(
@@ -147,7 +151,8 @@ async fn a_node_mid_deploy_finishes_on_the_version_it_started_with() {
     let node = lab.deploy(early, ProvisionState::WaitCallBack).await;
     assert_eq!(node.body.driver_internal_info[DRIVER_HASH], v1.hash);
 
-    lab.load(built::TEST_DRIVER_V2, Limits::default()).await;
+    lab.load(deployd_fixtures::TEST_DRIVER_V2, Limits::default())
+        .await;
     let v2 = lab.registry.get("test_driver").unwrap();
     assert_ne!(v1.hash, v2.hash);
     assert_eq!(
@@ -185,7 +190,8 @@ async fn a_node_mid_deploy_finishes_on_the_version_it_started_with() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_node_gets_its_drivers_clean_up_and_heartbeats_keep_others_alive() {
     let lab = lab(Duration::from_millis(600)).await;
-    lab.load(built::TEST_DRIVER, Limits::default()).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, Limits::default())
+        .await;
     let silent = lab.node("test_driver", json!({"mode": "wait"})).await;
     let alive = lab
         .node(
@@ -222,7 +228,7 @@ async fn a_timed_out_node_gets_its_drivers_clean_up_and_heartbeats_keep_others_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let lab = lab(Duration::from_secs(60)).await;
-    lab.load(built::FAKE, Limits::default()).await;
+    lab.load(deployd_fixtures::FAKE, Limits::default()).await;
     let hash = lab.registry.get("fake").unwrap().hash.clone();
     let cached: Vec<_> = std::fs::read_dir(lab.dir.path().join("compiled"))
         .unwrap()
@@ -234,7 +240,7 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let services = lab.registry.services().clone();
     let again = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
     let driver = again
-        .load(&wasm(built::FAKE), Limits::default())
+        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
         .await
         .unwrap();
     assert_eq!(driver.hash, hash);

@@ -16,9 +16,9 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use common::*;
-use deployd::clock::Clock;
-use deployd::state_machine::{Event, ProvisionState, Timeouts};
-use deployd::store::{Store, StoreError};
+use deployd_engine::clock::Clock;
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::store::{Store, StoreError};
 use uuid::Uuid;
 
 const ITERATIONS: usize = 4000;

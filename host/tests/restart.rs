@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
-use deployd::clock::Clock;
-use deployd::node::Node;
-use deployd::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::clock::Clock;
+use deployd_engine::node::Node;
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
 use uuid::Uuid;
 
 const TIMEOUT: Duration = Duration::from_secs(60);

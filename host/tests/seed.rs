@@ -8,9 +8,9 @@ use crate::common;
 use std::sync::Arc;
 
 use common::*;
-use deployd::clock::Clock;
-use deployd::state_machine::{ProvisionState, Timeouts};
-use deployd::sweeper::{Sweeper, SweeperConfig};
+use deployd_engine::clock::Clock;
+use deployd_engine::state_machine::{ProvisionState, Timeouts};
+use deployd_engine::sweeper::{Sweeper, SweeperConfig};
 use tokio::time::sleep;
 
 const SWEEP: SweeperConfig = SweeperConfig {

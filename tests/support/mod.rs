@@ -316,4 +316,4 @@ pub fn make_available_without_cleaning(url: &str, node: &str) {
 pub mod emulators;
 
 #[allow(unused_imports)]
-pub use emulators::venv_bin;
+pub use emulators::{repo_root, venv_bin};

@@ -1,7 +1,9 @@
 //! [`crate::Client`] for code without a runtime (the CLI, blocking tests): each call runs
 //! on a current-thread runtime of its own, as mini-redis's blocking client does.
 
-use serde_json::Value;
+use deployd_wire::documents::Node;
+use deployd_wire::targets::{PowerTarget, ProvisionTarget};
+use serde_json::{Map, Value};
 
 use crate::{Answer, ClientError, Method, Payload};
 
@@ -41,5 +43,27 @@ impl Client {
 
     pub fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.call(Method::GET, path, Payload::None)
+    }
+
+    pub fn node(&self, ident: &str) -> Result<Node, ClientError> {
+        self.runtime.block_on(self.inner.node(ident))
+    }
+
+    pub fn nodes(&self) -> Result<Vec<Node>, ClientError> {
+        self.runtime.block_on(self.inner.nodes())
+    }
+
+    pub fn provision(
+        &self,
+        ident: &str,
+        target: ProvisionTarget,
+        arguments: Map<String, Value>,
+    ) -> Result<(), ClientError> {
+        self.runtime
+            .block_on(self.inner.provision(ident, target, arguments))
+    }
+
+    pub fn power(&self, ident: &str, target: PowerTarget) -> Result<(), ClientError> {
+        self.runtime.block_on(self.inner.power(ident, target))
     }
 }

@@ -9,8 +9,10 @@ pub mod blocking;
 
 use std::time::Duration;
 
+use deployd_wire::documents::{Node, NodeCollection};
+use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 use deployd_wire::{fault, version};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 pub use reqwest::Method;
 
@@ -26,6 +28,13 @@ pub enum ClientError {
     /// The engine answered with an error; `fault` is its `faultstring` (or the body).
     #[error("{status}: {fault}")]
     Api { status: u16, fault: String },
+    /// The engine answered, but not with the document asked for.
+    #[error("the answer to {what} is not the document expected: {source}")]
+    Document {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl ClientError {
@@ -33,7 +42,7 @@ impl ClientError {
     pub fn status(&self) -> Option<u16> {
         match self {
             ClientError::Api { status, .. } => Some(*status),
-            ClientError::Unreachable { .. } => None,
+            ClientError::Unreachable { .. } | ClientError::Document { .. } => None,
         }
     }
 }
@@ -206,6 +215,47 @@ impl Client {
     pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
         self.call(Method::DELETE, path, Payload::None).await
     }
+
+    /// `GET /v1/nodes/{ident}`, decoded.
+    pub async fn node(&self, ident: &str) -> Result<Node, ClientError> {
+        let path = format!("/v1/nodes/{ident}");
+        decode(&path, self.get(&path).await?)
+    }
+
+    /// `GET /v1/nodes/detail`: every node, with all its fields.
+    pub async fn nodes(&self) -> Result<Vec<Node>, ClientError> {
+        let path = "/v1/nodes/detail";
+        Ok(decode::<NodeCollection>(path, self.get(path).await?)?.nodes)
+    }
+
+    /// Asks for a provision target, with the target's own arguments (`clean_steps`, …)
+    /// beside it; the engine answers 202 and works in the background.
+    pub async fn provision(
+        &self,
+        ident: &str,
+        target: ProvisionTarget,
+        arguments: Map<String, Value>,
+    ) -> Result<(), ClientError> {
+        let mut body = arguments;
+        body.insert("target".into(), json!(target));
+        let path = format!("/v1/nodes/{ident}/states/provision");
+        self.put(&path, &Value::Object(body)).await.map(drop)
+    }
+
+    /// Asks for a power target.
+    pub async fn power(&self, ident: &str, target: PowerTarget) -> Result<(), ClientError> {
+        let path = format!("/v1/nodes/{ident}/states/power");
+        self.put(&path, &json!({ "target": target }))
+            .await
+            .map(drop)
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, body: Value) -> Result<T, ClientError> {
+    serde_json::from_value(body).map_err(|source| ClientError::Document {
+        what: what.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]

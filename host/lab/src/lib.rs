@@ -5,8 +5,11 @@
 //!   runs while the machine is on and network-booted.
 //! - [`redfish`]: the BMC all machines share, Redfish-compatible, so the bundled
 //!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones.
+//! - [`operator`]: enrolling them into an engine and walking them through its states
+//!   over the HTTP API (the demo's and the fleet bench's operator).
 
 pub mod machine;
+pub mod operator;
 pub mod redfish;
 
 use std::collections::BTreeMap;

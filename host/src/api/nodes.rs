@@ -18,10 +18,12 @@ use super::listing::ShowQuery;
 use super::node_doc;
 use super::version::Version;
 use super::{App, State, node_list, view};
+use crate::capability::bmc::PowerAction;
 use crate::conductor::Verb;
 use crate::hardware::Hardware;
 use crate::node::Node;
 use crate::state_machine::ProvisionState;
+use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -414,21 +416,31 @@ async fn provision(
             node.state()
         ))
     };
+    let target: ProvisionTarget = request.target.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "\"{}\" is not a valid provision target.",
+            request.target
+        ))
+    })?;
+    if version < target.since() {
+        return Err(ApiError::not_acceptable(format!(
+            "The provision target \"{target}\" needs a newer API version than {version}."
+        )));
+    }
     let mut clean_steps = None;
-    let verb = match request.target.as_str() {
-        "manage" if version.at_least(4) => Verb::Manage,
-        "provide" if version.at_least(4) => Verb::Provide,
-        "active" => Verb::Deploy,
-        "deploy" if version.at_least(73) => Verb::Deploy,
-        "rebuild" => Verb::Rebuild,
-        "deleted" => Verb::Undeploy,
-        "undeploy" if version.at_least(73) => Verb::Undeploy,
+    use ProvisionTarget as T;
+    let verb = match target {
+        T::Manage => Verb::Manage,
+        T::Provide => Verb::Provide,
+        T::Active | T::Deploy => Verb::Deploy,
+        T::Rebuild => Verb::Rebuild,
+        T::Deleted | T::Undeploy => Verb::Undeploy,
         // Aborting a deploy in "wait call-back" came with 1.110.
-        "abort" if node.state() == ProvisionState::WaitCallBack && !version.at_least(110) => {
+        T::Abort if node.state() == ProvisionState::WaitCallBack && !version.at_least(110) => {
             return Err(illegal());
         }
-        "abort" if version.at_least(13) => Verb::Abort,
-        "clean" if version.at_least(15) => {
+        T::Abort => Verb::Abort,
+        T::Clean => {
             let from_runbook = match &request.runbook {
                 Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
                 None => None,
@@ -439,8 +451,8 @@ async fn provision(
             Verb::Clean
         }
         // deployd's nodes never hold, and its drivers have no service steps.
-        "unhold" if version.at_least(85) => return Err(illegal()),
-        "service" if version.at_least(87) => {
+        T::Unhold => return Err(illegal()),
+        T::Service => {
             if node.state() != ProvisionState::Active {
                 return Err(illegal());
             }
@@ -449,21 +461,9 @@ async fn provision(
                 node.uuid()
             )));
         }
-        "manage" | "provide" | "abort" | "deploy" | "undeploy" | "clean" | "unhold" | "service" => {
-            return Err(ApiError::not_acceptable(format!(
-                "The provision target \"{}\" needs a newer API version than {version}.",
-                request.target
-            )));
-        }
-        "inspect" | "adopt" | "rescue" | "unrescue" => {
+        T::Inspect | T::Adopt | T::Rescue | T::Unrescue => {
             return Err(ApiError::bad_request(format!(
-                "deployd does not support the provision target \"{}\".",
-                request.target
-            )));
-        }
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "\"{other}\" is not a valid provision target."
+                "deployd does not support the provision target \"{target}\"."
             )));
         }
     };
@@ -493,15 +493,16 @@ async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Res
     let request: PowerRequest = parse(&body)?;
     let _ = request.timeout;
     let node = find(&app, &ident)?;
-    let action = match request.target.as_str() {
-        "power on" => crate::capability::bmc::PowerAction::On,
-        "power off" | "soft power off" => crate::capability::bmc::PowerAction::Off,
-        "rebooting" | "soft rebooting" => crate::capability::bmc::PowerAction::Reboot,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "\"{other}\" is not a valid power target."
-            )));
-        }
+    let target: PowerTarget = request.target.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "\"{}\" is not a valid power target.",
+            request.target
+        ))
+    })?;
+    let action = match target {
+        PowerTarget::On => PowerAction::On,
+        PowerTarget::Off | PowerTarget::SoftOff => PowerAction::Off,
+        PowerTarget::Reboot | PowerTarget::SoftReboot => PowerAction::Reboot,
     };
     if matches!(
         node.state(),

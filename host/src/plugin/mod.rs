@@ -18,9 +18,3 @@ pub mod sandbox;
 pub use driver::{Limits, LoadedDriver};
 pub use error::{LoadError, PluginError};
 pub use registry::Registry;
-
-/// The bundled drivers (embedded in the binary) and the paths of every component the
-/// build produced, for tests.
-pub mod built {
-    include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
-}

@@ -293,7 +293,7 @@ async fn oversized_fields_are_refused_and_lists_project_what_was_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_limits_are_checked_and_a_pinned_version_keeps_its_own() {
     let s = start(|_| {}).await;
-    let wasm = std::fs::read(deployd::plugin::built::TEST_DRIVER).unwrap();
+    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
     let upload = |query: &'static str, body: Vec<u8>| {
         let s = &s;
         async move {

@@ -624,7 +624,7 @@ async fn history_records_each_state_change_with_its_duration() {
     );
 
     // A failed deploy is an ERROR event that carries the error.
-    let wasm = std::fs::read(deployd::plugin::built::TEST_DRIVER).unwrap();
+    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
     let upload = s
         .http
         .post(format!("{}/v1/deployd/drivers?deadline_ms=300", s.base))
@@ -683,7 +683,7 @@ async fn history_records_each_state_change_with_its_duration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provision_parameters_and_verbs_follow_their_versions() {
     let s = start(|_| {}).await;
-    let wasm = std::fs::read(deployd::plugin::built::TEST_DRIVER).unwrap();
+    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
     let upload = s
         .http
         .post(format!("{}/v1/deployd/drivers", s.base))

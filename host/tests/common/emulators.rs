@@ -17,11 +17,21 @@ impl Drop for Process {
     }
 }
 
+/// The repository's top folder (the one with `rust-toolchain.toml`), whichever crate's
+/// tests ask.
+pub fn repo_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("rust-toolchain.toml").exists())
+        .expect("the tests run inside the repository")
+        .to_path_buf()
+}
+
 /// A tool from the test virtualenv (`DEPLOYD_TEST_VENV`, default `target/test-venv`).
 pub fn venv_bin(name: &str) -> PathBuf {
     let venv = std::env::var_os("DEPLOYD_TEST_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv"));
+        .unwrap_or_else(|| repo_root().join("target/test-venv"));
     let bin = venv.join("bin").join(name);
     assert!(
         bin.exists(),

@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deployd::agents::Agents;
-use deployd::capability::Services;
-use deployd::clock::Clock;
-use deployd::conductor::{Conductor, Verb};
-use deployd::node::{NewNode, Node};
-use deployd::plugin::{Limits, Registry};
-use deployd::state_machine::{ProvisionState, Timeouts};
-use deployd::store::Store;
-use deployd::sweeper::{Sweeper, SweeperConfig};
+use deployd_engine::agents::Agents;
+use deployd_engine::capability::Services;
+use deployd_engine::clock::Clock;
+use deployd_engine::conductor::{Conductor, Verb};
+use deployd_engine::node::{NewNode, Node};
+use deployd_engine::plugin::{Limits, Registry};
+use deployd_engine::state_machine::{ProvisionState, Timeouts};
+use deployd_engine::store::Store;
+use deployd_engine::sweeper::{Sweeper, SweeperConfig};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -73,7 +73,7 @@ impl Lab {
         };
         // Made available without cleaning (no agent boots here), then with the engine's
         // default again, so an undeploy cleans.
-        let mut attrs = deployd::node::JsonMap::new();
+        let mut attrs = deployd_engine::node::JsonMap::new();
         attrs.insert("automated_clean".into(), json!(false));
         let new = NewNode {
             driver: driver.into(),
@@ -90,7 +90,7 @@ impl Lab {
         self.store
             .edit_node(uuid, |_, b| {
                 b.attrs.remove("automated_clean");
-                Ok::<(), deployd::store::StoreError>(())
+                Ok::<(), deployd_engine::store::StoreError>(())
             })
             .unwrap();
         uuid
@@ -125,7 +125,7 @@ impl Lab {
             .heartbeat(
                 uuid,
                 "t".repeat(43).as_str(),
-                &deployd::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
+                &deployd_engine::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
                 "test",
                 None,
             )

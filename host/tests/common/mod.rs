@@ -11,11 +11,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deployd::clock::{Clock, Timestamp};
-use deployd::node::NewNode;
-use deployd::state_machine::{Event, ProvisionState, Timeouts};
-use deployd::store::{Recovery, Store, StoreConfig, TimedOut};
-use deployd::sweeper::TimeoutHook;
+use deployd_engine::clock::{Clock, Timestamp};
+use deployd_engine::node::NewNode;
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::store::{Recovery, Store, StoreConfig, TimedOut};
+use deployd_engine::sweeper::TimeoutHook;
 use uuid::Uuid;
 
 pub const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
@@ -37,7 +37,7 @@ pub fn fake_node() -> NewNode {
     }
 }
 
-pub use deployd::state_machine::ENROLL_TO_WAIT_CALL_BACK as TO_WAIT_CALL_BACK;
+pub use deployd_engine::state_machine::ENROLL_TO_WAIT_CALL_BACK as TO_WAIT_CALL_BACK;
 
 pub fn node_in_wait_call_back(store: &Store) -> Uuid {
     let uuid = store.create_node(fake_node()).unwrap().uuid();

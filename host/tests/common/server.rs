@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use deployd::clock::Clock;
-use deployd::config::Config;
-use deployd::engine::Engine;
-use deployd::plugin::built;
+use deployd_engine::clock::Clock;
+use deployd_engine::config::Config;
+use deployd_engine::engine::Engine;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -29,7 +28,7 @@ pub async fn start(configure: impl FnOnce(&mut Config)) -> Server {
     config.conductor.check_provision_state_interval = 1;
     std::fs::create_dir_all(config.plugins_dir()).unwrap();
     std::fs::copy(
-        built::TEST_DRIVER,
+        deployd_fixtures::TEST_DRIVER,
         config.plugins_dir().join("test_driver.wasm"),
     )
     .unwrap();

@@ -8,23 +8,23 @@
 //! killed; its node times out with a `last_error` saying so. At the end every disk is
 //! checked against the image's sha256 and a summary is printed. Ctrl-C stops everything.
 //!
-//! - [`operator`]: the HTTP calls an operator would make.
 //! - [`screen`]: the live progress table and the summary.
 
-pub(crate) mod operator;
 mod screen;
 
+use deployd_wire::state_machine::ProvisionState;
+use deployd_wire::targets::ProvisionTarget;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::time::Instant;
 
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::engine::Engine;
-use crate::lab::{AgentMode, Lab, LabArgs};
-use operator::Operator;
+use deployd_engine::clock::Clock;
+use deployd_engine::config::Config;
+use deployd_engine::engine::Engine;
+use deployd_lab::operator::Operator;
+use deployd_lab::{AgentMode, Lab, LabArgs};
 use screen::{Row, Screen};
 
 #[derive(clap::Args, Clone, Debug)]
@@ -36,7 +36,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 256)]
     pub image_mb: u64,
     /// Each agent's write rate (suffixes K, M, G).
-    #[arg(long, default_value = "16M", value_parser = crate::agent::runner::parse_rate)]
+    #[arg(long, default_value = "16M", value_parser = deployd_agent::runner::parse_rate)]
     pub throttle: u64,
     /// deploy_callback_timeout in seconds: far shorter than a write takes.
     #[arg(long, default_value_t = 3)]
@@ -56,7 +56,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("deployd-demo-").tempdir()?;
     let outcome = tokio::select! {
         r = story(&args, dir.path()) => r,
-        _ = crate::signal::shutdown() => {
+        _ = deployd_engine::signal::shutdown() => {
             // Dropping the story stopped the lab (every agent killed) and the engine.
             anyhow::bail!("interrupted: the agents and the engine are stopped");
         }
@@ -75,7 +75,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     let image = dir.join("image.raw");
     print!("writing a {} MiB image of random bytes… ", args.image_mb);
-    let sha256 = crate::lab::random_image(&image, args.image_mb << 20).await?;
+    let sha256 = deployd_lab::random_image(&image, args.image_mb << 20).await?;
     println!("sha256 {}", &sha256[..16]);
 
     let mut config = Config {
@@ -131,12 +131,22 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
         rows.push(Row::new(machine, driver, uuid));
     }
     for row in &rows {
-        op.walk(&row.uuid, "manage", "manageable").await?;
-        op.walk(&row.uuid, "provide", "available").await?;
+        op.walk(
+            &row.uuid,
+            ProvisionTarget::Manage,
+            ProvisionState::Manageable,
+        )
+        .await?;
+        op.walk(
+            &row.uuid,
+            ProvisionTarget::Provide,
+            ProvisionState::Available,
+        )
+        .await?;
     }
     let started = Instant::now();
     for row in &rows {
-        op.provision(&row.uuid, "active").await?;
+        op.provision(&row.uuid, ProvisionTarget::Active).await?;
     }
     // The victim: an agent-family machine, whose agent writes the image itself.
     let victim = if args.no_kill {

@@ -20,10 +20,10 @@ use anyhow::Context;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::clock::{Clock, Timestamp};
-use crate::node::NewNode;
-use crate::state_machine::{ENROLL_TO_WAIT_CALL_BACK, Timeouts};
-use crate::store::{Store, StoreConfig};
+use deployd_engine::clock::{Clock, Timestamp};
+use deployd_engine::node::NewNode;
+use deployd_engine::state_machine::{ENROLL_TO_WAIT_CALL_BACK, Timeouts};
+use deployd_engine::store::{Store, StoreConfig};
 
 use super::{dir_size, median, mib, report, rss_bytes, sample};
 

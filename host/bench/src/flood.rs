@@ -24,7 +24,6 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::plugin::built;
 use deployd_client::Client;
 use deployd_wire::version;
 
@@ -89,8 +88,11 @@ async fn flood(args: &FloodBench, dir: &std::path::Path) -> anyhow::Result<()> {
         .port();
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins)?;
-    std::fs::copy(built::TEST_DRIVER, plugins.join("test_driver.wasm"))
-        .context("the test driver (run from a source checkout)")?;
+    std::fs::copy(
+        deployd_fixtures::TEST_DRIVER,
+        plugins.join("test_driver.wasm"),
+    )
+    .context("the test driver (run from a source checkout)")?;
     let mut command = Command::new(&bin);
     command
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])

@@ -5,10 +5,10 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use serde_json::Value;
+use deployd_wire::documents::Node;
 use tokio::time::Instant;
 
-use crate::lab::Enrollment;
+use deployd_lab::Enrollment;
 
 pub struct Row {
     pub machine: Enrollment,
@@ -70,27 +70,25 @@ impl Screen {
         }
     }
 
-    pub fn update(&mut self, nodes: &[Value]) {
+    pub fn update(&mut self, nodes: &[Node]) {
         let now = chrono::Utc::now();
         for node in nodes {
-            let Some(row) = self
-                .rows
-                .iter_mut()
-                .find(|r| node["uuid"] == r.uuid.as_str())
-            else {
+            let Some(row) = self.rows.iter_mut().find(|r| node.uuid == r.uuid) else {
                 continue;
             };
-            row.state = node["provision_state"].as_str().unwrap_or("?").to_owned();
-            row.last_error = node["last_error"].as_str().map(str::to_owned);
-            let internal = &node["driver_internal_info"];
-            if let Some(n) = internal["agent_status_message"]
-                .as_str()
+            row.state = node.provision_state.map_or("?", |s| s.as_str()).to_owned();
+            row.last_error = node.last_error.clone();
+            let internal = &node.driver_internal_info;
+            if let Some(n) = internal
+                .get("agent_status_message")
+                .and_then(|m| m.as_str())
                 .and_then(bytes_written)
             {
                 row.written = row.written.max(n);
             }
-            row.heartbeat_age = internal["agent_last_heartbeat"]
-                .as_str()
+            row.heartbeat_age = internal
+                .get("agent_last_heartbeat")
+                .and_then(|t| t.as_str())
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                 .map(|t| (now - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0);
             if row.state == "active" {
@@ -181,7 +179,7 @@ impl Screen {
         );
         let mut ok = true;
         for (i, row) in self.rows.iter().enumerate() {
-            let disk = crate::lab::disk_sha256(&row.machine.disk)?;
+            let disk = deployd_lab::disk_sha256(&row.machine.disk)?;
             let matches = disk == sha256;
             let expected = if Some(i) == victim {
                 row.state == "deploy failed"

@@ -21,12 +21,12 @@ use anyhow::Context;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::engine::Engine;
-use crate::node::NewNode;
-use crate::plugin::built;
-use crate::state_machine::{ENROLL_TO_WAIT_CALL_BACK, ProvisionState};
+use deployd_engine::clock::Clock;
+use deployd_engine::config::Config;
+use deployd_engine::engine::Engine;
+use deployd_engine::node::NewNode;
+
+use deployd_engine::state_machine::{ENROLL_TO_WAIT_CALL_BACK, ProvisionState};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ApiBench {
@@ -53,7 +53,7 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     config.conductor.check_provision_state_interval = 1;
     std::fs::create_dir_all(config.plugins_dir())?;
     std::fs::copy(
-        built::TEST_DRIVER,
+        deployd_fixtures::TEST_DRIVER,
         config.plugins_dir().join("test_driver.wasm"),
     )
     .context("the test driver (run from a source checkout)")?;
@@ -90,7 +90,8 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     // Steady state: each node's driver has seen a heartbeat and recorded its step (the
     // test driver's one durable scratch write per node), as mid-deploy nodes have.
     let warm = Instant::now();
-    let callback = crate::agents::CallbackUrl::parse("http://127.0.0.1:9").expect("a valid url");
+    let callback =
+        deployd_engine::agents::CallbackUrl::parse("http://127.0.0.1:9").expect("a valid url");
     runtime.block_on(async {
         for (i, uuid) in uuids.iter().enumerate() {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");

@@ -1,4 +1,4 @@
-//! The demo's operator: plain calls to the engine's HTTP API, as any Ironic client would
+//! An operator for lab machines (the demo's and the fleet bench's): plain calls to the engine's HTTP API, as any Ironic client would
 //! make them.
 
 use std::path::Path;
@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use deployd_client::{Client, Method};
-use serde_json::{Value, json};
+use deployd_wire::documents::Node;
+use deployd_wire::state_machine::ProvisionState;
+use deployd_wire::targets::ProvisionTarget;
+use serde_json::{Map, Value, json};
 
-use crate::lab::Enrollment;
+use crate::Enrollment;
 
 pub struct Operator {
     client: Client,
@@ -71,21 +74,23 @@ impl Operator {
         Ok(uuid)
     }
 
-    pub async fn provision(&self, node: &str, target: &str) -> anyhow::Result<()> {
-        let path = format!("/v1/nodes/{node}/states/provision");
-        self.call(Method::PUT, &path, Some(json!({ "target": target })))
+    pub async fn provision(&self, node: &str, target: ProvisionTarget) -> anyhow::Result<()> {
+        self.client
+            .provision(node, target, Map::new())
             .await
-            .map(|_| ())
+            .with_context(|| format!("{target} {node}"))
     }
 
     /// Asks for `target` and waits until the node is in `state`.
-    pub async fn walk(&self, node: &str, target: &str, state: &str) -> anyhow::Result<()> {
+    pub async fn walk(
+        &self,
+        node: &str,
+        target: ProvisionTarget,
+        state: ProvisionState,
+    ) -> anyhow::Result<()> {
         self.provision(node, target).await?;
         for _ in 0..600 {
-            let n = self
-                .call(Method::GET, &format!("/v1/nodes/{node}"), None)
-                .await?;
-            if n["provision_state"] == state {
+            if self.client.node(node).await?.provision_state == Some(state) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -93,8 +98,7 @@ impl Operator {
         bail!("node {node} did not reach {state}")
     }
 
-    pub async fn nodes(&self) -> anyhow::Result<Vec<Value>> {
-        let list = self.call(Method::GET, "/v1/nodes/detail", None).await?;
-        Ok(list["nodes"].as_array().cloned().unwrap_or_default())
+    pub async fn nodes(&self) -> anyhow::Result<Vec<Node>> {
+        Ok(self.client.nodes().await?)
     }
 }

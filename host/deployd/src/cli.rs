@@ -6,6 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use deployd_client::{Method, Payload};
+use deployd_wire::documents::Node;
+use deployd_wire::state_machine::ProvisionState;
+use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 use serde_json::{Map, Value, json};
 
 #[derive(Args, Debug)]
@@ -76,8 +79,8 @@ pub enum NodeCommand {
     Abort { node: String },
     /// Removes a node (in enroll, manageable, available or a failed state).
     Delete { node: String },
-    /// power on | power off | rebooting
-    Power { node: String, target: String },
+    /// power on | power off | rebooting | soft power off | soft rebooting
+    Power { node: String, target: PowerTarget },
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,28 +165,31 @@ fn text(v: &Value) -> String {
 
 pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
     let c = Client::new(endpoint);
-    let provision = |node: &str, target: &str| {
-        c.json(
-            Method::PUT,
-            &format!("/v1/nodes/{node}/states/provision"),
-            json!({ "target": target }),
+    let provision = |node: &str, target: ProvisionTarget, arguments: Map<String, Value>| {
+        Ok(c.0.provision(node, target, arguments)?)
+    };
+    let follow = |node: &str, target: ProvisionTarget, wait: bool, until: ProvisionState| {
+        run(
+            &c,
+            node,
+            provision(node, target, Map::new()),
+            wait.then_some(until),
         )
     };
     match command {
         NodeCommand::List => {
-            let nodes = c.get("/v1/nodes?detail=true")?;
             println!(
                 "{:<36}  {:<16}  {:<14}  {:<16}  {:<10}",
                 "UUID", "NAME", "DRIVER", "PROVISION STATE", "POWER"
             );
-            for n in nodes["nodes"].as_array().into_iter().flatten() {
+            for n in c.0.nodes()? {
                 println!(
                     "{:<36}  {:<16}  {:<14}  {:<16}  {:<10}",
-                    text(&n["uuid"]),
-                    text(&n["name"]),
-                    text(&n["driver"]),
-                    text(&n["provision_state"]),
-                    text(&n["power_state"])
+                    n.uuid,
+                    n.name.as_deref().unwrap_or("-"),
+                    n.driver,
+                    state_text(n.provision_state),
+                    n.power_state.as_deref().unwrap_or("-"),
                 );
             }
         }
@@ -203,57 +209,61 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
                 "driver_info": driver_info.into_iter().collect::<Map<_, _>>(),
                 "instance_info": instance_info.into_iter().collect::<Map<_, _>>(),
             });
-            let node = c.json(Method::POST, "/v1/nodes", body)?;
-            println!("{} {}", text(&node["uuid"]), text(&node["provision_state"]));
+            let node: Node = serde_json::from_value(c.json(Method::POST, "/v1/nodes", body)?)?;
+            println!("{} {}", node.uuid, state_text(node.provision_state));
         }
-        NodeCommand::Manage { node, wait } => run(
-            &c,
+        NodeCommand::Manage { node, wait } => follow(
             &node,
-            provision(&node, "manage"),
-            wait.then_some("manageable"),
+            ProvisionTarget::Manage,
+            wait,
+            ProvisionState::Manageable,
         )?,
-        NodeCommand::Provide { node, wait } => run(
-            &c,
+        NodeCommand::Provide { node, wait } => follow(
             &node,
-            provision(&node, "provide"),
-            wait.then_some("available"),
+            ProvisionTarget::Provide,
+            wait,
+            ProvisionState::Available,
         )?,
-        NodeCommand::Deploy { node, wait } => run(
-            &c,
+        NodeCommand::Deploy { node, wait } => {
+            follow(&node, ProvisionTarget::Active, wait, ProvisionState::Active)?
+        }
+        NodeCommand::Undeploy { node, wait } => follow(
             &node,
-            provision(&node, "active"),
-            wait.then_some("active"),
-        )?,
-        NodeCommand::Undeploy { node, wait } => run(
-            &c,
-            &node,
-            provision(&node, "deleted"),
-            wait.then_some("available"),
+            ProvisionTarget::Deleted,
+            wait,
+            ProvisionState::Available,
         )?,
         NodeCommand::Clean { node, wait } => {
             let steps = json!([{"interface": "deploy", "step": "erase_devices_metadata"}]);
-            let accepted = c.json(
-                Method::PUT,
-                &format!("/v1/nodes/{node}/states/provision"),
-                json!({"target": "clean", "clean_steps": steps}),
-            );
-            run(&c, &node, accepted, wait.then_some("manageable"))?
+            let arguments = Map::from_iter([("clean_steps".to_owned(), steps)]);
+            let accepted = provision(&node, ProvisionTarget::Clean, arguments);
+            run(
+                &c,
+                &node,
+                accepted,
+                wait.then_some(ProvisionState::Manageable),
+            )?
         }
-        NodeCommand::Abort { node } => run(&c, &node, provision(&node, "abort"), None)?,
+        NodeCommand::Abort { node } => run(
+            &c,
+            &node,
+            provision(&node, ProvisionTarget::Abort, Map::new()),
+            None,
+        )?,
         NodeCommand::Delete { node } => {
             c.delete(&format!("/v1/nodes/{node}"))?;
             println!("Deleted node {node}");
         }
         NodeCommand::Power { node, target } => {
-            c.json(
-                Method::PUT,
-                &format!("/v1/nodes/{node}/states/power"),
-                json!({ "target": target }),
-            )?;
+            c.0.power(&node, target)?;
             println!("{node}: {target} requested");
         }
     }
     Ok(())
+}
+
+fn state_text(state: Option<ProvisionState>) -> &'static str {
+    state.map_or("-", ProvisionState::as_str)
 }
 
 /// After an accepted action, optionally follows the node until `until`, printing a line
@@ -261,60 +271,58 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
 fn run(
     c: &Client,
     node: &str,
-    accepted: anyhow::Result<Value>,
-    until: Option<&str>,
+    accepted: anyhow::Result<()>,
+    until: Option<ProvisionState>,
 ) -> anyhow::Result<()> {
     accepted?;
     let Some(until) = until else {
         println!("{node}: accepted");
         return Ok(());
     };
-    let mut last = String::new();
+    let mut last = None;
     let mut ticks = 0u32;
     loop {
-        let n = c.get(&format!("/v1/nodes/{node}"))?;
-        let state = text(&n["provision_state"]);
-        let since = n["provision_updated_at"]
-            .as_str()
+        let n = c.0.node(node)?;
+        let state = n.provision_state;
+        let since = n
+            .provision_updated_at
+            .as_deref()
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
         let age = since.map(|t| {
             (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0
         });
         if state != last || ticks.is_multiple_of(5) {
             let age = age.map_or("-".into(), |a| format!("{a:.1}s"));
-            let agent = n["driver_internal_info"]["agent_status_message"]
-                .as_str()
+            let agent = n
+                .driver_internal_info
+                .get("agent_status_message")
+                .and_then(Value::as_str)
                 .map(|m| format!("agent: {m}"));
-            let error = (!n["last_error"].is_null())
-                .then(|| format!("last_error: {}", text(&n["last_error"])));
+            let error = n.last_error.as_ref().map(|e| format!("last_error: {e}"));
             println!(
-                "{node}: {state:<16} (clock moved {age} ago) {}",
+                "{node}: {:<16} (clock moved {age} ago) {}",
+                state_text(state),
                 error.or(agent).unwrap_or_default()
             );
-            last = state.clone();
+            last = state;
         }
-        let settled = n["target_provision_state"].is_null();
-        if state == until && settled {
+        let Some(state) = state else {
+            bail!("{node}: the engine sent no provision_state")
+        };
+        if state == until && n.is_settled() {
             return Ok(());
         }
         // A failure state, or a stable one other than the goal (a failed verification
         // returns the node to enroll): it will not get there by itself.
-        if state == "error" || state.ends_with(" failed") || (settled && is_stable(&state)) {
+        if state.is_failed() || (n.is_settled() && state.is_stable()) {
             bail!(
                 "{node} went to \"{state}\" instead of \"{until}\": {}",
-                text(&n["last_error"])
+                n.last_error.as_deref().unwrap_or("-")
             );
         }
         ticks += 1;
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-/// Whether a state (as the API spells it) is one a node rests in.
-fn is_stable(state: &str) -> bool {
-    state
-        .parse::<crate::state_machine::ProvisionState>()
-        .is_ok_and(|s| s.is_stable())
 }
 
 pub fn port(endpoint: &Endpoint, command: PortCommand) -> anyhow::Result<()> {

@@ -131,20 +131,6 @@ fn busy_states_all_have_a_fail_transition() {
 }
 
 #[test]
-fn a_zero_timeout_disables_the_check() {
-    let t = Timeouts {
-        deploy_callback: Duration::ZERO,
-        ..Timeouts::uniform(Duration::from_secs(5))
-    };
-    assert_eq!(t.for_state(ProvisionState::WaitCallBack), None);
-    assert_eq!(
-        t.for_state(ProvisionState::CleanWait),
-        Some(Duration::from_secs(5))
-    );
-    assert_eq!(t.for_state(ProvisionState::Deploying), None);
-}
-
-#[test]
 fn names_round_trip_and_unknown_names_are_errors() {
     for &s in ProvisionState::ALL {
         assert_eq!(s.as_str().parse::<ProvisionState>(), Ok(s));

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::agent::{CommandApi, DiskTarget};
+use deployd_agent::{CommandApi, DiskTarget};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct AgentBench {
@@ -36,8 +36,8 @@ pub fn run_agent(args: &AgentBench) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let image = dir.join("image.raw");
-    let sha256 = runtime.block_on(crate::lab::random_image(&image, args.image_mb << 20))?;
-    let images = axum::Router::new().merge(crate::image_server::files(dir.clone()));
+    let sha256 = runtime.block_on(deployd_lab::random_image(&image, args.image_mb << 20))?;
+    let images = axum::Router::new().merge(deployd_engine::image_server::files(dir.clone()));
     let addr = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

@@ -1,9 +1,12 @@
 //! The `deployd` command line.
 
+mod cli;
+mod demo;
+
 use clap::{Parser, Subcommand};
-use deployd::clock::Clock;
-use deployd::config::{Config, Overrides};
-use deployd::engine::Engine;
+use deployd_engine::clock::Clock;
+use deployd_engine::config::{Config, Overrides};
+use deployd_engine::engine::Engine;
 
 #[derive(Parser)]
 #[command(
@@ -23,30 +26,30 @@ enum Command {
     /// Nodes: list, show, create, manage, provide, deploy, undeploy, delete, power.
     Node {
         #[command(flatten)]
-        endpoint: deployd::cli::Endpoint,
+        endpoint: crate::cli::Endpoint,
         #[command(subcommand)]
-        command: deployd::cli::NodeCommand,
+        command: crate::cli::NodeCommand,
     },
     /// Ports (the MACs agents are looked up by).
     Port {
         #[command(flatten)]
-        endpoint: deployd::cli::Endpoint,
+        endpoint: crate::cli::Endpoint,
         #[command(subcommand)]
-        command: deployd::cli::PortCommand,
+        command: crate::cli::PortCommand,
     },
     /// Drivers: list, load and unload at runtime.
     Driver {
         #[command(flatten)]
-        endpoint: deployd::cli::Endpoint,
+        endpoint: crate::cli::Endpoint,
         #[command(subcommand)]
-        command: deployd::cli::DriverCommand,
+        command: crate::cli::DriverCommand,
     },
     /// A ramdisk agent: looks its machine up, heartbeats, writes images to its disk.
-    Agent(deployd::agent::AgentArgs),
+    Agent(deployd_agent::AgentArgs),
     /// The whole story in a minute: engine, lab, image, deploys, a killed agent, a summary.
-    Demo(deployd::demo::DemoArgs),
+    Demo(crate::demo::DemoArgs),
     /// Simulated machines behind a Redfish BMC, whose power-on boots `deployd agent`.
-    Lab(deployd::lab::LabArgs),
+    Lab(deployd_lab::LabArgs),
     /// Measure the engine.
     #[command(subcommand)]
     Bench(Bench),
@@ -55,17 +58,17 @@ enum Command {
 #[derive(Subcommand)]
 enum Bench {
     /// Sweep cost, touch throughput, memory and disk per node.
-    Core(deployd::bench::CoreBench),
+    Core(deployd_bench::CoreBench),
     /// Driver call cost and start-up with cached drivers.
-    Plugins(deployd::bench::PluginBench),
+    Plugins(deployd_bench::PluginBench),
     /// The API under load from wrk: heartbeats and node reads.
-    Api(deployd::bench::ApiBench),
+    Api(deployd_bench::ApiBench),
     /// The agent's verified image write against dd of the same image.
-    Agent(deployd::bench::AgentBench),
+    Agent(deployd_bench::AgentBench),
     /// A thousand simulated machines deploying at once.
-    Fleet(deployd::bench::FleetBench),
+    Fleet(deployd_bench::FleetBench),
     /// GET /v1 latency and engine memory during a flood (auth, lookup, list).
-    Flood(deployd::bench::FloodBench),
+    Flood(deployd_bench::FloodBench),
 }
 
 /// mimalloc instead of glibc's malloc: a heartbeat allocates and frees many small
@@ -92,18 +95,18 @@ fn main() -> anyhow::Result<()> {
     let runtime = || tokio::runtime::Runtime::new();
     match cli.command {
         Command::Serve(overrides) => serve(&Config::load(&overrides)?),
-        Command::Node { endpoint, command } => deployd::cli::node(&endpoint, command),
-        Command::Port { endpoint, command } => deployd::cli::port(&endpoint, command),
-        Command::Driver { endpoint, command } => deployd::cli::driver(&endpoint, command),
-        Command::Agent(args) => runtime()?.block_on(deployd::agent::runner::run(args)),
-        Command::Demo(args) => runtime()?.block_on(deployd::demo::run(args)),
-        Command::Lab(args) => runtime()?.block_on(deployd::lab::run(args)),
-        Command::Bench(Bench::Core(args)) => deployd::bench::run_core(&args),
-        Command::Bench(Bench::Plugins(args)) => deployd::bench::run_plugins(&args),
-        Command::Bench(Bench::Api(args)) => deployd::bench::run_api(&args),
-        Command::Bench(Bench::Agent(args)) => deployd::bench::run_agent(&args),
-        Command::Bench(Bench::Fleet(args)) => deployd::bench::run_fleet(&args),
-        Command::Bench(Bench::Flood(args)) => deployd::bench::run_flood(&args),
+        Command::Node { endpoint, command } => crate::cli::node(&endpoint, command),
+        Command::Port { endpoint, command } => crate::cli::port(&endpoint, command),
+        Command::Driver { endpoint, command } => crate::cli::driver(&endpoint, command),
+        Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
+        Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
+        Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),
+        Command::Bench(Bench::Core(args)) => deployd_bench::run_core(&args),
+        Command::Bench(Bench::Plugins(args)) => deployd_bench::run_plugins(&args),
+        Command::Bench(Bench::Api(args)) => deployd_bench::run_api(&args),
+        Command::Bench(Bench::Agent(args)) => deployd_bench::run_agent(&args),
+        Command::Bench(Bench::Fleet(args)) => deployd_bench::run_fleet(&args),
+        Command::Bench(Bench::Flood(args)) => deployd_bench::run_flood(&args),
     }
 }
 
@@ -121,7 +124,7 @@ fn serve(config: &Config) -> anyhow::Result<()> {
             drivers = engine.conductor.registry.list().len(),
             "deployd is running"
         );
-        deployd::signal::shutdown().await;
+        deployd_engine::signal::shutdown().await;
         tracing::info!("shutting down");
         engine.shutdown().await
     })

@@ -12,14 +12,14 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{median, report};
-use crate::agents::Agents;
-use crate::capability::Services;
-use crate::clock::Clock;
-use crate::node::NewNode;
-use crate::plugin::sandbox::Export;
-use crate::plugin::{Limits, Registry, built};
-use crate::state_machine::Timeouts;
-use crate::store::{Store, StoreConfig};
+use deployd_engine::agents::Agents;
+use deployd_engine::capability::Services;
+use deployd_engine::clock::Clock;
+use deployd_engine::node::NewNode;
+use deployd_engine::plugin::sandbox::Export;
+use deployd_engine::plugin::{Limits, Registry};
+use deployd_engine::state_machine::Timeouts;
+use deployd_engine::store::{Store, StoreConfig};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct PluginBench {
@@ -60,7 +60,7 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         let store = Arc::new(store);
         let services = Services::new(store.clone(), Arc::new(Agents::default()), 64);
         let registry = Arc::new(Registry::new(services.clone(), Some(dir.join("compiled")), 64)?);
-        let fake = built::BUNDLED.iter().find(|(n, _)| *n == "fake").expect("fake is bundled").1;
+        let fake = deployd_fixtures::BUNDLED.iter().find(|(n, _)| *n == "fake").expect("fake is bundled").1;
         let driver = registry.load(fake, Limits::default()).await?;
         let node = store.create_node(NewNode { driver: "fake".into(), ..Default::default() })?.uuid();
 
@@ -101,7 +101,7 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         // Start-up with cached drivers.
         let cache = dir.join("startup-cache");
         let components: Vec<Vec<u8>> = (0..args.drivers)
-            .map(|i| variant(built::BUNDLED[i % built::BUNDLED.len()].1, i))
+            .map(|i| variant(deployd_fixtures::BUNDLED[i % deployd_fixtures::BUNDLED.len()].1, i))
             .collect();
         let cold = Registry::new(services.clone(), Some(cache.clone()), 64)?;
         let t = Instant::now();

@@ -6,6 +6,8 @@
 //! at once with a small image. Reported: time until all are active, heartbeats handled
 //! per second, engine RSS, and nodes that failed (false timeouts: must be 0).
 
+use deployd_wire::state_machine::ProvisionState;
+use deployd_wire::targets::ProvisionTarget;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,12 +16,11 @@ use anyhow::Context;
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
 
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::demo::operator::Operator;
-use crate::engine::Engine;
-use crate::lab::Enrollment;
-use crate::state_machine::ProvisionState;
+use deployd_engine::clock::Clock;
+use deployd_engine::config::Config;
+use deployd_engine::engine::Engine;
+use deployd_lab::Enrollment;
+use deployd_lab::operator::Operator;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct FleetBench {
@@ -47,7 +48,7 @@ pub fn run_fleet(args: &FleetBench) -> anyhow::Result<()> {
 
 async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
     let image = dir.join("image.raw");
-    let sha256 = crate::lab::random_image(&image, args.image_kb << 10).await?;
+    let sha256 = deployd_lab::random_image(&image, args.image_kb << 10).await?;
     let mut config = Config {
         data_dir: dir.join("engine"),
         listen: "127.0.0.1:0".parse()?,
@@ -85,8 +86,10 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
     let uuids: Vec<String> = futures_util::stream::iter(&machines)
         .map(|m| async {
             let uuid = op.enroll(m, "agent_redfish", &image, &sha256).await?;
-            op.walk(&uuid, "manage", "manageable").await?;
-            op.walk(&uuid, "provide", "available").await?;
+            op.walk(&uuid, ProvisionTarget::Manage, ProvisionState::Manageable)
+                .await?;
+            op.walk(&uuid, ProvisionTarget::Provide, ProvisionState::Available)
+                .await?;
             anyhow::Ok(uuid)
         })
         .buffer_unordered(16)
@@ -105,7 +108,7 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
         .load(std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     futures_util::stream::iter(&uuids)
-        .map(|u| op.provision(u, "active"))
+        .map(|u| op.provision(u, ProvisionTarget::Active))
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
         .await?;
