@@ -3,12 +3,12 @@
 
 use serde_json::Value;
 
-use super::HostState;
+use super::{CapabilityError, HostState, outcome};
 use crate::bindings::deployd::driver::agent::Host;
 
 impl HostState {
     /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
-    fn agent_endpoint(&self) -> Result<(String, String, reqwest::Client), String> {
+    fn agent_endpoint(&self) -> Result<Endpoint, String> {
         let session = self.services.agents.get(self.node).unwrap_or_default();
         match (session.url, session.token) {
             (Some(url), Some(token)) => {
@@ -42,52 +42,71 @@ impl Host for HostState {
         params: String,
         wait: bool,
     ) -> wasmtime::Result<Result<String, String>> {
-        let (url, token, http) = match self.agent_endpoint() {
-            Ok(e) => e,
-            Err(e) => return Ok(Err(e)),
-        };
-        let params: Value = match serde_json::from_str(&params) {
-            Ok(p) => p,
-            Err(e) => return Ok(Err(format!("command params are not JSON: {e}"))),
-        };
-        let request = http
-            .post(url)
-            .timeout(AGENT_TIMEOUT)
-            .query(&[
-                ("wait", if wait { "true" } else { "false" }),
-                ("agent_token", token.as_str()),
-            ])
-            .json(&serde_json::json!({ "name": name, "params": params }));
-        Ok(match request.send().await {
-            Ok(r) if r.status().is_success() => r
-                .text()
-                .await
-                .map_err(|e| format!("reading the agent's answer: {e}")),
-            Ok(r) => Err(agent_error(r).await),
-            Err(e) => Err(format!("cannot reach the agent: {e}")),
-        })
+        let endpoint = self.agent_endpoint();
+        outcome(run_command(endpoint, name, params, wait).await)
     }
 
     async fn commands(&mut self) -> wasmtime::Result<Result<String, String>> {
-        let (url, token, http) = match self.agent_endpoint() {
-            Ok(e) => e,
-            Err(e) => return Ok(Err(e)),
-        };
-        let request = http
-            .get(url)
-            .timeout(AGENT_TIMEOUT)
-            .query(&[("agent_token", token.as_str())]);
-        Ok(match request.send().await {
-            Ok(r) if r.status().is_success() => match r.json::<Value>().await {
-                Ok(body) => Ok(body
-                    .get("commands")
-                    .cloned()
-                    .unwrap_or(Value::Array(vec![]))
-                    .to_string()),
-                Err(e) => Err(format!("the agent's command list is not JSON: {e}")),
-            },
-            Ok(r) => Err(agent_error(r).await),
-            Err(e) => Err(format!("cannot reach the agent: {e}")),
-        })
+        let endpoint = self.agent_endpoint();
+        outcome(list_commands(endpoint).await)
     }
+}
+
+/// The agent's commands url, its token, and the client that reaches it.
+type Endpoint = (String, String, reqwest::Client);
+
+/// `POST <agent>/v1/commands/`: the command's result document, as the agent sent it.
+async fn run_command(
+    endpoint: Result<Endpoint, String>,
+    name: String,
+    params: String,
+    wait: bool,
+) -> Result<String, CapabilityError> {
+    let (url, token, http) = endpoint?;
+    let params: Value =
+        serde_json::from_str(&params).map_err(|e| format!("command params are not JSON: {e}"))?;
+    let request = http
+        .post(url)
+        .timeout(AGENT_TIMEOUT)
+        .query(&[
+            ("wait", if wait { "true" } else { "false" }),
+            ("agent_token", token.as_str()),
+        ])
+        .json(&serde_json::json!({ "name": name, "params": params }));
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the agent: {e}"))?;
+    if !response.status().is_success() {
+        return Err(agent_error(response).await.into());
+    }
+    Ok(response
+        .text()
+        .await
+        .map_err(|e| format!("reading the agent's answer: {e}"))?)
+}
+
+/// `GET <agent>/v1/commands/`: the commands the agent ran this boot, as a JSON list.
+async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<String, CapabilityError> {
+    let (url, token, http) = endpoint?;
+    let request = http
+        .get(url)
+        .timeout(AGENT_TIMEOUT)
+        .query(&[("agent_token", token.as_str())]);
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the agent: {e}"))?;
+    if !response.status().is_success() {
+        return Err(agent_error(response).await.into());
+    }
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("the agent's command list is not JSON: {e}"))?;
+    Ok(body
+        .get("commands")
+        .cloned()
+        .unwrap_or(Value::Array(vec![]))
+        .to_string())
 }

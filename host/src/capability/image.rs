@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{HostState, Services};
+use super::{CapabilityError, HostState, Services, outcome};
 use crate::bindings::deployd::driver::image::{Host, WriteProgress};
 use crate::checksum::Hasher;
 
@@ -149,30 +149,28 @@ async fn write(
     Ok(written.load(Ordering::Relaxed))
 }
 
-impl Host for HostState {
-    async fn start_write(
-        &mut self,
+impl ImageJobs {
+    /// Starts writing the image at `url` onto the node's agent's disk at `target`, in the
+    /// background; [`ImageJobs::progress`] follows it. One write per node at a time.
+    pub fn start(
+        services: &Arc<Services>,
+        node: Uuid,
         url: String,
         hash_algo: String,
         hash_value: String,
-        target: String,
-    ) -> wasmtime::Result<Result<(), String>> {
-        let target = match check_target(&self.services, self.node, &target) {
-            Ok(t) => t,
-            Err(e) => return Ok(Err(e)),
-        };
-        if let Err(e) = Hasher::new(&hash_algo) {
-            return Ok(Err(e));
-        }
+        target: &str,
+    ) -> Result<(), CapabilityError> {
+        let target = check_target(services, node, target)?;
+        Hasher::new(&hash_algo)?;
         let written = Arc::new(AtomicU64::new(0));
         {
-            let mut jobs = self.services.images.lock();
-            if let Some(Job::Running(_)) = jobs.get(&self.node) {
-                return Ok(Err("an image write is already running for this node".into()));
+            let mut jobs = services.images.lock();
+            if let Some(Job::Running(_)) = jobs.get(&node) {
+                return Err("an image write is already running for this node".into());
             }
-            jobs.insert(self.node, Job::Running(written.clone()));
+            jobs.insert(node, Job::Running(written.clone()));
         }
-        let (services, node) = (self.services.clone(), self.node);
+        let services = services.clone();
         tokio::spawn(async move {
             let result = write(
                 services.clone(),
@@ -189,7 +187,23 @@ impl Host for HostState {
             }
             services.images.finish(node, result);
         });
-        Ok(Ok(()))
+        Ok(())
+    }
+}
+
+/// The driver's view: writes onto its own node's disk only.
+impl Host for HostState {
+    async fn start_write(
+        &mut self,
+        url: String,
+        hash_algo: String,
+        hash_value: String,
+        target: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let (services, node) = (&self.services, self.node);
+        outcome(ImageJobs::start(
+            services, node, url, hash_algo, hash_value, &target,
+        ))
     }
 
     async fn progress(&mut self) -> wasmtime::Result<WriteProgress> {

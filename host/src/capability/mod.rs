@@ -14,6 +14,8 @@ pub mod image;
 pub mod log;
 pub mod node;
 pub mod provision;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::agents::Agents;
 use crate::bindings::Driver;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// The engine's services that capabilities act through, shared by all calls.
 pub struct Services {
@@ -95,9 +97,9 @@ pub struct HostState {
 
 impl HostState {
     /// The node's record for this call (see [`HostState::snapshot`]).
-    pub fn record(&mut self) -> wasmtime::Result<&crate::node::Node> {
+    pub fn record(&mut self) -> Result<&crate::node::Node, StoreError> {
         if self.snapshot.is_none() {
-            let node = self.services.store.node(self.node).map_err(host_failure)?;
+            let node = self.services.store.node(self.node)?;
             self.snapshot = Some(node);
         }
         Ok(self.snapshot.as_ref().expect("just filled"))
@@ -113,15 +115,74 @@ impl WasiView for HostState {
     }
 }
 
-/// A failure of the host itself (say, the store), which ends the call with a trap rather
-/// than being handed to the driver as an ordinary error.
+/// Why a capability did not do what the driver asked.
+///
+/// Every import decides through [`outcome`] (or [`infallible`]), wasmtime's
+/// `TrappableError` pattern: what the driver can act on is handed to it as its result's
+/// error; a failure of the host itself ends the call with a trap, and the node fails with
+/// it as `last_error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapabilityError {
+    /// The request cannot be done as asked (bad arguments, a BMC or agent that refused or
+    /// cannot be reached, a node not in a state for it): the driver decides what next.
+    #[error("{0}")]
+    Refused(String),
+    /// The host failed (its store): nothing the driver could do about it.
+    #[error("{0}")]
+    Host(String),
+}
+
+impl From<String> for CapabilityError {
+    fn from(message: String) -> Self {
+        CapabilityError::Refused(message)
+    }
+}
+
+impl From<&str> for CapabilityError {
+    fn from(message: &str) -> Self {
+        CapabilityError::Refused(message.to_owned())
+    }
+}
+
+/// The store's answers about the node (not found, not waiting, an illegal move) are the
+/// driver's to handle; its own failures (sled, corrupt or locked data) are the host's.
+impl From<StoreError> for CapabilityError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Db(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Locked(_)
+            | StoreError::Format { .. } => CapabilityError::Host(e.to_string()),
+            other => CapabilityError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// The one place a capability's result becomes what the driver sees: `Ok(Err(text))` for
+/// a refusal, a trap carrying [`HostFailure`] for a failure of the host.
+pub fn outcome<T>(result: Result<T, CapabilityError>) -> wasmtime::Result<Result<T, String>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(CapabilityError::Refused(message)) => Ok(Err(message)),
+        Err(CapabilityError::Host(message)) => Err(wasmtime::Error::new(HostFailure(message))),
+    }
+}
+
+/// For the imports whose WIT result has no error case (`node.get`, `get-scratch`): any
+/// failure is the host's, and traps.
+pub fn infallible<T, E: Into<CapabilityError>>(result: Result<T, E>) -> wasmtime::Result<T> {
+    result.map_err(|e| match e.into() {
+        CapabilityError::Refused(m) | CapabilityError::Host(m) => {
+            wasmtime::Error::new(HostFailure(m))
+        }
+    })
+}
+
+/// The trap a failure of the host ends a call with; the sandbox turns it into
+/// [`crate::plugin::PluginError::Host`].
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct HostFailure(pub String);
-
-pub(crate) fn host_failure(e: impl std::fmt::Display) -> wasmtime::Error {
-    wasmtime::Error::new(HostFailure(e.to_string()))
-}
 
 /// The one linker every driver is instantiated through: the driver world's imports, and
 /// the part of WASI a Rust program needs to start.

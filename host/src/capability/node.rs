@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{HostState, host_failure};
+use super::{CapabilityError, HostState, infallible, outcome};
 use crate::bindings::deployd::driver::node::Host;
 
 const SCRATCH: &str = "scratch";
@@ -29,7 +29,7 @@ const MAX_VALUE: usize = 64 << 10;
 
 impl Host for HostState {
     async fn get(&mut self) -> wasmtime::Result<String> {
-        let node = self.record()?;
+        let node = infallible(self.record())?;
         let b = &node.body;
         // Serialised from borrows: no copy of the maps (this runs on every heartbeat).
         let view = NodeView {
@@ -46,7 +46,7 @@ impl Host for HostState {
     }
 
     async fn get_scratch(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        let node = self.record()?;
+        let node = infallible(self.record())?;
         Ok(node
             .body
             .driver_internal_info
@@ -60,41 +60,44 @@ impl Host for HostState {
         key: String,
         value: Option<String>,
     ) -> wasmtime::Result<Result<(), String>> {
+        outcome(self.write_scratch(key, value))
+    }
+}
+
+impl HostState {
+    /// Sets (or with `None` removes) one scratch key, after checking its size and JSON.
+    fn write_scratch(&mut self, key: String, value: Option<String>) -> Result<(), CapabilityError> {
         if key.is_empty() || key.len() > MAX_KEY {
-            return Ok(Err(format!("scratch keys are 1 to {MAX_KEY} bytes")));
+            return Err(format!("scratch keys are 1 to {MAX_KEY} bytes").into());
         }
         let value = match value {
             Some(text) if text.len() > MAX_VALUE => {
-                return Ok(Err(format!("scratch values are at most {MAX_VALUE} bytes")));
+                return Err(format!("scratch values are at most {MAX_VALUE} bytes").into());
             }
-            Some(text) => match serde_json::from_str::<Value>(&text) {
-                Ok(v) => Some(v),
-                Err(e) => return Ok(Err(format!("scratch value is not JSON: {e}"))),
-            },
+            Some(text) => Some(
+                serde_json::from_str::<Value>(&text)
+                    .map_err(|e| format!("scratch value is not JSON: {e}"))?,
+            ),
             None => None,
         };
-        let updated = self
-            .services
-            .store
-            .update_node(self.node, |body| {
-                let scratch = body
-                    .driver_internal_info
-                    .entry(SCRATCH)
-                    .or_insert_with(|| json!({}));
-                if let Value::Object(map) = scratch {
-                    match &value {
-                        Some(v) => {
-                            map.insert(key.clone(), v.clone());
-                        }
-                        None => {
-                            map.remove(&key);
-                        }
+        let updated = self.services.store.update_node(self.node, |body| {
+            let scratch = body
+                .driver_internal_info
+                .entry(SCRATCH)
+                .or_insert_with(|| json!({}));
+            if let Value::Object(map) = scratch {
+                match &value {
+                    Some(v) => {
+                        map.insert(key.clone(), v.clone());
+                    }
+                    None => {
+                        map.remove(&key);
                     }
                 }
-                Ok(())
-            })
-            .map_err(host_failure)?;
+            }
+            Ok(())
+        })?;
         self.snapshot = Some(updated);
-        Ok(Ok(()))
+        Ok(())
     }
 }

@@ -1,16 +1,17 @@
 //! `deployd:driver/provision`: the node's provisioning clock and its agent's last word.
 
-use super::HostState;
+use super::{CapabilityError, HostState, outcome};
 use crate::bindings::deployd::driver::provision::{Heartbeat, Host};
 
 impl Host for HostState {
     async fn touch(&mut self) -> wasmtime::Result<Result<(), String>> {
-        Ok(self
-            .services
-            .store
-            .touch_provisioning(self.node)
-            .map(|_| ())
-            .map_err(|e| e.to_string()))
+        outcome(
+            self.services
+                .store
+                .touch_provisioning(self.node)
+                .map(drop)
+                .map_err(CapabilityError::from),
+        )
     }
 
     async fn last_heartbeat(&mut self) -> wasmtime::Result<Option<Heartbeat>> {

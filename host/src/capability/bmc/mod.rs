@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use uuid::Uuid;
 
-use super::{HostState, Services, host_failure};
+use super::{CapabilityError, HostState, Services, outcome};
 use crate::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
 use crate::node::JsonMap;
 
@@ -75,24 +75,21 @@ impl Bmc {
     }
 }
 
-fn resolve(services: &Services, node: Uuid, power: &str) -> wasmtime::Result<Result<Bmc, String>> {
-    let node = services.store.node(node).map_err(host_failure)?;
-    Ok(Bmc::resolve(power, &node.body.driver_info, &services.bmc))
+fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
+    let node = services.store.node(node)?;
+    Ok(Bmc::resolve(power, &node.body.driver_info, &services.bmc)?)
 }
 
-fn record_power(services: &Services, node: Uuid, state: PowerState) -> wasmtime::Result<()> {
+fn record_power(services: &Services, node: Uuid, state: PowerState) -> Result<(), CapabilityError> {
     let text = match state {
         PowerState::On => "power on",
         PowerState::Off => "power off",
     };
-    services
-        .store
-        .update_node(node, |b| {
-            b.power_state = Some(text.into());
-            b.target_power_state = None;
-            Ok(())
-        })
-        .map_err(host_failure)?;
+    services.store.update_node(node, |b| {
+        b.power_state = Some(text.into());
+        b.target_power_state = None;
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -120,62 +117,84 @@ where
 const POWER_WAIT_POLLS: u32 = 60;
 const POWER_WAIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
-macro_rules! bmc_or_return {
-    ($services:expr, $node:expr, $power:expr) => {
-        match resolve($services, $node, $power)? {
-            Ok(bmc) => bmc,
-            Err(e) => return Ok(Err(e)),
-        }
-    };
-}
-
-async fn set_power(
+/// Powers the node's machine on or off through its BMC and records the new state.
+pub async fn set_power(
     services: &Services,
     node: Uuid,
     power: &str,
     state: PowerState,
-) -> wasmtime::Result<Result<(), String>> {
+) -> Result<(), CapabilityError> {
     let http = &services.http;
     // A machine already in the state is left alone, as Ironic's `node_power_action` does:
     // a hard power-off of a machine its agent powered off cleanly is no-op at best, and
     // some BMCs refuse it.
-    let done = match bmc_or_return!(services, node, power) {
-        Bmc::Fake => Ok(()),
+    match resolve(services, node, power)? {
+        Bmc::Fake => {}
         Bmc::Redfish(t) => match t.get_power(http).await {
-            Ok(now) if now == state => Ok(()),
-            _ => match t.set_power(http, state).await {
-                Ok(()) => settle(state, || t.get_power(http)).await,
-                Err(e) => Err(e),
-            },
+            Ok(now) if now == state => {}
+            _ => {
+                t.set_power(http, state).await?;
+                settle(state, || t.get_power(http)).await?;
+            }
         },
         Bmc::Ipmi(t) => match t.get_power().await {
-            Ok(now) if now == state => Ok(()),
-            _ => match t.set_power(state).await {
-                Ok(()) => settle(state, || t.get_power()).await,
-                Err(e) => Err(e),
-            },
+            Ok(now) if now == state => {}
+            _ => {
+                t.set_power(state).await?;
+                settle(state, || t.get_power()).await?;
+            }
         },
-    };
-    if done.is_ok() {
-        record_power(services, node, state)?;
     }
-    Ok(done)
+    record_power(services, node, state)
 }
 
-async fn reboot(
+/// Reboots the node's machine through its BMC; it is on afterwards.
+pub async fn reboot(services: &Services, node: Uuid, power: &str) -> Result<(), CapabilityError> {
+    match resolve(services, node, power)? {
+        Bmc::Fake => {}
+        Bmc::Redfish(t) => t.reboot(&services.http).await?,
+        Bmc::Ipmi(t) => t.reboot().await?,
+    }
+    record_power(services, node, PowerState::On)
+}
+
+/// The machine's power as its BMC reports it (the fake backend: as last recorded).
+pub async fn get_power(
     services: &Services,
     node: Uuid,
     power: &str,
-) -> wasmtime::Result<Result<(), String>> {
-    let done = match bmc_or_return!(services, node, power) {
-        Bmc::Fake => Ok(()),
-        Bmc::Redfish(t) => t.reboot(&services.http).await,
-        Bmc::Ipmi(t) => t.reboot().await,
-    };
-    if done.is_ok() {
-        record_power(services, node, PowerState::On)?;
+) -> Result<PowerState, CapabilityError> {
+    Ok(match resolve(services, node, power)? {
+        Bmc::Fake => {
+            let node = services.store.node(node)?;
+            if node.body.power_state.as_deref() == Some("power on") {
+                PowerState::On
+            } else {
+                PowerState::Off
+            }
+        }
+        Bmc::Redfish(t) => t.get_power(&services.http).await?,
+        Bmc::Ipmi(t) => t.get_power().await?,
+    })
+}
+
+/// The device the machine boots from next (once, or every time with `persistent`).
+pub async fn set_boot_device(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    device: BootDevice,
+    persistent: bool,
+) -> Result<(), CapabilityError> {
+    match resolve(services, node, power)? {
+        Bmc::Fake => {}
+        Bmc::Redfish(t) => {
+            t.set_boot_device(&services.http, device, persistent)
+                .await?
+        }
+        Bmc::Ipmi(t) => t.set_boot_device(device, persistent).await?,
     }
-    Ok(done)
+    Ok(())
 }
 
 /// What an operator asks of a node's power (`PUT /v1/nodes/{node}/states/power`).
@@ -198,40 +217,28 @@ pub async fn act(
         PowerAction::Off => set_power(services, node, power, PowerState::Off).await,
         PowerAction::Reboot => reboot(services, node, power).await,
     };
-    result.map_err(|e| e.to_string())?
+    result.map_err(|e| e.to_string())
 }
 
 /// Whether the node's driver_info is complete for this power backend.
 pub fn check(services: &Services, node: Uuid, power: &str) -> Result<(), String> {
     resolve(services, node, power)
-        .map_err(|e| e.to_string())?
-        .map(|_| ())
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
+/// The driver's view: the same operations, on its own node through its own backend.
 impl Host for HostState {
     async fn set_power(&mut self, state: PowerState) -> wasmtime::Result<Result<(), String>> {
-        set_power(&self.services, self.node, &self.power, state).await
+        outcome(set_power(&self.services, self.node, &self.power, state).await)
     }
 
     async fn reboot(&mut self) -> wasmtime::Result<Result<(), String>> {
-        reboot(&self.services, self.node, &self.power).await
+        outcome(reboot(&self.services, self.node, &self.power).await)
     }
 
     async fn get_power(&mut self) -> wasmtime::Result<Result<PowerState, String>> {
-        Ok(
-            match bmc_or_return!(&self.services, self.node, &self.power) {
-                Bmc::Fake => {
-                    let node = self.services.store.node(self.node).map_err(host_failure)?;
-                    Ok(if node.body.power_state.as_deref() == Some("power on") {
-                        PowerState::On
-                    } else {
-                        PowerState::Off
-                    })
-                }
-                Bmc::Redfish(t) => t.get_power(&self.services.http).await,
-                Bmc::Ipmi(t) => t.get_power().await,
-            },
-        )
+        outcome(get_power(&self.services, self.node, &self.power).await)
     }
 
     async fn set_boot_device(
@@ -239,15 +246,7 @@ impl Host for HostState {
         device: BootDevice,
         persistent: bool,
     ) -> wasmtime::Result<Result<(), String>> {
-        Ok(
-            match bmc_or_return!(&self.services, self.node, &self.power) {
-                Bmc::Fake => Ok(()),
-                Bmc::Redfish(t) => {
-                    t.set_boot_device(&self.services.http, device, persistent)
-                        .await
-                }
-                Bmc::Ipmi(t) => t.set_boot_device(device, persistent).await,
-            },
-        )
+        let (services, node, power) = (&self.services, self.node, &self.power);
+        outcome(set_boot_device(services, node, power, device, persistent).await)
     }
 }
