@@ -530,3 +530,84 @@ fn the_redfish_path_deploys_against_sushy_tools_with_a_real_agent() {
         json!({"redfish_address": base, "redfish_system_id": system}),
     );
 }
+
+/// An image server whose download hangs: it answers with the headers of a `total`-byte
+/// image, sends `served` bytes, then holds the connection open and sends nothing more.
+fn hanging_image_server(served: usize, total: usize) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/image.raw", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut stream = stream;
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n");
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&vec![7u8; served]);
+                std::thread::sleep(Duration::from_secs(600));
+            });
+        }
+    });
+    url
+}
+
+/// The flip side of the seed fix, end to end: an agent whose download hangs keeps
+/// heartbeating, so only the stall timeout can tell it from a slow one.
+#[test]
+fn an_agent_whose_download_hangs_while_it_heartbeats_fails_at_the_stall_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags = flags(dir.path(), 60);
+    flags.extend(["--deploy-stall-timeout".into(), "3".into()]);
+    let engine = Engine::start(
+        &dir.path().join("data"),
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "64M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 1 << 20);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    let source = hanging_image_server(1 << 20, 8 << 20);
+    let patch = json!([{"op": "replace", "path": "/instance_info/image_source", "value": source}]);
+    let (status, body) = call(
+        "PATCH",
+        &format!("{}/v1/nodes/{node}", engine.url),
+        Some(patch),
+    );
+    assert_eq!(status, 200, "{body}");
+    provision(&engine.url, &node, "active");
+
+    let hung = wait_node(&engine.url, &node, 30, |n| written(n) >= 1 << 20);
+    let hung_at = time(&hung, "agent_last_heartbeat");
+    let last_seen = std::sync::Mutex::new(hung_at);
+    let failed = wait_node(&engine.url, &node, 30, |n| {
+        if let Some(t) = n["driver_internal_info"]["agent_last_heartbeat"].as_str() {
+            *last_seen.lock().unwrap() = chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+        }
+        state(n) != "wait call-back"
+    });
+    assert_eq!(state(&failed), "deploy failed", "{}", failed["last_error"]);
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("Stalled:") && error.contains("deploy_stall_timeout is 3 s"),
+        "{error}"
+    );
+    // It names the bytes the agent reached.
+    assert!(
+        error.contains("1048576 of 8388608 bytes written"),
+        "{error}"
+    );
+    // The agent went on heartbeating after its download hung: only the stall check could
+    // fail it (the callback timeout is 60 s).
+    let heartbeating = *last_seen.lock().unwrap() - hung_at;
+    assert!(heartbeating.num_milliseconds() >= 2_000, "{heartbeating:?}");
+    let detected = time(&failed, "provision_updated_at") - hung_at;
+    eprintln!(
+        "stall detection: failed {:.2} s after the first heartbeat at the final byte count (stall timeout 3 s, sweeps 1 s)",
+        detected.num_milliseconds() as f64 / 1000.0
+    );
+}

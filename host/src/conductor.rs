@@ -32,12 +32,7 @@ use crate::state_machine::{Event, ProvisionState};
 use crate::store::{Store, StoreError, TimedOut};
 use crate::sweeper::TimeoutHook;
 
-/// driver_internal_info key of the pinned driver version.
-pub const DRIVER_HASH: &str = "driver_hash";
-/// driver_internal_info key of the sha256 of the agent token issued for this boot.
-pub const AGENT_TOKEN_HASH: &str = "agent_token_hash";
-/// driver_internal_info key: the steps of a manual cleaning, for the driver.
-pub const CLEAN_STEPS: &str = "clean_steps";
+pub use crate::node::{AGENT_TOKEN_HASH, CLEAN_STEPS, DRIVER_HASH};
 
 /// What an operator can ask of a node (the API's provision targets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,8 +251,9 @@ impl Conductor {
         url: &crate::agents::CallbackUrl,
         version: &str,
         ca: Option<rustls::pki_types::CertificateDer<'static>>,
+        progress: Option<u64>,
     ) -> Result<(), ConductorError> {
-        let touched = match self.store.touch_provisioning(node) {
+        let touched = match self.store.touch(node, progress) {
             Ok(p) => Some(p),
             // Heartbeats in other states are only recorded (Ironic's record-only states).
             Err(StoreError::NotWaiting { .. }) => None,
@@ -697,6 +693,10 @@ impl Verb {
 
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {
+    fn progress(&self, node: Uuid) -> Option<String> {
+        self.agents.get(node)?.status_message
+    }
+
     fn timed_out(&self, event: TimedOut) {
         tracing::warn!(node = %event.node, "{}", event.last_error);
         let me = self.clone();

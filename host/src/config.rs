@@ -10,6 +10,8 @@
 //! clean_callback_timeout = 1800      # clean wait
 //! service_callback_timeout = 1800    # service wait
 //! rescue_callback_timeout = 1800     # rescue wait
+//! deploy_stall_timeout = 0           # wait call-back with heartbeats but no progress
+//! clean_stall_timeout = 0            # clean wait, the same (0: off, the default)
 //! check_provision_state_interval = 60  # longest the sweeper sleeps; 0 turns it off
 //! automated_clean = true             # clean on provide and undeploy (a node's own
 //!                                    # automated_clean field wins), as Ironic's default
@@ -129,6 +131,12 @@ pub struct Conductor {
     pub clean_callback_timeout: u64,
     pub service_callback_timeout: u64,
     pub rescue_callback_timeout: u64,
+    /// Seconds a deploy's agent may heartbeat without progress before the node fails; 0
+    /// (the default) turns the check off: the real ironic-python-agent shows progress
+    /// only as commands start and end, so a long image write looks stalled to it.
+    pub deploy_stall_timeout: u64,
+    /// The same for cleaning.
+    pub clean_stall_timeout: u64,
     pub check_provision_state_interval: u64,
     /// Whether provide and undeploy clean the disk (boot the ramdisk, erase its metadata)
     /// for nodes whose own `automated_clean` is unset. Ironic's default: true.
@@ -164,6 +172,8 @@ impl Default for Conductor {
             clean_callback_timeout: 1800,
             service_callback_timeout: 1800,
             rescue_callback_timeout: 1800,
+            deploy_stall_timeout: 0,
+            clean_stall_timeout: 0,
             check_provision_state_interval: 60,
             automated_clean: true,
             node_history: true,
@@ -221,6 +231,12 @@ pub struct Overrides {
     /// Seconds for "rescue wait"; 0 disables [default: 1800].
     #[arg(long, env = "DEPLOYD_RESCUE_CALLBACK_TIMEOUT")]
     pub rescue_callback_timeout: Option<u64>,
+    /// Seconds a deploy's agent may heartbeat with no progress; 0 disables [default: 0].
+    #[arg(long, env = "DEPLOYD_DEPLOY_STALL_TIMEOUT")]
+    pub deploy_stall_timeout: Option<u64>,
+    /// Seconds a cleaning's agent may heartbeat with no progress; 0 disables [default: 0].
+    #[arg(long, env = "DEPLOYD_CLEAN_STALL_TIMEOUT")]
+    pub clean_stall_timeout: Option<u64>,
     /// Longest the sweeper sleeps, in seconds; 0 turns it off [default: 60].
     #[arg(long, env = "DEPLOYD_CHECK_PROVISION_STATE_INTERVAL")]
     pub check_provision_state_interval: Option<u64>,
@@ -289,6 +305,8 @@ impl Config {
         set(&mut c.clean_callback_timeout, o.clean_callback_timeout);
         set(&mut c.service_callback_timeout, o.service_callback_timeout);
         set(&mut c.rescue_callback_timeout, o.rescue_callback_timeout);
+        set(&mut c.deploy_stall_timeout, o.deploy_stall_timeout);
+        set(&mut c.clean_stall_timeout, o.clean_stall_timeout);
         set(
             &mut c.check_provision_state_interval,
             o.check_provision_state_interval,
@@ -332,6 +350,8 @@ impl Config {
             clean_callback: Duration::from_secs(c.clean_callback_timeout),
             service_callback: Duration::from_secs(c.service_callback_timeout),
             rescue_callback: Duration::from_secs(c.rescue_callback_timeout),
+            deploy_stall: Duration::from_secs(c.deploy_stall_timeout),
+            clean_stall: Duration::from_secs(c.clean_stall_timeout),
         }
     }
 

@@ -16,8 +16,6 @@
 //! while a component for it is loaded; the other kinds are enabled as the type supports
 //! them. A node's default interface of a kind is the first enabled one, as in Ironic.
 
-use std::collections::BTreeMap;
-
 use crate::bindings::Family;
 use crate::plugin::{LoadedDriver, Registry};
 
@@ -44,8 +42,7 @@ pub fn field(kind: &str) -> String {
     format!("{kind}_interface")
 }
 
-/// A node's interfaces, by kind.
-pub type Interfaces = BTreeMap<String, String>;
+pub use crate::node::Interfaces;
 
 /// The hardware types deployd knows, besides each component's own name.
 pub const TYPES: &[&str] = &["fake-hardware", "ipmi", "redfish"];

@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::clock::Timestamp;
-use crate::hardware::Interfaces;
 use crate::state_machine::ProvisionState;
 
 pub type JsonMap = Map<String, Value>;
@@ -70,6 +69,14 @@ pub struct Provision {
     /// touch moves `deadline` only; the sweeper re-files the entry when it comes due.
     #[serde(skip)]
     pub indexed: Option<Timestamp>,
+    /// When the node's work last moved on (a state change, or an agent's progress), from
+    /// which its stall timeout runs.
+    #[serde(skip)]
+    pub progress_at: Timestamp,
+    /// A fingerprint of the progress last reported (0: none in this state yet); a report
+    /// that differs is progress.
+    #[serde(skip)]
+    pub progress: u64,
 }
 
 /// A node as the engine and its API see it.
@@ -94,6 +101,17 @@ impl Node {
 /// The name this engine answers to as an Ironic conductor (a node's `conductor`, the
 /// `hosts` of `/v1/conductors`, who wrote a history event).
 pub const CONDUCTOR: &str = "deployd";
+
+/// A node's Ironic interfaces, by kind (`deploy` → `direct`); [`crate::hardware`] resolves
+/// and checks them.
+pub type Interfaces = std::collections::BTreeMap<String, String>;
+
+/// driver_internal_info key of the pinned driver version.
+pub const DRIVER_HASH: &str = "driver_hash";
+/// driver_internal_info key of the sha256 of the agent token issued for this boot.
+pub const AGENT_TOKEN_HASH: &str = "agent_token_hash";
+/// driver_internal_info key: the steps of a manual cleaning, for the driver.
+pub const CLEAN_STEPS: &str = "clean_steps";
 
 /// What an operator gives to enroll a node.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -332,6 +350,8 @@ mod tests {
                 updated_at: t,
                 deadline: Some(t),
                 indexed: Some(t),
+                progress_at: t,
+                progress: 0,
             },
         };
         let json = serde_json::to_value(&node).unwrap();

@@ -20,6 +20,11 @@ use crate::store::{Store, TimedOut};
 /// What runs after the sweeper failed a node. It must not block: spawn long work.
 pub trait TimeoutHook: Send + Sync + 'static {
     fn timed_out(&self, event: TimedOut);
+
+    /// What the node's agent last said of its progress, quoted when a stall fails it.
+    fn progress(&self, _node: uuid::Uuid) -> Option<String> {
+        None
+    }
 }
 
 /// How the sweeper runs.
@@ -82,7 +87,8 @@ async fn run(
         let now = store.clock().now();
         // sled is fast but synchronous; a pass is short (it stops at the first future
         // deadline and fails at most `batch` nodes), so it runs inline on this task.
-        let passed = match store.fail_expired(now, config.batch) {
+        let describe = |node| hook.progress(node);
+        let passed = match store.fail_expired_describing(now, config.batch, &describe) {
             Ok(timed_out) => {
                 let full = timed_out.len() == config.batch;
                 for event in timed_out {

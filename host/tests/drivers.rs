@@ -80,7 +80,10 @@ async fn heartbeat_until_not(
             "still {waiting} after {heartbeats} heartbeats"
         );
         let agent = deployd_engine::agents::CallbackUrl::parse(agent).unwrap();
-        match lab.conductor.heartbeat(uuid, token, &agent, "13.0.0", None) {
+        match lab
+            .conductor
+            .heartbeat(uuid, token, &agent, "13.0.0", None, None)
+        {
             Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
         }

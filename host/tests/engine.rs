@@ -6,6 +6,7 @@ mod common;
 mod agent_api;
 mod agent_commands;
 mod api;
+mod architecture;
 mod drivers;
 mod lab;
 mod plugins;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use common::*;
 use deployd_engine::clock::Clock;
-use deployd_engine::state_machine::{ProvisionState, Timeouts};
+use deployd_engine::state_machine::{Expiry, ProvisionState, Timeouts};
+use deployd_engine::store::progress_fingerprint;
 use deployd_engine::sweeper::{Sweeper, SweeperConfig};
 use tokio::time::sleep;
 
@@ -152,5 +153,71 @@ async fn a_zero_check_interval_turns_the_sweeper_off() {
         ProvisionState::WaitCallBack
     );
     assert!(hook.calls().is_empty());
+    sweeper.shutdown().await;
+}
+
+/// The flip side of the seed fix: an agent that is alive but stuck heartbeats forever. With
+/// a stall timeout, its node fails once its reports stop changing, and only then.
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_heartbeats_without_progress_fails_at_the_stall_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::new();
+    let timeouts = Timeouts {
+        deploy_stall: secs(5.0),
+        ..Timeouts::uniform(secs(2.0))
+    };
+    let (store, _) = open(&dir, timeouts, &clock);
+    let store = Arc::new(store);
+    let hook = Recorder::new(&clock);
+    let sweeper = Sweeper::spawn(store.clone(), SWEEP, hook.clone());
+    let moving = node_in_wait_call_back(&store);
+    let stuck = node_in_wait_call_back(&store);
+    let report = |bytes: u64| {
+        Some(progress_fingerprint(
+            format!("{bytes} bytes written").as_bytes(),
+        ))
+    };
+
+    // 30 s, six stall timeouts: one agent's bytes grow, the other's stop at 3 MiB after 2 s.
+    let mut last_progress = clock.now();
+    for i in 1..=60u64 {
+        sleep(secs(0.5)).await;
+        store.touch(moving, report(i << 20)).unwrap();
+        if store.node(stuck).unwrap().state() == ProvisionState::WaitCallBack {
+            if i <= 6 {
+                last_progress = clock.now();
+            }
+            store.touch(stuck, report(i.min(6) << 19)).unwrap();
+        }
+    }
+    assert_eq!(
+        store.node(moving).unwrap().state(),
+        ProvisionState::WaitCallBack
+    );
+    let node = store.node(stuck).unwrap();
+    assert_eq!(node.state(), ProvisionState::DeployFailed);
+    // Failed the stall timeout after its last progress (plus at most one sweep), though it
+    // heartbeat all along.
+    let stalled = node.provision.updated_at.since(last_progress);
+    assert!(stalled >= secs(5.0) && stalled <= secs(6.0), "{stalled:?}");
+    let error = node.body.last_error.unwrap();
+    assert!(error.starts_with("Stalled:"), "{error}");
+    assert!(error.contains("deploy_stall_timeout is 5 s"), "{error}");
+    assert!(error.contains("no progress for 5."), "{error}");
+    let calls = hook.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].1.expiry, Expiry::Stall);
+
+    // Heartbeats that report nothing are not progress: the stall timeout runs from the
+    // state's start (the real IPA's progress comes from its command list instead).
+    let silent = node_in_wait_call_back(&store);
+    let entered = clock.now();
+    while store.touch(silent, None).is_ok() {
+        sleep(secs(0.5)).await;
+    }
+    let node = store.node(silent).unwrap();
+    assert_eq!(node.state(), ProvisionState::DeployFailed);
+    let stalled = node.provision.updated_at.since(entered);
+    assert!(stalled >= secs(5.0) && stalled <= secs(6.0), "{stalled:?}");
     sweeper.shutdown().await;
 }

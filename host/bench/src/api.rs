@@ -97,7 +97,7 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
             let _ = engine
                 .conductor
-                .heartbeat(*uuid, &token, &callback, "13.0.0", None);
+                .heartbeat(*uuid, &token, &callback, "13.0.0", None, None);
         }
         while uuids.iter().any(|u| engine.conductor.is_busy(*u)) {
             tokio::time::sleep(Duration::from_millis(20)).await;

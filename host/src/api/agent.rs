@@ -30,7 +30,7 @@ use crate::agents::CallbackUrl;
 use crate::conductor::{AGENT_TOKEN_HASH, ConductorError};
 use crate::node::Node;
 use crate::state_machine::ProvisionState;
-use crate::store::StoreError;
+use crate::store::{StoreError, progress_fingerprint};
 use deployd_wire::agent::Heartbeat;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -227,9 +227,16 @@ async fn heartbeat(
         .check_tls(uuid, token, &callback_url, hb.agent_verify_ca.as_deref())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
+    // What the agent says of its work (deployd's agent: the step and the bytes written;
+    // an external installer: its status): a different report is progress.
+    let progress = (hb.agent_status.is_some() || hb.agent_status_message.is_some()).then(|| {
+        let status = hb.agent_status.as_deref().unwrap_or_default();
+        let message = hb.agent_status_message.as_deref().unwrap_or_default();
+        progress_fingerprint(format!("{status}\n{message}").as_bytes())
+    });
     let result = app
         .conductor
-        .heartbeat(uuid, token, &callback_url, agent_version, ca);
+        .heartbeat(uuid, token, &callback_url, agent_version, ca, progress);
     if let (Ok(()) | Err(ConductorError::Busy { .. }), Some(message)) =
         (&result, hb.agent_status_message)
     {

@@ -88,7 +88,7 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), 
         })?;
     }
     if let Some(rc) = doc.get("resource_class").and_then(Value::as_str) {
-        check_resource_class(rc)?;
+        super::node_doc::check_resource_class(rc)?;
     }
     if let Some(ident) = doc
         .get("node_uuid")
@@ -129,16 +129,6 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), 
 }
 
 /// Ironic's (Placement's) limit on a resource class name.
-const MAX_RESOURCE_CLASS: usize = 80;
-
-/// A resource class of at most [`MAX_RESOURCE_CLASS`] characters (JSON schema's words).
-pub fn check_resource_class(rc: &str) -> Result<(), ApiError> {
-    if rc.chars().count() <= MAX_RESOURCE_CLASS {
-        return Ok(());
-    }
-    Err(ApiError::bad_request(format!("'{rc}' is too long")))
-}
-
 /// Whether a node may be given to the allocation `want`.
 fn fits(state: ProvisionState, b: &NodeBody, want: &Doc) -> bool {
     let attr = |k: &str| b.attrs.get(k).cloned().unwrap_or(Value::Null);

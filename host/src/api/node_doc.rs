@@ -157,7 +157,7 @@ pub fn new_node(body: &[u8], version: Version, hardware: &Hardware) -> Result<Ne
         }
     }
     if let Some(rc) = new.attrs.get("resource_class").and_then(Value::as_str) {
-        super::allocations::check_resource_class(rc)?;
+        check_resource_class(rc)?;
     }
     if new.driver.is_empty() {
         return Err(ApiError::bad_request("Mandatory field missing: 'driver'"));
@@ -242,7 +242,7 @@ pub fn write_back(
         }
     }
     if let Some(rc) = body.attrs.get("resource_class").and_then(Value::as_str) {
-        super::allocations::check_resource_class(rc)?;
+        check_resource_class(rc)?;
     }
     if !body.maintenance {
         body.maintenance_reason = None;
@@ -268,4 +268,35 @@ pub fn patched_fields(ops: &Value) -> Vec<String> {
         .filter_map(|p| p.trim_start_matches('/').split('/').next())
         .map(str::to_owned)
         .collect()
+}
+
+const MAX_RESOURCE_CLASS: usize = 80;
+
+/// A resource class of at most [`MAX_RESOURCE_CLASS`] characters (JSON schema's words).
+pub fn check_resource_class(rc: &str) -> Result<(), ApiError> {
+    if rc.chars().count() <= MAX_RESOURCE_CLASS {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!("'{rc}' is too long")))
+}
+
+/// Node fields that lists of a node's parts (ports, port groups) filter on.
+pub const NODE_FILTERS: &[&str] = &["conductor_group", "shard"];
+
+/// The nodes whose `field` (one of [`NODE_FILTERS`]) is `value`.
+pub fn nodes_where(
+    app: &super::App,
+    field: &str,
+    value: &str,
+) -> Result<std::collections::HashSet<Uuid>, ApiError> {
+    let mut found = std::collections::HashSet::new();
+    for node in app.conductor.store.nodes_after(None) {
+        let node = node?;
+        let default = attr_default(field).unwrap_or(Value::Null);
+        let actual = node.body.attrs.get(field).unwrap_or(&default);
+        if actual.as_str() == Some(value) {
+            found.insert(node.uuid());
+        }
+    }
+    Ok(found)
 }

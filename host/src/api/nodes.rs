@@ -65,27 +65,6 @@ pub fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
     Ok(app.conductor.store.find_node(ident)?)
 }
 
-/// Node fields that lists of a node's parts (ports, port groups) filter on.
-pub const NODE_FILTERS: &[&str] = &["conductor_group", "shard"];
-
-/// The nodes whose `field` (one of [`NODE_FILTERS`]) is `value`.
-pub fn nodes_where(
-    app: &App,
-    field: &str,
-    value: &str,
-) -> Result<std::collections::HashSet<Uuid>, ApiError> {
-    let mut found = std::collections::HashSet::new();
-    for node in app.conductor.store.nodes_after(None) {
-        let node = node?;
-        let default = node_doc::attr_default(field).unwrap_or(Value::Null);
-        let actual = node.body.attrs.get(field).unwrap_or(&default);
-        if actual.as_str() == Some(value) {
-            found.insert(node.uuid());
-        }
-    }
-    Ok(found)
-}
-
 async fn show(
     app: State,
     Extension(version): Extension<Version>,

@@ -273,9 +273,9 @@ async fn respond(
         .transpose()?
         .map(|(u, _)| json!(u));
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
-    for field in super::nodes::NODE_FILTERS {
+    for field in super::node_doc::NODE_FILTERS {
         if let Some(value) = params.filter(field) {
-            let these = super::nodes::nodes_where(app, field, value)?;
+            let these = super::node_doc::nodes_where(app, field, value)?;
             of_nodes = Some(match of_nodes {
                 Some(before) => before.intersection(&these).copied().collect(),
                 None => these,

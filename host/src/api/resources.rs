@@ -185,8 +185,8 @@ async fn list(
     };
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
     for (k, v) in &params.filters {
-        if super::nodes::NODE_FILTERS.contains(&k.as_str()) {
-            let these = super::nodes::nodes_where(&app, k, v)?;
+        if super::node_doc::NODE_FILTERS.contains(&k.as_str()) {
+            let these = super::node_doc::nodes_where(&app, k, v)?;
             of_nodes = Some(match of_nodes {
                 Some(before) => before.intersection(&these).copied().collect(),
                 None => these,
@@ -208,7 +208,9 @@ async fn list(
             && params
                 .filters
                 .iter()
-                .filter(|(k, _)| k != "node" && !super::nodes::NODE_FILTERS.contains(&k.as_str()))
+                .filter(|(k, _)| {
+                    k != "node" && !super::node_doc::NODE_FILTERS.contains(&k.as_str())
+                })
                 .all(|(k, v)| match d.get(k) {
                     Some(Value::String(s)) => s.eq_ignore_ascii_case(v),
                     Some(Value::Bool(b)) => super::schema::parse_bool(&json!(v)) == Some(*b),

@@ -3,8 +3,9 @@
 
 use serde_json::Value;
 
-use super::{CapabilityError, HostState, outcome};
+use super::{CapabilityError, HostState, infallible, outcome};
 use crate::bindings::deployd::driver::agent::Host;
+use crate::store::progress_fingerprint;
 
 impl HostState {
     /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
@@ -48,7 +49,36 @@ impl Host for HostState {
 
     async fn commands(&mut self) -> wasmtime::Result<Result<String, String>> {
         let endpoint = self.agent_endpoint();
-        outcome(list_commands(endpoint).await)
+        let listed = list_commands(endpoint).await;
+        if let Ok(commands) = &listed {
+            infallible(self.command_progress(commands))?;
+        }
+        outcome(listed)
+    }
+}
+
+impl HostState {
+    /// The command list is the only progress the real ironic-python-agent shows: a
+    /// command that starts or ends is progress for the stall timeout. An agent that
+    /// reports its progress in its heartbeats (deployd's) is judged by those alone: two
+    /// sources taking turns would look like progress at every turn.
+    fn command_progress(&self, commands: &str) -> Result<(), CapabilityError> {
+        let session = self.services.agents.get(self.node).unwrap_or_default();
+        if session.status_message.is_some() {
+            return Ok(());
+        }
+        let listed: Vec<Value> = serde_json::from_str(commands).unwrap_or_default();
+        let summary: Vec<(&Value, &Value)> = listed
+            .iter()
+            .map(|c| (&c["command_name"], &c["command_status"]))
+            .collect();
+        let mark = progress_fingerprint(
+            serde_json::to_string(&summary)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        self.services.store.report_progress(self.node, mark)?;
+        Ok(())
     }
 }
 

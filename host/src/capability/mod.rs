@@ -178,8 +178,8 @@ pub fn infallible<T, E: Into<CapabilityError>>(result: Result<T, E>) -> wasmtime
     })
 }
 
-/// The trap a failure of the host ends a call with; the sandbox turns it into
-/// [`crate::plugin::PluginError::Host`].
+/// The trap a failure of the host ends a call with; the sandbox turns it into the
+/// plugin error `Host`, naming the driver.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct HostFailure(pub String);

@@ -40,7 +40,7 @@ impl Host for HostState {
             instance_info: &b.instance_info,
             properties: &b.properties,
             provision_state: node.provision.state,
-            clean_steps: b.driver_internal_info.get(crate::conductor::CLEAN_STEPS),
+            clean_steps: b.driver_internal_info.get(crate::node::CLEAN_STEPS),
         };
         Ok(serde_json::to_string(&view).expect("a node serialises"))
     }

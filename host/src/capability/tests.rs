@@ -327,6 +327,23 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     assert_eq!(done["command_name"], "standby.sync");
     let list: Value = serde_json::from_str(&call.commands().await.unwrap().unwrap()).unwrap();
     assert_eq!(list[0]["command_name"], "get_clean_steps");
+    // The command list is the real IPA's progress: reading it records a fingerprint, and
+    // restarts the stall timeout from now.
+    let p = w.services.store.node(node).unwrap().provision;
+    assert_ne!(p.progress, 0);
+    w.clock.advance(Duration::from_secs(5));
+    assert!(
+        w.services
+            .store
+            .report_progress(node, p.progress ^ 1)
+            .unwrap()
+    );
+    let moved = w.services.store.node(node).unwrap().provision;
+    assert_eq!(
+        moved.progress_at,
+        p.progress_at.plus(Duration::from_secs(5))
+    );
+    assert_eq!(moved.updated_at, p.updated_at, "not a touch");
     let bad = call.run("x".into(), "not json".into(), true).await.unwrap();
     assert!(bad.unwrap_err().contains("not JSON"));
 

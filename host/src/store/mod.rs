@@ -43,7 +43,7 @@ use crate::clock::Clock;
 use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Port, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
 
-pub use provision::{SweeperWaker, TimedOut, Touched};
+pub use provision::{SweeperWaker, TimedOut, Touched, progress_fingerprint};
 pub use recovery::Recovery;
 
 /// Why a store operation did not happen. Each variant changed nothing.
@@ -87,7 +87,7 @@ pub enum StoreError {
     )]
     Locked(std::path::PathBuf),
     #[error(
-        "the store in {path} has format {found}; this deployd reads format {FORMAT} only (written by another version of deployd?)"
+        "the store in {path} has format {found}; this deployd reads formats {FORMAT_READABLE} and {FORMAT} only (written by another version of deployd?)"
     )]
     Format {
         path: std::path::PathBuf,
@@ -266,6 +266,8 @@ impl Store {
             updated_at: now,
             deadline: None,
             indexed: None,
+            progress_at: now,
+            progress: 0,
         };
         let uuid = body.uuid;
         let json = serde_json::to_vec(&body).expect("a node body serialises");
@@ -662,8 +664,12 @@ const LOCK_POLLS: u32 = 200;
 
 /// The layout of the store's trees and values (see [`record`]). It is kept in sled's
 /// default tree, so a store written by a deployd with another layout is refused with a
-/// clear error instead of being misread.
-pub const FORMAT: u32 = 2;
+/// clear error instead of being misread. Format 3 added the progress fields of the
+/// provision record; a format 2 store is read as it is (its records are rewritten as they
+/// change) and marked 3, so an older deployd will not misread it afterwards.
+pub const FORMAT: u32 = 3;
+/// The older format this deployd still reads.
+const FORMAT_READABLE: u32 = 2;
 const FORMAT_KEY: &[u8] = b"deployd.format";
 
 fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
@@ -678,6 +684,9 @@ fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
                 .map(u32::from_be_bytes)
                 .map_err(|_| StoreError::Corrupt(format!("store format {v:02x?}")))?;
             if found == FORMAT {
+                Ok(())
+            } else if found == FORMAT_READABLE {
+                db.insert(FORMAT_KEY, &FORMAT.to_be_bytes())?;
                 Ok(())
             } else {
                 Err(StoreError::Format {

@@ -27,9 +27,9 @@ use uuid::Uuid;
 use super::{Store, StoreError, history, parse_body, record};
 use crate::clock::Timestamp;
 use crate::node::{Node, Provision};
-use crate::state_machine::{Event, ProvisionState};
+use crate::state_machine::{Event, Expiry, ProvisionState, Timeouts};
 
-/// A node the sweeper failed because its agent went silent.
+/// A node the sweeper failed because its agent went silent, or made no progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimedOut {
     pub node: Uuid,
@@ -37,6 +37,8 @@ pub struct TimedOut {
     pub waited_in: ProvisionState,
     /// The failed state it is in now.
     pub failed_to: ProvisionState,
+    /// Which check failed it: no callback, or no progress.
+    pub expiry: Expiry,
     /// The timeout that was in force.
     pub timeout: Duration,
     /// How long since its clock last moved.
@@ -126,6 +128,14 @@ impl Store {
     /// its state alone. This is what every heartbeat of a live agent does. One write: the
     /// record is replaced and the body's JSON copied as it is, not parsed.
     pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
+        self.touch(uuid, None)
+    }
+
+    /// A touch that also reports the agent's progress: `progress` is a fingerprint of
+    /// what the agent says it has done ([`progress_fingerprint`] of its status, its bytes
+    /// written, its command list). One that differs from the last is progress and restarts
+    /// the stall timeout; the same one again only proves the agent alive.
+    pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;
@@ -136,9 +146,18 @@ impl Store {
             });
         }
         let now = self.clock.now();
+        let (progress_at, progress) = match progress {
+            Some(mark) if mark != old.progress => (now, mark),
+            _ => (old.progress_at, old.progress),
+        };
         let new = Provision {
             updated_at: now,
-            deadline: self.timeouts.for_state(old.state).map(|d| now.plus(d)),
+            deadline: self
+                .timeouts
+                .deadline(old.state, now, progress_at)
+                .map(|(d, _)| d),
+            progress_at,
+            progress,
             ..old
         };
         self.nodes
@@ -148,6 +167,32 @@ impl Store {
             uuid,
             value,
         })
+    }
+
+    /// Records progress seen elsewhere than in a heartbeat (a driver reading its agent's
+    /// command list): like [`Store::touch`] with `progress`, but it writes only when the
+    /// fingerprint differs, and leaves `provision_updated_at` alone. Returns whether it
+    /// was progress.
+    pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if old.state.wait_kind().is_none() || old.progress == progress {
+            return Ok(false);
+        }
+        let now = self.clock.now();
+        let new = Provision {
+            deadline: self
+                .timeouts
+                .deadline(old.state, old.updated_at, now)
+                .map(|(d, _)| d),
+            progress_at: now,
+            progress,
+            ..old
+        };
+        self.nodes
+            .insert(uuid.as_bytes(), record::join(&new, json))?;
+        Ok(true)
     }
 
     /// Writes a node whose record goes from `old` to `new`, moving its index entry from
@@ -192,6 +237,17 @@ impl Store {
     /// not moved since; returns them. Its cost grows with the entries it finds expired, not
     /// with the fleet: it stops at the first deadline in the future.
     pub fn fail_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<TimedOut>, StoreError> {
+        self.fail_expired_describing(now, limit, &|_| None)
+    }
+
+    /// [`Store::fail_expired`], with what each node's agent last reported of its progress
+    /// (`describe`) quoted in a stall's `last_error`.
+    pub fn fail_expired_describing(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        describe: &dyn Fn(Uuid) -> Option<String>,
+    ) -> Result<Vec<TimedOut>, StoreError> {
         let mut expired = Vec::new();
         for item in self.deadlines.iter().take(limit) {
             let (deadline, uuid) = record::parse_deadline_key(&item?.0)?;
@@ -202,7 +258,7 @@ impl Store {
         }
         let mut timed_out = Vec::new();
         for (deadline, uuid) in expired {
-            if let Some(t) = self.fail_if_still_expired(uuid, deadline, now)? {
+            if let Some(t) = self.fail_if_still_expired(uuid, deadline, now, describe)? {
                 timed_out.push(t);
             }
         }
@@ -219,6 +275,7 @@ impl Store {
         uuid: Uuid,
         entry: Timestamp,
         now: Timestamp,
+        describe: &dyn Fn(Uuid) -> Option<String>,
     ) -> Result<Option<TimedOut>, StoreError> {
         let _owner = self.locks.lock(uuid);
         let value = self.nodes.get(uuid.as_bytes())?;
@@ -248,21 +305,44 @@ impl Store {
             }
         };
         let kind = p.state.wait_kind().expect("filtered on wait states");
-        let timeout = deadline.since(p.updated_at);
         let silent_for = now.since(p.updated_at);
-        let last_error = format!(
-            "Timeout reached while waiting for callback for node {uuid}: no callback for {:.1} s in \"{}\" ({} is {} s)",
-            silent_for.as_secs_f64(),
-            p.state,
-            kind.option_name(),
-            timeout.as_secs_f64(),
-        );
+        let expiry = self
+            .timeouts
+            .deadline(p.state, p.updated_at, p.progress_at)
+            .map_or(Expiry::Callback, |(_, e)| e);
+        let (timeout, last_error) = match expiry {
+            Expiry::Callback => {
+                let timeout = deadline.since(p.updated_at);
+                let last_error = format!(
+                    "Timeout reached while waiting for callback for node {uuid}: no callback for {:.1} s in \"{}\" ({} is {} s)",
+                    silent_for.as_secs_f64(),
+                    p.state,
+                    kind.option_name(),
+                    timeout.as_secs_f64(),
+                );
+                (timeout, last_error)
+            }
+            Expiry::Stall => {
+                let timeout = deadline.since(p.progress_at);
+                let last =
+                    describe(uuid).map_or(String::new(), |d| format!("; last progress: {d}"));
+                let last_error = format!(
+                    "Stalled: node {uuid}'s agent kept calling back, but its work made no progress for {:.1} s in \"{}\" ({} is {} s){last}",
+                    now.since(p.progress_at).as_secs_f64(),
+                    p.state,
+                    Timeouts::stall_option_name(kind),
+                    timeout.as_secs_f64(),
+                );
+                (timeout, last_error)
+            }
+        };
         let node =
             self.transition_locked(uuid, p, json, Event::Fail, Some(last_error.clone()), now)?;
         Ok(Some(TimedOut {
             node: uuid,
             waited_in: p.state,
             failed_to: node.provision.state,
+            expiry,
             timeout,
             silent_for,
             last_error,
@@ -309,8 +389,11 @@ impl Store {
             state: to,
             target: target(old, event, to),
             updated_at: now,
-            deadline: self.timeouts.for_state(to).map(|d| now.plus(d)),
+            deadline: self.timeouts.deadline(to, now, now).map(|(d, _)| d),
             indexed: None,
+            // A new state is progress; its agent's reports start afresh.
+            progress_at: now,
+            progress: 0,
         };
         let new = Provision {
             indexed: new.deadline,
@@ -394,4 +477,13 @@ impl Touched {
             provision: self.provision,
         })
     }
+}
+
+/// A fingerprint of an agent's report of its progress, stable across restarts (FNV-1a,
+/// 64 bits) and never 0, which means "no report yet".
+pub fn progress_fingerprint(report: &[u8]) -> u64 {
+    let hash = report.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash.max(1)
 }

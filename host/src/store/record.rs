@@ -3,9 +3,11 @@
 //! A node is one sled value, `provision record ‖ body JSON`, so that every write to a node
 //! is a single atomic insert. The provision record is what a heartbeat rewrites, so it
 //! comes first, is fixed-size and is cheap to decode (a touch copies the JSON bytes as they
-//! are, without parsing them): `[version, state, target, updated_at, deadline, indexed]`,
-//! the three times as i64 BE microseconds, 27 bytes, with `target = 0xFF` and a time of
-//! `i64::MIN` for none. A deadline key is
+//! are, without parsing them): `[version, state, target, updated_at, deadline, indexed,
+//! progress_at, progress]`, the four times as i64 BE microseconds and the progress
+//! fingerprint as u64 BE, 43 bytes, with `target = 0xFF` and a time of `i64::MIN` for none.
+//! Version 2 records (27 bytes, before stall timeouts) are read as having made progress
+//! when they were last updated; every write stores version 3. A deadline key is
 //! `deadline: u64 BE ‖ uuid`, so sled's key order is deadline order and the sweeper reads
 //! the index from the front.
 
@@ -17,8 +19,11 @@ use crate::state_machine::ProvisionState;
 
 use super::StoreError;
 
-const VERSION: u8 = 2;
-const RECORD_LEN: usize = 27;
+const VERSION: u8 = 3;
+const RECORD_LEN: usize = 43;
+/// The record of stores written before stall timeouts, without the progress fields.
+const V2: u8 = 2;
+const V2_LEN: usize = 27;
 const NO_TARGET: u8 = 0xFF;
 const NO_DEADLINE: i64 = i64::MIN;
 
@@ -119,12 +124,23 @@ fn encode(p: &Provision) -> [u8; RECORD_LEN] {
     let time = |t: Option<Timestamp>| t.map_or(NO_DEADLINE, Timestamp::as_micros).to_be_bytes();
     out[11..19].copy_from_slice(&time(p.deadline));
     out[19..27].copy_from_slice(&time(p.indexed));
+    out[27..35].copy_from_slice(&p.progress_at.as_micros().to_be_bytes());
+    out[35..43].copy_from_slice(&p.progress.to_be_bytes());
     out
+}
+
+/// The length of the record a stored value starts with, from its version byte.
+fn record_len(value: &[u8]) -> Option<usize> {
+    match *value.first()? {
+        VERSION => Some(RECORD_LEN),
+        V2 => Some(V2_LEN),
+        _ => None,
+    }
 }
 
 fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
     let corrupt = || StoreError::Corrupt(format!("provision record of node {uuid}: {bytes:02x?}"));
-    if bytes.len() != RECORD_LEN || bytes[0] != VERSION {
+    if record_len(bytes) != Some(bytes.len()) {
         return Err(corrupt());
     }
     let state = state_from_code(bytes[1]).ok_or_else(corrupt)?;
@@ -138,12 +154,22 @@ fn decode(uuid: Uuid, bytes: &[u8]) -> Result<Provision, StoreError> {
             .filter(|&t| t != NO_DEADLINE)
             .map(Timestamp::from_micros)
     };
+    let updated_at = Timestamp::from_micros(i64_at(3));
+    let (progress_at, progress) = match bytes[0] {
+        V2 => (updated_at, 0),
+        _ => (
+            Timestamp::from_micros(i64_at(27)),
+            u64::from_be_bytes(bytes[35..43].try_into().expect("8 bytes")),
+        ),
+    };
     Ok(Provision {
         state,
         target,
-        updated_at: Timestamp::from_micros(i64_at(3)),
+        updated_at,
         deadline: time(11),
         indexed: time(19),
+        progress_at,
+        progress,
     })
 }
 
@@ -157,13 +183,15 @@ pub(super) fn join(record: &Provision, body_json: &[u8]) -> Vec<u8> {
 
 /// Splits a stored node into its decoded record and its body's JSON bytes.
 pub(super) fn split(uuid: Uuid, value: &[u8]) -> Result<(Provision, &[u8]), StoreError> {
-    if value.len() < RECORD_LEN {
+    let len = record_len(value).filter(|&len| value.len() >= len);
+    let Some(len) = len else {
         return Err(StoreError::Corrupt(format!(
-            "node {uuid}: a {}-byte value",
-            value.len()
+            "node {uuid}: a {}-byte value of record version {:?}",
+            value.len(),
+            value.first()
         )));
-    }
-    let (record, json) = value.split_at(RECORD_LEN);
+    };
+    let (record, json) = value.split_at(len);
     Ok((decode(uuid, record)?, json))
 }
 
@@ -197,6 +225,8 @@ mod tests {
                 updated_at: Timestamp::from_micros(1_700_000_000_000_000 + i as i64),
                 deadline: (i % 2 == 0).then_some(Timestamp::from_micros(-5)),
                 indexed: (i % 3 == 0).then_some(Timestamp::from_micros(-7)),
+                progress_at: Timestamp::from_micros(9 + i as i64),
+                progress: u64::MAX - i as u64,
             };
             assert_eq!(decode(Uuid::nil(), &encode(&p)).unwrap(), p);
         }
@@ -211,13 +241,38 @@ mod tests {
             updated_at: Timestamp::from_micros(0x0102_0304_0506_0708),
             deadline: Some(Timestamp::from_micros(-2)),
             indexed: None,
+            progress_at: Timestamp::from_micros(0x1112_1314_1516_1718),
+            progress: 0x2122_2324_2526_2728,
         };
         assert_eq!(
             hex::encode(encode(&p)),
+            "030508\
+             0102030405060708\
+             fffffffffffffffe\
+             8000000000000000\
+             1112131415161718\
+             2122232425262728"
+        );
+        // A record written before stall timeouts (version 2) still reads, as having made
+        // progress when it was last updated.
+        let v2 = hex::decode(
             "020508\
              0102030405060708\
              fffffffffffffffe\
-             8000000000000000"
+             8000000000000000",
+        )
+        .unwrap();
+        let (old, json) = split(Uuid::nil(), &[&v2[..], b"{}"].concat())
+            .map(|(p, j)| (p, j.to_vec()))
+            .unwrap();
+        assert_eq!(json, b"{}");
+        assert_eq!(
+            old,
+            Provision {
+                progress_at: p.updated_at,
+                progress: 0,
+                ..p
+            }
         );
         let codes: Vec<(&str, u8)> = STATE_CODES.iter().map(|(s, c)| (s.as_str(), *c)).collect();
         let golden = [
@@ -273,6 +328,8 @@ mod tests {
             updated_at: Timestamp::from_micros(1),
             deadline: None,
             indexed: None,
+            progress_at: Timestamp::from_micros(1),
+            progress: 0,
         });
         for bad in [
             &good[..5],

@@ -47,8 +47,8 @@ impl Store {
             }
             let deadline = self
                 .timeouts
-                .for_state(p.state)
-                .map(|d| p.updated_at.plus(d));
+                .deadline(p.state, p.updated_at, p.progress_at)
+                .map(|(d, _)| d);
             if deadline.is_some() {
                 report.waiting += 1;
             }

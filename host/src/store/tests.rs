@@ -73,7 +73,7 @@ fn a_store_of_another_format_is_refused_and_left_as_it_is() {
     .expect("a future format is refused");
     assert!(matches!(refused, StoreError::Format { found, .. } if found == FORMAT + 1));
     assert!(
-        refused.to_string().contains("reads format 2 only"),
+        refused.to_string().contains("reads formats 2 and 3 only"),
         "{refused}"
     );
     let db = sled::open(&path).unwrap();
@@ -506,4 +506,100 @@ fn manual_cleaning_heads_for_manageable_through_its_waits_and_undeploy_for_avail
     assert_eq!(step(Event::Done), (S::Available, None));
     let reopened = store.node(uuid).unwrap().provision;
     assert_eq!((reopened.state, reopened.target), (S::Available, None));
+}
+
+/// A store with a stall timeout (100 s) shorter than what the callback timeout (600 s)
+/// would allow a heartbeating node.
+fn open_stalling(dir: &tempfile::TempDir, clock: &Clock) -> Store {
+    let timeouts = Timeouts {
+        deploy_stall: Duration::from_secs(100),
+        ..Timeouts::uniform(Duration::from_secs(600))
+    };
+    let path = dir.path().join("store");
+    Store::open(&path, &StoreConfig::default(), timeouts, clock.clone())
+        .unwrap()
+        .0
+}
+
+#[test]
+fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual(T0);
+    let uuid = {
+        let store = open_stalling(&dir, &clock);
+        let uuid = store.create_node(new_node(None)).unwrap().uuid();
+        to_wait_call_back(&store, uuid);
+        clock.advance(Duration::from_secs(50));
+        store.touch(uuid, Some(7)).unwrap();
+        clock.advance(Duration::from_secs(30));
+        // The same report again: alive, not progress.
+        let touched = store.touch(uuid, Some(7)).unwrap();
+        assert_eq!(touched.progress_at, T0.plus(Duration::from_secs(50)));
+        assert_eq!(touched.deadline, Some(T0.plus(Duration::from_secs(150))));
+        // Nor is the same report seen in the agent's command list.
+        assert!(!store.report_progress(uuid, 7).unwrap());
+        store.flush().unwrap();
+        uuid
+    };
+    clock.advance(Duration::from_secs(10));
+    let store = open_stalling(&dir, &clock);
+    let p = store.node(uuid).unwrap().provision;
+    assert_eq!(p.progress_at, T0.plus(Duration::from_secs(50)));
+    assert_eq!(p.deadline, Some(T0.plus(Duration::from_secs(150))));
+    clock.advance(Duration::from_secs(59));
+    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
+    clock.advance(Duration::from_secs(1));
+    let failed = store
+        .fail_expired_describing(clock.now(), 10, &|_| Some("deploy: 3 bytes written".into()))
+        .unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].expiry, crate::state_machine::Expiry::Stall);
+    assert!(
+        failed[0]
+            .last_error
+            .ends_with("; last progress: deploy: 3 bytes written"),
+        "{}",
+        failed[0].last_error
+    );
+}
+
+#[test]
+fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let uuid = {
+        let (store, _) = open(&dir, 60);
+        let uuid = store.create_node(new_node(Some("old"))).unwrap().uuid();
+        to_wait_call_back(&store, uuid);
+        store.flush().unwrap();
+        uuid
+    };
+    let written = {
+        // Rewrite the node as a format 2 deployd wrote it: a 27-byte version 2 record.
+        let db = sled::open(&path).unwrap();
+        let nodes = db.open_tree("nodes").unwrap();
+        let value = nodes.get(uuid.as_bytes()).unwrap().unwrap();
+        let mut old = value[..27].to_vec();
+        old[0] = 2;
+        old.extend_from_slice(&value[43..]);
+        nodes.insert(uuid.as_bytes(), old).unwrap();
+        db.insert(FORMAT_KEY, &2u32.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+        value
+    };
+    let (store, _) = open(&dir, 60);
+    let node = store.node(uuid).unwrap();
+    assert_eq!(node.body.name.as_deref(), Some("old"));
+    assert_eq!(node.state(), ProvisionState::WaitCallBack);
+    assert_eq!(node.provision.progress_at, node.provision.updated_at);
+    // A touch writes it back in the current layout.
+    store.touch_provisioning(uuid).unwrap();
+    let now = store.nodes.get(uuid.as_bytes()).unwrap().unwrap();
+    assert_eq!((now[0], now.len()), (3, written.len()));
+    drop(store);
+    let db = sled::open(&path).unwrap();
+    assert_eq!(
+        db.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
+        3u32.to_be_bytes()
+    );
 }

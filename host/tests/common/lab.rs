@@ -128,6 +128,7 @@ impl Lab {
                 &deployd_engine::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
                 "test",
                 None,
+                None,
             )
             .unwrap();
     }
