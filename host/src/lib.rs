@@ -11,6 +11,7 @@
 //!   drivers; [`capability`]: what they may do.
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
+//! - [`metrics`]: counters and driver-call latencies for `GET /metrics`.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
 //! - [`agent`]: the ramdisk agent's protocol pieces the engine shares (the `deployd-agent`
 //!   crate: checksums, signals, its TLS).
@@ -33,6 +34,7 @@ pub mod engine;
 pub mod hardware;
 pub mod image_server;
 pub mod images;
+pub mod metrics;
 pub mod node;
 pub mod plugin;
 pub mod reservations;

@@ -87,6 +87,7 @@ async fn run(
         let now = store.clock().now();
         // sled is fast but synchronous; a pass is short (it stops at the first future
         // deadline and fails at most `batch` nodes), so it runs inline on this task.
+        crate::metrics::Metrics::count(&store.metrics().sweeps, 1);
         let describe = |node| hook.progress(node);
         let passed = match store.fail_expired_describing(now, config.batch, &describe) {
             Ok(timed_out) => {

@@ -874,3 +874,6 @@ mod ironic_latest;
 
 #[path = "api/wire.rs"]
 mod wire;
+
+#[path = "api/metrics.rs"]
+mod metrics;

@@ -7,6 +7,7 @@
 //! | [`ports`] | `/v1/ports…`, `/v1/nodes/{node}/ports` |
 //! | [`drivers`] | `GET /v1/drivers…`; the extension `/v1/deployd/drivers` to load and unload |
 //! | [`agent`] | `GET /v1/lookup`, `POST /v1/heartbeat/{node}` |
+//! | [`metrics`] | `GET /metrics` (Prometheus) |
 //!
 //! Every answer carries the microversion headers ([`version`]) and an
 //! `openstack-request-id`; errors are in Ironic's shape ([`error`]); operator routes pass
@@ -20,6 +21,7 @@ pub mod error;
 mod inspection_rules;
 pub mod listener;
 mod listing;
+mod metrics;
 mod node_doc;
 mod node_extras;
 mod node_groups;
@@ -118,6 +120,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(node_hardware::routes())
         .merge(node_groups::routes())
         .merge(node_history::routes())
+        .merge(metrics::routes())
         .fallback(unrouted)
         .method_not_allowed_fallback(not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))

@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::{CapabilityError, HostState, Services, outcome};
 use crate::bindings::deployd::driver::image::{Host, WriteProgress};
 use crate::checksum::Hasher;
+use crate::metrics::Metrics;
 
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
 
@@ -118,6 +119,7 @@ async fn write(
         let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
         h.lock().unwrap_or_else(|p| p.into_inner()).update(&chunk);
         w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        Metrics::count(&s.store.metrics().image_bytes, chunk.len() as u64);
         if last_touch.elapsed() >= TOUCH_EVERY {
             last_touch = Instant::now();
             s.store

@@ -30,6 +30,20 @@ pub enum Export {
     CleanUp(String),
 }
 
+impl Export {
+    /// The export's name in the driver world.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Export::Describe => "describe",
+            Export::Validate => "validate",
+            Export::Deploy => "deploy",
+            Export::Heartbeat => "heartbeat",
+            Export::TearDown => "tear-down",
+            Export::CleanUp(_) => "clean-up",
+        }
+    }
+}
+
 /// What a call returned.
 #[derive(Clone, Debug)]
 pub enum Reply {
@@ -76,6 +90,7 @@ pub async fn call(
     store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
 
+    let export_name = export.name();
     let result = async {
         let instance = driver.pre.instantiate_async(&mut store).await?;
         let reply = match export {
@@ -91,7 +106,13 @@ pub async fn call(
         };
         wasmtime::Result::Ok(reply)
     };
-    match tokio::time::timeout(limits.deadline, result).await {
+    let started = tokio::time::Instant::now();
+    let finished = tokio::time::timeout(limits.deadline, result).await;
+    services
+        .store
+        .metrics()
+        .call(&name, export_name, started.elapsed());
+    match finished {
         Ok(result) => result.map_err(|e| classify(e, &name, &limits, &stderr)),
         // The call's future (and with it the store and instance) is dropped here.
         Err(_) => Err(PluginError::Timeout {

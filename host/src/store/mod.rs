@@ -40,6 +40,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use uuid::Uuid;
 
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Port, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
 
@@ -161,6 +162,7 @@ pub struct Store {
     timeouts: Timeouts,
     clock: Clock,
     waker: Arc<SweeperWaker>,
+    metrics: Arc<Metrics>,
 }
 
 impl Store {
@@ -189,6 +191,7 @@ impl Store {
             timeouts,
             clock,
             waker: Arc::new(SweeperWaker::default()),
+            metrics: Arc::default(),
         };
         let recovery = store.recover()?;
         Ok((store, recovery))
@@ -196,6 +199,11 @@ impl Store {
 
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// This engine's counters (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn timeouts(&self) -> Timeouts {

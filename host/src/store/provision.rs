@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::{Store, StoreError, history, parse_body, record};
 use crate::clock::Timestamp;
+use crate::metrics::Metrics;
 use crate::node::{Node, Provision};
 use crate::state_machine::{Event, Expiry, ProvisionState, Timeouts};
 
@@ -162,6 +163,7 @@ impl Store {
         };
         self.nodes
             .insert(uuid.as_bytes(), record::join(&new, json))?;
+        Metrics::count(&self.metrics.touches, 1);
         Ok(Touched {
             provision: new,
             uuid,
@@ -338,6 +340,7 @@ impl Store {
         };
         let node =
             self.transition_locked(uuid, p, json, Event::Fail, Some(last_error.clone()), now)?;
+        self.metrics.timed_out(expiry);
         Ok(Some(TimedOut {
             node: uuid,
             waited_in: p.state,
@@ -417,6 +420,9 @@ impl Store {
             self.write_node(uuid, &old, &new, &json)?;
         }
         self.history.record(uuid, now, &change)?;
+        if matches!(event, Event::Done | Event::Fail) && (to.is_stable() || to.is_failed()) {
+            self.metrics.flow(&body.driver, to.as_str());
+        }
         Ok(Node {
             body,
             provision: new,
