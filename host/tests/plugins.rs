@@ -108,7 +108,23 @@ async fn components_that_are_not_drivers_for_this_host_are_refused_with_the_reas
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::Import(_)), "{err}");
-    assert!(err.to_string().contains("wasi:filesystem"), "{err}");
+    // Refused from its imports, read before any compile, naming what it lacks.
+    assert!(
+        err.to_string().contains("it imports wasi:filesystem/"),
+        "{err}"
+    );
+    let fs_driver = wasm(deployd_fixtures::FS_DRIVER);
+    let imports = deployd_engine::plugin::imports::imports(&fs_driver).unwrap();
+    assert!(
+        imports
+            .iter()
+            .any(|i| i.starts_with("wasi:filesystem/preopens@0.2")),
+        "{imports:?}"
+    );
+    // Every bundled driver imports only what the host links (they load in every test).
+    for (name, bytes) in deployd_fixtures::BUNDLED {
+        deployd_engine::plugin::imports::check(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
     let err = lab
         .registry
         .load(&wasm(deployd_fixtures::WRONG_WORLD), Limits::default())

@@ -184,6 +184,36 @@ pub fn infallible<T, E: Into<CapabilityError>>(result: Result<T, E>) -> wasmtime
 #[error("{0}")]
 pub struct HostFailure(pub String);
 
+/// The interfaces [`linker`] provides, with the version line of each: what a component
+/// may import (checked before it is compiled, by `plugin::imports`).
+pub const LINKED_INTERFACES: &[(&str, &str)] = &[
+    ("wasi:io/error", "0.2"),
+    ("wasi:io/poll", "0.2"),
+    ("wasi:io/streams", "0.2"),
+    ("wasi:clocks/wall-clock", "0.2"),
+    ("wasi:clocks/monotonic-clock", "0.2"),
+    ("wasi:random/random", "0.2"),
+    ("wasi:random/insecure", "0.2"),
+    ("wasi:random/insecure-seed", "0.2"),
+    ("wasi:cli/exit", "0.2"),
+    ("wasi:cli/environment", "0.2"),
+    ("wasi:cli/stdin", "0.2"),
+    ("wasi:cli/stdout", "0.2"),
+    ("wasi:cli/stderr", "0.2"),
+    ("wasi:cli/terminal-input", "0.2"),
+    ("wasi:cli/terminal-output", "0.2"),
+    ("wasi:cli/terminal-stdin", "0.2"),
+    ("wasi:cli/terminal-stdout", "0.2"),
+    ("wasi:cli/terminal-stderr", "0.2"),
+    ("deployd:driver/types", "0.1"),
+    ("deployd:driver/node", "0.1"),
+    ("deployd:driver/provision", "0.1"),
+    ("deployd:driver/agent", "0.1"),
+    ("deployd:driver/bmc", "0.1"),
+    ("deployd:driver/image", "0.1"),
+    ("deployd:driver/log", "0.1"),
+];
+
 /// The one linker every driver is instantiated through: the driver world's imports, and
 /// the part of WASI a Rust program needs to start.
 pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {

@@ -2,6 +2,7 @@
 //!
 //! - [`engine`]: one wasmtime `Engine` (pooling allocator, epoch interruption, a ticker).
 //! - [`driver`]: a loaded driver version and the limits its calls run under.
+//! - [`imports`]: a component's imports, checked before it is compiled.
 //! - [`sandbox`]: one driver call = a fresh `Store` with limits, a fresh instance from
 //!   the driver's `InstancePre`, captured stderr; failures become [`PluginError`]s.
 //! - [`registry`]: drivers loaded, replaced and unloaded at runtime, by content hash, with
@@ -12,6 +13,7 @@
 pub mod driver;
 pub mod engine;
 pub mod error;
+pub mod imports;
 pub mod registry;
 pub mod sandbox;
 

@@ -86,6 +86,7 @@ impl Registry {
         if let Some(driver) = self.known(&hash, &id, limits) {
             return Ok(self.activate(driver));
         }
+        super::imports::check(bytes)?;
         let _turn = self
             .compiling
             .acquire()
