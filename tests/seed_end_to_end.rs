@@ -85,8 +85,8 @@ fn state(n: &Value) -> &str {
 fn written(n: &Value) -> u64 {
     n["driver_internal_info"]["agent_status_message"]
         .as_str()
-        .and_then(|m| m.split(" of ").next()?.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+        .and_then(|m| m.parse::<deployd_wire::agent::Progress>().ok())
+        .map_or(0, |p| p.written)
 }
 
 /// Waits until the node is active; a failure on the way stops the test with its
@@ -150,6 +150,33 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
         assert_eq!(view["power"], "On", "booted into the instance");
         assert_eq!(view["boot"], "Hdd");
         assert_eq!(view["agent_running"], false);
+    }
+    // Each deploy's timeline, as `deployd node show` prints it: the phases in order.
+    for n in &nodes {
+        let out = std::process::Command::new(support::BIN)
+            .args(["node", "show", n])
+            .env("DEPLOYD_URL", &engine.url)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let timeline = &text[text.find("\ntimeline:").expect("a timeline")..];
+        let phases = [
+            "(deploy)",
+            "Machine is now in power on",
+            "looked the node up",
+            "First heartbeat from agent deployd-agent",
+            "Image transfer started (11534336 bytes)",
+            "Image transfer ended: 11534336 bytes in",
+            "to \"active\"",
+        ];
+        let mut from = 0;
+        for phase in phases {
+            let at = timeline[from..]
+                .find(phase)
+                .unwrap_or_else(|| panic!("no {phase:?} after byte {from} of {timeline}"));
+            from += at;
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use rustls::pki_types::CertificateDer;
 
 use crate::clock::Timestamp;
+use deployd_wire::agent::Progress;
 
 /// Where an agent's command API is: `scheme://host:port`, and nothing else.
 ///
@@ -74,6 +75,9 @@ pub struct AgentSession {
     /// The certificate this boot of the agent serves its API with (`agent_verify_ca`):
     /// the only one the engine accepts from it.
     pub ca: Option<CertificateDer<'static>>,
+    /// When this boot's image transfer was first seen moving, and whether its end was.
+    pub transfer_started: Option<Timestamp>,
+    pub transfer_ended: bool,
 }
 
 /// Why a heartbeat's TLS details are refused.
@@ -149,7 +153,7 @@ impl Agents {
     }
 
     /// Records a heartbeat whose token (and certificate, [`Agents::check_tls`]) was
-    /// already verified.
+    /// already verified. Returns whether it is the first of this boot of the agent.
     pub fn heartbeat(
         &self,
         node: Uuid,
@@ -158,13 +162,16 @@ impl Agents {
         version: &str,
         ca: Option<CertificateDer<'static>>,
         at: Timestamp,
-    ) {
+    ) -> bool {
         self.heartbeats.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.lock();
         let s = sessions.entry(node).or_default();
+        let first = s.token.as_deref() != Some(token) || s.last_heartbeat.is_none();
         if s.token.as_deref() != Some(token) {
-            s.token = Some(token.to_owned());
-            s.ca = None;
+            *s = AgentSession {
+                token: Some(token.to_owned()),
+                ..Default::default()
+            };
         }
         if ca.is_some() && s.ca != ca {
             s.ca = ca;
@@ -176,12 +183,42 @@ impl Agents {
             s.version = Some(version.to_owned());
         }
         s.last_heartbeat = Some(at);
+        first
     }
 
     /// Records the `agent_status_message` of a heartbeat that was accepted.
     pub fn status(&self, node: Uuid, message: String) {
         if let Some(s) = self.lock().get_mut(&node) {
             s.status_message = Some(message);
+        }
+    }
+
+    /// Follows an image transfer through the agent's reports, once per boot: its start
+    /// (the first report with bytes written) and its end (every byte of a known length),
+    /// with the bytes and the rate as the heartbeats saw them. The milestone to record, if
+    /// this report is one.
+    pub fn transfer(&self, node: Uuid, progress: &Progress, now: Timestamp) -> Option<String> {
+        let mut sessions = self.lock();
+        let s = sessions.get_mut(&node)?;
+        match s.transfer_started {
+            None if progress.written > 0 => {
+                s.transfer_started = Some(now);
+                let of = progress
+                    .total
+                    .map(|t| format!(" ({t} bytes)"))
+                    .unwrap_or_default();
+                Some(format!("Image transfer started{of}"))
+            }
+            Some(started) if progress.is_complete() && !s.transfer_ended => {
+                s.transfer_ended = true;
+                let seconds = now.since(started).as_secs_f64();
+                let rate = progress.written as f64 / seconds.max(0.001) / f64::from(1 << 20);
+                Some(format!(
+                    "Image transfer ended: {} bytes in {seconds:.1} s ({rate:.1} MiB/s)",
+                    progress.written
+                ))
+            }
+            _ => None,
         }
     }
 

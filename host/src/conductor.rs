@@ -14,6 +14,7 @@
 //!   loops or runs out of memory fails that node with the reason in `last_error`, and its
 //!   clean-up runs; other nodes carry on.
 
+use deployd_wire::agent::Progress;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -260,7 +261,10 @@ impl Conductor {
             Err(e) => return Err(e.into()),
         };
         let now = self.store.clock().now();
-        self.agents.heartbeat(node, token, url, version, ca, now);
+        if self.agents.heartbeat(node, token, url, version, ca, now) {
+            let note = format!("First heartbeat from agent {version} at {}", url.as_str());
+            self.store.milestone(node, note)?;
+        }
         let Some(touched) = touched else {
             return Ok(());
         };
@@ -272,6 +276,22 @@ impl Conductor {
         }
         let claim = self.claim(node, "heartbeat")?;
         self.spawn(claim, Step::Heartbeat(touched));
+        Ok(())
+    }
+
+    /// What an agent said of its work in an accepted heartbeat (`agent_status_message`):
+    /// kept for the API and the stall check's `last_error`, and followed for the image
+    /// transfer's milestones when it is deployd's agent's [`Progress`] report.
+    pub fn agent_reported(&self, node: Uuid, message: String) -> Result<(), ConductorError> {
+        let now = self.store.clock().now();
+        let milestone = message
+            .parse::<Progress>()
+            .ok()
+            .and_then(|p| self.agents.transfer(node, &p, now));
+        self.agents.status(node, message);
+        if let Some(note) = milestone {
+            self.store.milestone(node, note)?;
+        }
         Ok(())
     }
 

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use super::{clean, disk};
-pub use deployd_wire::agent::{CommandResult, CommandStatus};
+pub use deployd_wire::agent::{CommandResult, CommandStatus, Progress};
 
 /// The disk images are written to.
 #[derive(Clone, Debug)]
@@ -167,20 +167,12 @@ impl CommandApi {
         let written = self.written.load(Ordering::Relaxed);
         let total = self.total.load(Ordering::Relaxed);
         let last = self.results.lock().unwrap().last().cloned();
-        let of_total = if total > 0 {
-            format!("{written} of {total} bytes written")
-        } else {
-            format!("{written} bytes written")
-        };
-        match last {
-            None if written > 0 => format!("disk: {of_total}"),
-            None => "ready".into(),
-            Some(c) => format!(
-                "{}: {}, {of_total}",
-                c.command_name,
-                c.command_status.as_str().to_ascii_lowercase()
-            ),
+        Progress {
+            command: last.map(|c| (c.command_name, c.command_status)),
+            written,
+            total: (total > 0).then_some(total),
         }
+        .to_string()
     }
 
     pub fn is_exposed(&self) -> bool {

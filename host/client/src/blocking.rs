@@ -1,7 +1,7 @@
 //! [`crate::Client`] for code without a runtime (the CLI, blocking tests): each call runs
 //! on a current-thread runtime of its own, as mini-redis's blocking client does.
 
-use deployd_wire::documents::Node;
+use deployd_wire::documents::{HistoryEvent, Node};
 use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 use serde_json::{Map, Value};
 
@@ -47,6 +47,10 @@ impl Client {
 
     pub fn node(&self, ident: &str) -> Result<Node, ClientError> {
         self.runtime.block_on(self.inner.node(ident))
+    }
+
+    pub fn history(&self, ident: &str) -> Result<Vec<HistoryEvent>, ClientError> {
+        self.runtime.block_on(self.inner.history(ident))
     }
 
     pub fn nodes(&self) -> Result<Vec<Node>, ClientError> {

@@ -6,10 +6,11 @@
 //! mini-redis does.
 
 pub mod blocking;
+pub mod timeline;
 
 use std::time::Duration;
 
-use deployd_wire::documents::{Node, NodeCollection};
+use deployd_wire::documents::{History, HistoryEvent, Node, NodeCollection};
 use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 use deployd_wire::{fault, version};
 use serde_json::{Map, Value, json};
@@ -226,6 +227,13 @@ impl Client {
     pub async fn nodes(&self) -> Result<Vec<Node>, ClientError> {
         let path = "/v1/nodes/detail";
         Ok(decode::<NodeCollection>(path, self.get(path).await?)?.nodes)
+    }
+
+    /// `GET /v1/nodes/{ident}/history?detail=true`: its state changes and milestones,
+    /// oldest first.
+    pub async fn history(&self, ident: &str) -> Result<Vec<HistoryEvent>, ClientError> {
+        let path = format!("/v1/nodes/{ident}/history?detail=true");
+        Ok(decode::<History>(&path, self.get(&path).await?)?.history)
     }
 
     /// Asks for a provision target, with the target's own arguments (`clean_steps`, …)

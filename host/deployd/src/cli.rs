@@ -30,7 +30,7 @@ pub struct Endpoint {
 pub enum NodeCommand {
     /// One line per node.
     List,
-    /// Every field of a node.
+    /// Every field of a node, then its timeline (state changes and milestones).
     Show { node: String },
     /// Enroll a node.
     Create {
@@ -193,10 +193,14 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        NodeCommand::Show { node } => println!(
-            "{}",
-            serde_json::to_string_pretty(&c.get(&format!("/v1/nodes/{node}"))?)?
-        ),
+        NodeCommand::Show { node } => {
+            let doc = c.get(&format!("/v1/nodes/{node}"))?;
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+            println!("\ntimeline:");
+            for line in deployd_client::timeline::lines(&c.0.history(&node)?) {
+                println!("  {line}");
+            }
+        }
         NodeCommand::Create {
             driver,
             name,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use deployd_client::{Client, Method};
-use deployd_wire::documents::Node;
+use deployd_wire::documents::{HistoryEvent, Node};
 use deployd_wire::state_machine::ProvisionState;
 use deployd_wire::targets::ProvisionTarget;
 use serde_json::{Map, Value, json};
@@ -96,6 +96,11 @@ impl Operator {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("node {node} did not reach {state}")
+    }
+
+    /// The node's history: its state changes and milestones, oldest first.
+    pub async fn history(&self, node: &str) -> anyhow::Result<Vec<HistoryEvent>> {
+        Ok(self.client.history(node).await?)
     }
 
     pub async fn nodes(&self) -> anyhow::Result<Vec<Node>> {

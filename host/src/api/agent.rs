@@ -148,6 +148,8 @@ fn issue_token(app: &App, node: &Node) -> Result<String, ApiError> {
     })?;
     if updated.body.driver_internal_info.get(AGENT_TOKEN_HASH) == Some(&json!(digest)) {
         app.conductor.agents.issued(node.uuid(), token.clone());
+        let note = "Ramdisk agent looked the node up; agent token issued";
+        app.conductor.store.milestone(node.uuid(), note.into())?;
         Ok(token)
     } else {
         Ok("******".into())
@@ -240,7 +242,7 @@ async fn heartbeat(
     if let (Ok(()) | Err(ConductorError::Busy { .. }), Some(message)) =
         (&result, hb.agent_status_message)
     {
-        app.conductor.agents.status(uuid, message);
+        app.conductor.agent_reported(uuid, message)?;
     }
     result
         .map(|()| StatusCode::ACCEPTED)

@@ -3,7 +3,9 @@
 //! unrecorded whoever made it (an operator, a driver step, the sweeper, recovery).
 //!
 //! Each event says where the node went, why (the event, or the error that failed it),
-//! and how long it spent in the state it left: a deploy's timeline, phase by phase.
+//! and how long it spent in the state it left; milestones within a state (power on, the
+//! agent's lookup and first heartbeat, an image transfer's start and end, with its bytes
+//! and rate) sit between them: a deploy's timeline, phase by phase.
 //!
 //! Tree `history`: `node uuid (16 bytes) ‖ time (8 bytes, big-endian µs) ‖ sequence
 //! (8 bytes, sled's monotonic id)` maps to a small record ([`Stored`]); what is the same
@@ -37,6 +39,10 @@ pub struct Change {
     pub error: Option<String>,
     /// Seconds spent in the state left.
     pub seconds: f64,
+    /// A milestone within the state instead of a change of it (power on, the agent's
+    /// lookup and first heartbeat, an image transfer's start and end): its words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// One history event, as the API shows it.
@@ -93,12 +99,14 @@ fn event(k: &[u8], value: &[u8]) -> Result<Event, StoreError> {
             "INFO"
         },
         event_type: "provisioning",
-        event: change.error.unwrap_or_else(|| {
-            format!(
+        event: match (change.error, change.note) {
+            (Some(error), _) => error,
+            (None, Some(note)) => note,
+            (None, None) => format!(
                 "Provision state changed from \"{}\" to \"{}\" ({})",
                 change.from, change.to, change.event
-            )
-        }),
+            ),
+        },
         conductor: crate::node::CONDUCTOR,
         user: None,
         state: change.to,

@@ -171,6 +171,23 @@ impl Store {
         })
     }
 
+    /// Records a milestone of the node's flow in its history (see [`history`]), in the
+    /// state it is in now.
+    pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
+        let value = self.value(uuid)?;
+        let (p, _) = record::split(uuid, &value)?;
+        let change = history::Change {
+            from: p.state.to_string(),
+            to: p.state.to_string(),
+            event: "milestone".into(),
+            target: p.target.map(|t| t.to_string()),
+            error: None,
+            seconds: 0.0,
+            note: Some(note),
+        };
+        self.history.record(uuid, self.clock.now(), &change)
+    }
+
     /// Records progress seen elsewhere than in a heartbeat (a driver reading its agent's
     /// command list): like [`Store::touch`] with `progress`, but it writes only when the
     /// fingerprint differs, and leaves `provision_updated_at` alone. Returns whether it
@@ -410,6 +427,7 @@ impl Store {
             target: new.target.map(|t| t.to_string()),
             error: last_error.clone().filter(|_| to.is_failed()),
             seconds: now.since(old.updated_at).as_secs_f64(),
+            note: None,
         };
         if body.last_error == last_error {
             self.write_node(uuid, &old, &new, json)?;

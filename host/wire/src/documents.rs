@@ -95,6 +95,29 @@ pub struct PortCollection {
     pub next: Option<String>,
 }
 
+/// One event of `GET /v1/nodes/{id}/history?detail=true` (1.78; `state` and
+/// `duration_seconds` from 1.115): a provision state change, or a milestone within a
+/// state (power, lookup, first heartbeat, an image transfer's start and end).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    pub uuid: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// `INFO`, or `ERROR` for the change that failed the node.
+    pub severity: String,
+    pub event: String,
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub duration_seconds: Option<f64>,
+}
+
+/// `GET /v1/nodes/{id}/history`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    pub history: Vec<HistoryEvent>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

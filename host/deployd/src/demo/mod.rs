@@ -181,6 +181,17 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let ok = screen.summary(&sha256, victim, args.timeout)?;
+    // One deploy, phase by phase: the first node of the agent family that ended active.
+    if let Some(row) = screen
+        .rows
+        .iter()
+        .find(|r| r.driver.starts_with("agent") && r.state == "active")
+    {
+        println!("\ntimeline of {} ({}):", row.machine.name, row.driver);
+        for line in deployd_client::timeline::lines(&op.history(&row.uuid).await?) {
+            println!("  {line}");
+        }
+    }
     lab.stop();
     engine.shutdown().await?;
     Ok(ok)

@@ -5,6 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
+use deployd_wire::agent::Progress;
 use deployd_wire::documents::Node;
 use tokio::time::Instant;
 
@@ -14,7 +15,7 @@ pub struct Row {
     pub machine: Enrollment,
     pub driver: &'static str,
     pub uuid: String,
-    state: String,
+    pub state: String,
     written: u64,
     heartbeat_age: Option<f64>,
     last_error: Option<String>,
@@ -50,13 +51,6 @@ pub struct Screen {
     last_plain: Option<Instant>,
 }
 
-/// `"prepare_image: running, 123 of 456 bytes written"` → 123.
-fn bytes_written(message: &str) -> Option<u64> {
-    let before = message.split(" bytes written").next()?;
-    let before = before.split(" of ").next()?;
-    before.rsplit(' ').next()?.parse().ok()
-}
-
 impl Screen {
     pub fn new(rows: Vec<Row>, total: u64, started: Instant) -> Screen {
         Screen {
@@ -82,7 +76,8 @@ impl Screen {
             if let Some(n) = internal
                 .get("agent_status_message")
                 .and_then(|m| m.as_str())
-                .and_then(bytes_written)
+                .and_then(|m| m.parse::<Progress>().ok())
+                .map(|p| p.written)
             {
                 row.written = row.written.max(n);
             }
@@ -229,20 +224,5 @@ impl Screen {
             }
         );
         Ok(ok)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bytes_written;
-
-    #[test]
-    fn progress_is_read_from_the_agents_status_line() {
-        assert_eq!(
-            bytes_written("prepare_image: running, 123 of 456 bytes written"),
-            Some(123)
-        );
-        assert_eq!(bytes_written("disk: 77 bytes written"), Some(77));
-        assert_eq!(bytes_written("ready"), None);
     }
 }

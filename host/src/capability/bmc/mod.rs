@@ -80,16 +80,25 @@ fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, Capabili
     Ok(Bmc::resolve(power, &node.body.driver_info, &services.bmc)?)
 }
 
+/// Records the machine's power in the node (as the API shows it) and, when it changed, a
+/// milestone in the node's history.
 fn record_power(services: &Services, node: Uuid, state: PowerState) -> Result<(), CapabilityError> {
     let text = match state {
         PowerState::On => "power on",
         PowerState::Off => "power off",
     };
+    let changed = std::cell::Cell::new(false);
     services.store.update_node(node, |b| {
+        changed.set(b.power_state.as_deref() != Some(text));
         b.power_state = Some(text.into());
         b.target_power_state = None;
         Ok(())
     })?;
+    if changed.get() {
+        services
+            .store
+            .milestone(node, format!("Machine is now in {text}"))?;
+    }
     Ok(())
 }
 
@@ -155,6 +164,7 @@ pub async fn reboot(services: &Services, node: Uuid, power: &str) -> Result<(), 
         Bmc::Redfish(t) => t.reboot(&services.http).await?,
         Bmc::Ipmi(t) => t.reboot().await?,
     }
+    services.store.milestone(node, "Machine rebooted".into())?;
     record_power(services, node, PowerState::On)
 }
 
