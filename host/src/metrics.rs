@@ -30,7 +30,8 @@ pub struct Metrics {
     /// Bytes the engine wrote onto agents' disks (the pxe family).
     pub image_bytes: AtomicU64,
     flows: Mutex<BTreeMap<(String, &'static str), u64>>,
-    calls: Mutex<BTreeMap<(String, &'static str), Histogram>>,
+    /// By driver, then export: looked up by `&str`, so a call allocates nothing.
+    calls: Mutex<BTreeMap<String, BTreeMap<&'static str, Histogram>>>,
 }
 
 #[derive(Default)]
@@ -68,7 +69,11 @@ impl Metrics {
     pub fn call(&self, driver: &str, export: &'static str, took: Duration) {
         let seconds = took.as_secs_f64();
         let mut calls = lock(&self.calls);
-        let h = calls.entry((driver.to_owned(), export)).or_default();
+        if !calls.contains_key(driver) {
+            calls.insert(driver.to_owned(), BTreeMap::new());
+        }
+        let by_export = calls.get_mut(driver).expect("just inserted");
+        let h = by_export.entry(export).or_default();
         for (bucket, bound) in h.buckets.iter_mut().zip(BUCKETS) {
             if seconds <= bound {
                 *bucket += 1;
@@ -138,7 +143,11 @@ impl Metrics {
             out,
             "# HELP {name} Driver calls by driver and export, and how long they took.\n# TYPE {name} histogram"
         );
-        for ((driver, export), h) in lock(&self.calls).iter() {
+        let calls = lock(&self.calls);
+        let flat = calls
+            .iter()
+            .flat_map(|(driver, by_export)| by_export.iter().map(move |(e, h)| (driver, e, h)));
+        for (driver, export, h) in flat {
             let labels = format!("driver=\"{}\",export=\"{export}\"", escape(driver));
             for (bound, n) in BUCKETS.iter().zip(h.buckets) {
                 let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
