@@ -136,3 +136,38 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
     assert!(!ok(&engine, &["driver", "list"]).contains("template"));
     engine.stop();
 }
+
+/// `deployd driver test`: a driver author's check, with nothing but the binary. The
+/// bundled agent-family Redfish driver goes through its whole flow on a lab machine; a
+/// component of another world is refused with the reason.
+#[test]
+fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
+    let run = |file: &str| {
+        let out = Command::new(BIN)
+            .args(["driver", "test", file])
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (success, text) = run(deployd_fixtures::AGENT_REDFISH);
+    assert!(success, "{text}");
+    for line in [
+        "loaded agent_redfish 0.1.0 (agent family, redfish power",
+        "manage → manageable",
+        "provide → available",
+        "active → active",
+        "the disk holds the image",
+        "deleted → available",
+        "Image transfer started (8388608 bytes)",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+    let (success, text) = run(deployd_fixtures::WRONG_WORLD);
+    assert!(
+        !success && text.contains("is not a deployd driver"),
+        "{text}"
+    );
+}

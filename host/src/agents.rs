@@ -213,10 +213,18 @@ impl Agents {
                 s.transfer_ended = true;
                 let seconds = now.since(started).as_secs_f64();
                 let rate = progress.written as f64 / seconds.max(0.001) / f64::from(1 << 20);
-                Some(format!(
-                    "Image transfer ended: {} bytes in {seconds:.1} s ({rate:.1} MiB/s)",
-                    progress.written
-                ))
+                // Heartbeats come a second or more apart: a shorter span is no rate.
+                Some(if seconds < 1.0 {
+                    format!(
+                        "Image transfer ended: {} bytes, within a heartbeat of its start",
+                        progress.written
+                    )
+                } else {
+                    format!(
+                        "Image transfer ended: {} bytes in {seconds:.1} s ({rate:.1} MiB/s)",
+                        progress.written
+                    )
+                })
             }
             _ => None,
         }

@@ -100,6 +100,9 @@ pub enum PortCommand {
 #[derive(Subcommand, Debug)]
 pub enum DriverCommand {
     List,
+    /// Run a driver component against a simulated machine (engine and lab in a temporary
+    /// directory): manage, provide, deploy, undeploy, and the node's timeline.
+    Test(crate::driver_test::DriverTestArgs),
     /// Load (or replace) a driver from a .wasm component file, without a restart.
     Load {
         file: std::path::PathBuf,
@@ -412,6 +415,7 @@ pub fn driver(endpoint: &Endpoint, command: DriverCommand) -> anyhow::Result<()>
                 text(&d["deployd"]["hash"])
             );
         }
+        DriverCommand::Test(_) => unreachable!("main runs `driver test` on its runtime"),
         DriverCommand::Unload { name, force } => {
             c.delete(&format!("/v1/deployd/drivers/{name}?force={force}"))?;
             println!("unloaded {name}");

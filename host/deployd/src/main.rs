@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod driver_test;
 
 use clap::{Parser, Subcommand};
 use deployd_engine::clock::Clock;
@@ -37,7 +38,7 @@ enum Command {
         #[command(subcommand)]
         command: crate::cli::PortCommand,
     },
-    /// Drivers: list, load and unload at runtime.
+    /// Drivers: list, load and unload at runtime; test one against a simulated machine.
     Driver {
         #[command(flatten)]
         endpoint: crate::cli::Endpoint,
@@ -80,10 +81,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The demo draws on the terminal: only errors may interrupt it.
-    let default = if matches!(cli.command, Command::Demo(_)) {
-        "error"
-    } else {
-        "info"
+    let default = match &cli.command {
+        Command::Demo(_) => "error",
+        // The driver's own log lines, and the engine's warnings.
+        Command::Driver {
+            command: cli::DriverCommand::Test(_),
+            ..
+        } => "warn,deployd_engine::capability::log=info",
+        _ => "info",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -97,6 +102,10 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(overrides) => serve(&Config::load(&overrides)?),
         Command::Node { endpoint, command } => crate::cli::node(&endpoint, command),
         Command::Port { endpoint, command } => crate::cli::port(&endpoint, command),
+        Command::Driver {
+            command: cli::DriverCommand::Test(args),
+            ..
+        } => runtime()?.block_on(driver_test::run(args)),
         Command::Driver { endpoint, command } => crate::cli::driver(&endpoint, command),
         Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),

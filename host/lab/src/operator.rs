@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use deployd_client::{Client, Method};
+use deployd_client::{Client, Method, Payload};
 use deployd_wire::documents::{HistoryEvent, Node};
 use deployd_wire::state_machine::ProvisionState;
 use deployd_wire::targets::ProvisionTarget;
@@ -96,6 +96,33 @@ impl Operator {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("node {node} did not reach {state}")
+    }
+
+    /// Loads a driver component into the engine; its document as the engine answers.
+    pub async fn load_driver(&self, component: &[u8]) -> anyhow::Result<Value> {
+        let path = "/v1/deployd/drivers";
+        Ok(self
+            .client
+            .call(Method::POST, path, Payload::Bytes(component))
+            .await?)
+    }
+
+    /// Waits until no flow runs on the node (it has no target state), at most `limit`.
+    pub async fn settled(&self, node: &str, limit: Duration) -> anyhow::Result<Node> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let n = self.client.node(node).await?;
+            if n.is_settled() {
+                return Ok(n);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "node {node} is still in {} after {limit:?}",
+                    n.provision_state.map_or("?", |s| s.as_str())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The node's history: its state changes and milestones, oldest first.

@@ -12,6 +12,11 @@ use crate::capability::LINKED_INTERFACES;
 /// The interfaces `bytes` imports at its top level (`wasi:io/streams@0.2.6`), or why it is
 /// not a component.
 pub fn imports(bytes: &[u8]) -> Result<BTreeSet<String>, LoadError> {
+    if !bytes.starts_with(b"\0asm") {
+        return Err(LoadError::NotAComponent(
+            "not a WebAssembly file (it does not begin with \\0asm)".into(),
+        ));
+    }
     let broken = |e: wasmparser::BinaryReaderError| LoadError::NotAComponent(e.to_string());
     let mut names = BTreeSet::new();
     let mut depth = 0usize;

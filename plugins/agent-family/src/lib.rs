@@ -20,12 +20,13 @@ use deployd_driver_sdk::agent::ErrorText;
 use deployd_driver_sdk::bmc::{self, BootDevice, PowerState};
 use deployd_driver_sdk::image::{self, WriteProgress as Progress};
 use deployd_driver_sdk::node::{self, Node};
-use deployd_driver_sdk::{Description, Family, Outcome, agent, describe, log, scratch};
+use deployd_driver_sdk::{Description, Family, Outcome, agent, log, scratch};
 use serde_json::json;
 
 const STEP: &str = "deploy_step";
 
-pub fn description(name: &str, family: Family, power: &str) -> Description {
+/// The description of a driver of this family, at the driver crate's `version`.
+pub fn description(name: &str, family: Family, power: &str, version: &str) -> Description {
     let summary = match family {
         Family::Agent => format!("The ramdisk agent writes the image; power by {power}"),
         Family::Pxe => {
@@ -33,7 +34,7 @@ pub fn description(name: &str, family: Family, power: &str) -> Description {
         }
         Family::Fake => format!("No hardware; power by {power}"),
     };
-    describe(name, family, power, &summary)
+    deployd_driver_sdk::describe_version(name, family, power, &summary, version)
 }
 
 /// The image and its checksum, as instance_info gives them.
@@ -451,7 +452,12 @@ macro_rules! family_driver {
 
         impl deployd_driver_sdk::Driver for $ty {
             fn describe() -> deployd_driver_sdk::Description {
-                $crate::description($name, deployd_driver_sdk::Family::$family, $power)
+                $crate::description(
+                    $name,
+                    deployd_driver_sdk::Family::$family,
+                    $power,
+                    env!("CARGO_PKG_VERSION"),
+                )
             }
             fn validate() -> Result<(), String> {
                 $crate::validate($power)

@@ -7,7 +7,7 @@ struct Fake;
 
 impl Driver for Fake {
     fn describe() -> Description {
-        describe(
+        describe!(
             "fake",
             Family::Fake,
             "fake",

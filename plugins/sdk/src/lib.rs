@@ -7,7 +7,7 @@
 //! struct MyDriver;
 //!
 //! impl Driver for MyDriver {
-//!     fn describe() -> Description { deployd_driver_sdk::describe("my_driver", Family::Fake, "fake", "Does nothing") }
+//!     fn describe() -> Description { deployd_driver_sdk::describe!("my_driver", Family::Fake, "fake", "Does nothing") }
 //!     fn deploy() -> Outcome { Outcome::Done }
 //! }
 //!
@@ -56,11 +56,32 @@ pub trait Driver {
     fn clean_up(_reason: String) {}
 }
 
-/// A [`Description`] with this crate's version.
-pub fn describe(name: &str, family: Family, power: &str, summary: &str) -> Description {
+/// A [`Description`] whose version is the calling crate's own (`CARGO_PKG_VERSION` of
+/// the driver's `Cargo.toml`): `describe!("my_driver", Family::Agent, "redfish", "…")`.
+#[macro_export]
+macro_rules! describe {
+    ($name:expr, $family:expr, $power:expr, $summary:expr $(,)?) => {
+        $crate::describe_version(
+            $name,
+            $family,
+            $power,
+            $summary,
+            env!("CARGO_PKG_VERSION"),
+        )
+    };
+}
+
+/// A [`Description`] with the version given (see [`describe!`]).
+pub fn describe_version(
+    name: &str,
+    family: Family,
+    power: &str,
+    summary: &str,
+    version: &str,
+) -> Description {
     Description {
         name: name.into(),
-        version: "0.1.0".into(),
+        version: version.into(),
         family,
         power: power.into(),
         summary: summary.into(),

@@ -9,7 +9,7 @@ struct Template;
 
 impl Driver for Template {
     fn describe() -> Description {
-        describe(
+        describe!(
             "template",
             Family::Fake,
             "fake",
