@@ -107,6 +107,13 @@ impl Agents {
         self.lock().get(&node).cloned()
     }
 
+    /// Whether the node's agent reports its progress in its heartbeats (a status message).
+    pub fn reports_status(&self, node: Uuid) -> bool {
+        self.lock()
+            .get(&node)
+            .is_some_and(|s| s.status_message.is_some())
+    }
+
     /// Whether `token` is the one the engine knows for the node's agent (no copy made).
     pub fn token_is(&self, node: Uuid, token: &str) -> bool {
         self.lock()

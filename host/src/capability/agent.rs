@@ -63,8 +63,7 @@ impl HostState {
     /// reports its progress in its heartbeats (deployd's) is judged by those alone: two
     /// sources taking turns would look like progress at every turn.
     fn command_progress(&self, commands: &str) -> Result<(), CapabilityError> {
-        let session = self.services.agents.get(self.node).unwrap_or_default();
-        if session.status_message.is_some() {
+        if self.services.agents.reports_status(self.node) {
             return Ok(());
         }
         let listed: Vec<Value> = serde_json::from_str(commands).unwrap_or_default();
@@ -85,6 +84,18 @@ impl HostState {
 /// The agent's commands url, its token, and the client that reaches it.
 type Endpoint = (String, String, reqwest::Client);
 
+/// Sends a request to the agent; a refusal comes back in the agent's own words.
+async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, CapabilityError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the agent: {e}"))?;
+    if !response.status().is_success() {
+        return Err(agent_error(response).await.into());
+    }
+    Ok(response)
+}
+
 /// `POST <agent>/v1/commands/`: the command's result document, as the agent sent it.
 async fn run_command(
     endpoint: Result<Endpoint, String>,
@@ -103,14 +114,8 @@ async fn run_command(
             ("agent_token", token.as_str()),
         ])
         .json(&serde_json::json!({ "name": name, "params": params }));
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach the agent: {e}"))?;
-    if !response.status().is_success() {
-        return Err(agent_error(response).await.into());
-    }
-    Ok(response
+    Ok(send(request)
+        .await?
         .text()
         .await
         .map_err(|e| format!("reading the agent's answer: {e}"))?)
@@ -123,14 +128,8 @@ async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<String, Cap
         .get(url)
         .timeout(AGENT_TIMEOUT)
         .query(&[("agent_token", token.as_str())]);
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach the agent: {e}"))?;
-    if !response.status().is_success() {
-        return Err(agent_error(response).await.into());
-    }
-    let body: Value = response
+    let body: Value = send(request)
+        .await?
         .json()
         .await
         .map_err(|e| format!("the agent's command list is not JSON: {e}"))?;
