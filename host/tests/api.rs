@@ -803,8 +803,12 @@ async fn automated_cleaning_follows_the_node_then_the_engine() {
             s.send(Method::PUT, &path, on).await.status,
             StatusCode::ACCEPTED
         );
+        // Powered on, and the power action's claim released (it records the change in
+        // the node's history after the node shows it).
+        let id = uuid.parse().unwrap();
         for _ in 0..200 {
-            if s.get(&format!("/v1/nodes/{uuid}")).await.body["power_state"] == "power on" {
+            let on = s.get(&format!("/v1/nodes/{uuid}")).await.body["power_state"] == "power on";
+            if on && !s.engine.conductor.is_busy(id) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
