@@ -254,6 +254,11 @@ impl Conductor {
         ca: Option<rustls::pki_types::CertificateDer<'static>>,
         progress: Option<u64>,
     ) -> Result<(), ConductorError> {
+        // Claimed before the touch: the node the touch reads is then the one the step
+        // sees, since no other step can write it meanwhile. Claimed after, a step that
+        // ended in between would hand this one a node from before its writes (a pxe
+        // deploy started its image write twice that way).
+        let claim = self.claim(node, "heartbeat");
         let touched = match self.store.touch(node, progress) {
             Ok(p) => Some(p),
             // Heartbeats in other states are only recorded (Ironic's record-only states).
@@ -274,8 +279,7 @@ impl Conductor {
         ) {
             return Ok(());
         }
-        let claim = self.claim(node, "heartbeat")?;
-        self.spawn(claim, Step::Heartbeat(touched));
+        self.spawn(claim?, Step::Heartbeat(touched));
         Ok(())
     }
 
