@@ -53,7 +53,7 @@ impl Host for HostState {
         if let Ok(commands) = &listed {
             infallible(self.command_progress(commands))?;
         }
-        outcome(listed)
+        outcome(listed.map(|commands| Value::Array(commands).to_string()))
     }
 }
 
@@ -62,11 +62,10 @@ impl HostState {
     /// command that starts or ends is progress for the stall timeout. An agent that
     /// reports its progress in its heartbeats (deployd's) is judged by those alone: two
     /// sources taking turns would look like progress at every turn.
-    fn command_progress(&self, commands: &str) -> Result<(), CapabilityError> {
+    fn command_progress(&self, listed: &[Value]) -> Result<(), CapabilityError> {
         if self.services.agents.reports_status(self.node) {
             return Ok(());
         }
-        let listed: Vec<Value> = serde_json::from_str(commands).unwrap_or_default();
         let summary: Vec<(&Value, &Value)> = listed
             .iter()
             .map(|c| (&c["command_name"], &c["command_status"]))
@@ -121,8 +120,9 @@ async fn run_command(
         .map_err(|e| format!("reading the agent's answer: {e}"))?)
 }
 
-/// `GET <agent>/v1/commands/`: the commands the agent ran this boot, as a JSON list.
-async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<String, CapabilityError> {
+/// `GET <agent>/v1/commands/`: the commands the agent ran this boot, read once (the
+/// stall check fingerprints them, the driver gets them as a JSON list).
+async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<Vec<Value>, CapabilityError> {
     let (url, token, http) = endpoint?;
     let request = http
         .get(url)
@@ -133,9 +133,11 @@ async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<String, Cap
         .json()
         .await
         .map_err(|e| format!("the agent's command list is not JSON: {e}"))?;
-    Ok(body
-        .get("commands")
-        .cloned()
-        .unwrap_or(Value::Array(vec![]))
-        .to_string())
+    Ok(match body {
+        Value::Object(mut doc) => match doc.remove("commands") {
+            Some(Value::Array(commands)) => commands,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    })
 }
