@@ -171,3 +171,47 @@ fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
         "{text}"
     );
 }
+
+/// A driver in Python (`plugins/examples/python`), built with componentize-py (installed
+/// into `target/test-venv` by `.ci/run`), deploys a lab machine through `deployd driver
+/// test`: its runtime imports the filesystem and sockets, which the host links without any
+/// capability, and it reads the 0.2 heartbeat record's progress.
+#[test]
+fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
+    let example = support::repo_root().join("plugins/examples/python");
+    let componentize = support::venv_bin("componentize-py");
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("py_redfish.wasm");
+    let wit = support::repo_root().join("wit");
+    let built = Command::new(&componentize)
+        .current_dir(&example)
+        .arg("-d")
+        .arg(&wit)
+        .args(["-w", "driver", "componentize", "driver", "-o"])
+        .arg(&wasm)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = Command::new(BIN)
+        .args(["driver", "test"])
+        .arg(&wasm)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "loaded py_redfish 0.2.0 (agent family, redfish power",
+        "active → active",
+        "the disk holds the image",
+        "deleted → available",
+        "8388608 of 8388608 bytes written",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+}

@@ -70,6 +70,8 @@ pub struct AgentSession {
     pub url: Option<CallbackUrl>,
     pub version: Option<String>,
     pub last_heartbeat: Option<Timestamp>,
+    /// Ironic's `agent_status` of the last heartbeat that had one ("start", "end", "error").
+    pub status: Option<String>,
     /// The agent's own account of what it is doing (`agent_status_message`).
     pub status_message: Option<String>,
     /// The certificate this boot of the agent serves its API with (`agent_verify_ca`):
@@ -78,6 +80,37 @@ pub struct AgentSession {
     /// When this boot's image transfer was first seen moving, and whether its end was.
     pub transfer_started: Option<Timestamp>,
     pub transfer_ended: bool,
+}
+
+/// What a heartbeat says of the agent's work (API 1.72+): deployd's agent its step and the
+/// bytes written ([`Progress`], in the message); an installer that runs its own deploy
+/// its status. ironic-python-agent says neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentReport {
+    /// `agent_status`.
+    pub status: Option<String>,
+    /// `agent_status_message`.
+    pub message: Option<String>,
+}
+
+impl AgentReport {
+    /// The stall check's mark of this report: a different report is progress. `None`
+    /// when the heartbeat said nothing of the agent's work.
+    pub fn fingerprint(&self) -> Option<u64> {
+        if self.status.is_none() && self.message.is_none() {
+            return None;
+        }
+        let status = self.status.as_deref().unwrap_or_default();
+        let message = self.message.as_deref().unwrap_or_default();
+        Some(crate::store::progress_fingerprint(
+            format!("{status}\n{message}").as_bytes(),
+        ))
+    }
+
+    /// deployd's agent's progress, when the message is one of its reports.
+    pub fn progress(&self) -> Option<Progress> {
+        self.message.as_deref()?.parse().ok()
+    }
 }
 
 /// Why a heartbeat's TLS details are refused.
@@ -193,10 +226,15 @@ impl Agents {
         first
     }
 
-    /// Records the `agent_status_message` of a heartbeat that was accepted.
-    pub fn status(&self, node: Uuid, message: String) {
+    /// Records what an accepted heartbeat said of the agent's work.
+    pub fn report(&self, node: Uuid, report: AgentReport) {
         if let Some(s) = self.lock().get_mut(&node) {
-            s.status_message = Some(message);
+            if report.status.is_some() {
+                s.status = report.status;
+            }
+            if report.message.is_some() {
+                s.status_message = report.message;
+            }
         }
     }
 

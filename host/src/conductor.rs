@@ -14,14 +14,13 @@
 //!   loops or runs out of memory fails that node with the reason in `last_error`, and its
 //!   clean-up runs; other nodes carry on.
 
-use deployd_wire::agent::Progress;
 use std::sync::Arc;
 
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::agents::Agents;
-use crate::bindings::Outcome;
+use crate::capability::bindings::Outcome;
 use crate::capability::bmc::{self, PowerAction};
 use crate::hardware::Hardware;
 use crate::images::{Images, STAGED_TOKEN};
@@ -252,14 +251,14 @@ impl Conductor {
         url: &crate::agents::CallbackUrl,
         version: &str,
         ca: Option<rustls::pki_types::CertificateDer<'static>>,
-        progress: Option<u64>,
+        report: crate::agents::AgentReport,
     ) -> Result<(), ConductorError> {
         // Claimed before the touch: the node the touch reads is then the one the step
         // sees, since no other step can write it meanwhile. Claimed after, a step that
         // ended in between would hand this one a node from before its writes (a pxe
         // deploy started its image write twice that way).
         let claim = self.claim(node, "heartbeat");
-        let touched = match self.store.touch(node, progress) {
+        let touched = match self.store.touch(node, report.fingerprint()) {
             Ok(p) => Some(p),
             // Heartbeats in other states are only recorded (Ironic's record-only states).
             Err(StoreError::NotWaiting { .. }) => None,
@@ -270,6 +269,8 @@ impl Conductor {
             let note = format!("First heartbeat from agent {version} at {}", url.as_str());
             self.store.milestone(node, note)?;
         }
+        // Recorded before the driver's step is spawned, so the step sees this report.
+        self.agent_reported(node, report)?;
         let Some(touched) = touched else {
             return Ok(());
         };
@@ -283,16 +284,19 @@ impl Conductor {
         Ok(())
     }
 
-    /// What an agent said of its work in an accepted heartbeat (`agent_status_message`):
-    /// kept for the API and the stall check's `last_error`, and followed for the image
-    /// transfer's milestones when it is deployd's agent's [`Progress`] report.
-    pub fn agent_reported(&self, node: Uuid, message: String) -> Result<(), ConductorError> {
+    /// What an agent said of its work in an accepted heartbeat: kept for the driver
+    /// (`last-heartbeat`), the API and the stall check's `last_error`, and followed for the
+    /// image transfer's milestones when it is deployd's agent's progress report.
+    fn agent_reported(
+        &self,
+        node: Uuid,
+        report: crate::agents::AgentReport,
+    ) -> Result<(), ConductorError> {
         let now = self.store.clock().now();
-        let milestone = message
-            .parse::<Progress>()
-            .ok()
+        let milestone = report
+            .progress()
             .and_then(|p| self.agents.transfer(node, &p, now));
-        self.agents.status(node, message);
+        self.agents.report(node, report);
         if let Some(note) = milestone {
             self.store.milestone(node, note)?;
         }

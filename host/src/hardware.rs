@@ -16,7 +16,7 @@
 //! while a component for it is loaded; the other kinds are enabled as the type supports
 //! them. A node's default interface of a kind is the first enabled one, as in Ironic.
 
-use crate::bindings::Family;
+use crate::capability::bindings::Family;
 use crate::plugin::{LoadedDriver, Registry};
 
 /// The kinds of interface, in Ironic's order, with the field that holds each and the

@@ -7,8 +7,8 @@
 //! - [`node`]: what a node and a port are.
 //! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
 //! - [`sweeper`]: the task that fails nodes whose agent went silent.
-//! - [`bindings`]: the driver world's types; [`plugin`]: the wasmtime host that runs
-//!   drivers; [`capability`]: what they may do.
+//! - [`plugin`]: the wasmtime host that runs drivers; [`capability`]: what they may do,
+//!   and the driver world's bindings.
 //! - [`agents`]: what the engine knows of each node's running agent.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`metrics`]: counters and driver-call latencies for `GET /metrics`.
@@ -24,7 +24,6 @@ pub use deployd_agent as agent;
 pub mod agent_tls;
 pub mod agents;
 pub mod api;
-pub mod bindings;
 pub mod capability;
 pub use deployd_agent::checksum;
 pub mod clock;

@@ -608,16 +608,22 @@ async fn drivers_are_listed_loaded_and_unloaded_at_runtime() {
         .await
         .unwrap();
     assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
-    let fs = std::fs::read(deployd_fixtures::FS_DRIVER).unwrap();
+    let other = std::fs::read(deployd_fixtures::WRONG_WORLD).unwrap();
     let refused = s
         .http
         .post(format!("{}/v1/deployd/drivers", s.base))
-        .body(fs)
+        .body(other)
         .send()
         .await
         .unwrap();
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
-    assert!(refused.text().await.unwrap().contains("wasi:filesystem"));
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("not a deployd driver")
+    );
 
     let v2 = std::fs::read(deployd_fixtures::TEST_DRIVER_V2).unwrap();
     let loaded = s

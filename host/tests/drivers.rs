@@ -82,7 +82,7 @@ async fn heartbeat_until_not(
         let agent = deployd_engine::agents::CallbackUrl::parse(agent).unwrap();
         match lab
             .conductor
-            .heartbeat(uuid, token, &agent, "13.0.0", None, None)
+            .heartbeat(uuid, token, &agent, "13.0.0", None, Default::default())
         {
             Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),

@@ -102,29 +102,29 @@ async fn a_panic_message_reaches_last_error_and_clean_up_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_that_are_not_drivers_for_this_host_are_refused_with_the_reason() {
     let lab = lab(Duration::from_secs(60)).await;
-    let err = lab
-        .registry
-        .load(&wasm(deployd_fixtures::FS_DRIVER), Limits::default())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, LoadError::Import(_)), "{err}");
-    // Refused from its imports, read before any compile, naming what it lacks.
-    assert!(
-        err.to_string().contains("it imports wasi:filesystem/"),
-        "{err}"
-    );
-    let fs_driver = wasm(deployd_fixtures::FS_DRIVER);
-    let imports = deployd_engine::plugin::imports::imports(&fs_driver).unwrap();
-    assert!(
-        imports
-            .iter()
-            .any(|i| i.starts_with("wasi:filesystem/preopens@0.2")),
-        "{imports:?}"
-    );
     // Every bundled driver imports only what the host links (they load in every test).
     for (name, bytes) in deployd_fixtures::BUNDLED {
         deployd_engine::plugin::imports::check(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+    // A line of the driver world this host does not have: refused from its imports, read
+    // before any compile, naming what it lacks.
+    let mut future = wasm(deployd_fixtures::DRIVER_V0_1);
+    let at = future
+        .windows(22)
+        .position(|w| w == b"deployd:driver/node@0.")
+        .expect("the 0.1 fixture names its node import");
+    future[at + 22] = b'9';
+    let err = lab
+        .registry
+        .load(&future, Limits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::Import(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("it imports deployd:driver/node@0.9"),
+        "{err}"
+    );
     let err = lab
         .registry
         .load(&wasm(deployd_fixtures::WRONG_WORLD), Limits::default())
@@ -261,4 +261,103 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
         .unwrap();
     assert_eq!(driver.hash, hash);
     assert_eq!(driver.description.name, "fake");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_imports_the_filesystem_loads_but_reaches_no_file() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let fs_driver = wasm(deployd_fixtures::FS_DRIVER);
+    let imports = deployd_engine::plugin::imports::imports(&fs_driver).unwrap();
+    assert!(
+        imports
+            .iter()
+            .any(|i| i.starts_with("wasi:filesystem/preopens@0.2")),
+        "{imports:?}"
+    );
+    lab.load(deployd_fixtures::FS_DRIVER, Limits::default())
+        .await;
+    let uuid = lab.node("fs_driver", json!({})).await;
+    let node = lab.deploy(uuid, ProvisionState::DeployFailed).await;
+    let error = node.body.last_error.unwrap();
+    // It asked for /etc/passwd; with no preopened directory the read fails in the guest.
+    assert!(
+        !error.contains("read "),
+        "the driver read a host file: {error}"
+    );
+    assert!(
+        error.contains("/etc/passwd")
+            || error.contains("pre-opened")
+            || error.contains("No such file"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_built_against_wit_0_1_still_loads_and_deploys() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let old = lab
+        .load(deployd_fixtures::DRIVER_V0_1, Limits::default())
+        .await;
+    assert_eq!(old.world(), "0.1");
+    lab.load(deployd_fixtures::TEST_DRIVER, Limits::default())
+        .await;
+    assert_eq!(lab.registry.get("test_driver").unwrap().world(), "0.2");
+    let uuid = lab.node("driver_v0_1", json!({})).await;
+    let node = lab.deploy(uuid, ProvisionState::WaitCallBack).await;
+    assert_eq!(node.body.power_state.as_deref(), Some("power on"));
+    lab.heartbeat(uuid);
+    let node = lab.settle(uuid, ProvisionState::Active).await;
+    assert_eq!(scratch(&node, "heard"), "test");
+    assert_eq!(scratch(&node, "image"), "none");
+    let refusal = scratch(&node, "refusal");
+    assert!(
+        refusal
+            .as_str()
+            .unwrap()
+            .contains("scratch keys are 1 to 128 bytes"),
+        "0.1 gets the text: {refusal}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_driver_sees_the_agents_status_and_progress_and_typed_errors() {
+    let lab = lab(Duration::from_secs(60)).await;
+    lab.load(deployd_fixtures::TEST_DRIVER, Limits::default())
+        .await;
+    let uuid = lab
+        .node(
+            "test_driver",
+            json!({"mode": "wait", "heartbeat_mode": "report"}),
+        )
+        .await;
+    lab.deploy(uuid, ProvisionState::WaitCallBack).await;
+    lab.report(
+        uuid,
+        deployd_engine::agents::AgentReport {
+            status: None,
+            message: Some("prepare_image: running, 4096 of 8192 bytes written".into()),
+        },
+    );
+    // The driver records `heard`, then `refusal`, in one call.
+    for _ in 0..400 {
+        if !scratch(&lab.store.node(uuid).unwrap(), "refusal").is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let heard = scratch(&lab.store.node(uuid).unwrap(), "heard");
+    assert_eq!(
+        heard,
+        json!([
+            "test",
+            null,
+            "prepare_image: running, 4096 of 8192 bytes written",
+            ["prepare_image StepStatus::Running", 4096, 8192]
+        ])
+    );
+    let refusal = scratch(&lab.store.node(uuid).unwrap(), "refusal");
+    assert!(
+        refusal.as_str().unwrap().starts_with("Error::Invalid("),
+        "{refusal}"
+    );
 }

@@ -95,9 +95,14 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     runtime.block_on(async {
         for (i, uuid) in uuids.iter().enumerate() {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
-            let _ = engine
-                .conductor
-                .heartbeat(*uuid, &token, &callback, "13.0.0", None, None);
+            let _ = engine.conductor.heartbeat(
+                *uuid,
+                &token,
+                &callback,
+                "13.0.0",
+                None,
+                Default::default(),
+            );
         }
         while uuids.iter().any(|u| engine.conductor.is_busy(*u)) {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -4,20 +4,28 @@
 //!   `InstancePre`, its `heartbeat` export called, the store dropped — no network, as the
 //!   conductor does on every heartbeat. Median and p99 on one task, then calls per second
 //!   with `--concurrency` tasks on a multi-threaded runtime.
+//! - The heartbeat record: the same dispatch for a 0.2 driver and a 0.1 driver (the test
+//!   fixtures' `listen` mode: read the agent's last heartbeat, wait), the agent having
+//!   reported progress; 0.2's record carries it, 0.1's adapter drops it. Blocks of calls
+//!   alternate between the two, so drift on the machine falls on both.
+//! - `--component FILE` (repeatable): any driver, e.g. the Python and JavaScript
+//!   examples: its size, its compile and load time, and its heartbeat dispatch.
 //! - Start-up: `--drivers` distinct components (the bundled drivers, made distinct by a
 //!   custom section) compiled once into a cache, then loaded by a fresh registry from it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use super::{median, report};
-use deployd_engine::agents::Agents;
+use deployd_engine::agents::{AgentReport, Agents, CallbackUrl};
 use deployd_engine::capability::Services;
 use deployd_engine::clock::Clock;
 use deployd_engine::node::NewNode;
 use deployd_engine::plugin::sandbox::Export;
-use deployd_engine::plugin::{Limits, Registry};
+use deployd_engine::plugin::{Limits, LoadedDriver, Registry};
 use deployd_engine::state_machine::Timeouts;
 use deployd_engine::store::{Store, StoreConfig};
 
@@ -32,6 +40,130 @@ pub struct PluginBench {
     /// Distinct cached drivers to load at start-up.
     #[arg(long, default_value_t = 20)]
     pub drivers: usize,
+    /// Also time these driver components (size, compile, heartbeat dispatch).
+    #[arg(long = "component")]
+    pub components: Vec<std::path::PathBuf>,
+}
+
+/// `n` heartbeat calls of `driver` for `node`, one after another: their durations.
+async fn time_calls(
+    registry: &Registry,
+    driver: &Arc<LoadedDriver>,
+    node: Uuid,
+    n: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        registry.call(driver, node, Export::Heartbeat).await?;
+        samples.push(t.elapsed());
+    }
+    Ok(samples)
+}
+
+/// A node of `driver` whose agent has called back and reported progress.
+fn listening_node(store: &Store, agents: &Agents, driver: &str) -> anyhow::Result<Uuid> {
+    let instance = serde_json::json!({"heartbeat_mode": "listen"});
+    let node = store
+        .create_node(NewNode {
+            driver: driver.into(),
+            instance_info: instance.as_object().cloned().unwrap_or_default(),
+            ..Default::default()
+        })?
+        .uuid();
+    let url = CallbackUrl::parse("http://127.0.0.1:9").map_err(anyhow::Error::msg)?;
+    agents.heartbeat(
+        node,
+        "bench-token",
+        &url,
+        "13.0.0",
+        None,
+        store.clock().now(),
+    );
+    agents.report(
+        node,
+        AgentReport {
+            status: None,
+            message: Some("prepare_image: running, 1048576 of 8388608 bytes written".into()),
+        },
+    );
+    Ok(node)
+}
+
+/// The 0.2 heartbeat record against 0.1's, in alternating blocks.
+async fn heartbeat_record(
+    registry: &Registry,
+    store: &Store,
+    agents: &Agents,
+    calls: usize,
+) -> anyhow::Result<()> {
+    let now = registry
+        .load(
+            &std::fs::read(deployd_fixtures::TEST_DRIVER)?,
+            Limits::default(),
+        )
+        .await?;
+    let old = registry
+        .load(
+            &std::fs::read(deployd_fixtures::DRIVER_V0_1)?,
+            Limits::default(),
+        )
+        .await?;
+    let (now_node, old_node) = (
+        listening_node(store, agents, "test_driver")?,
+        listening_node(store, agents, "driver_v0_1")?,
+    );
+    time_calls(registry, &now, now_node, 500).await?;
+    time_calls(registry, &old, old_node, 500).await?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let block = 500.min(calls.max(1));
+    for _ in 0..calls.div_ceil(block) {
+        a.extend(time_calls(registry, &now, now_node, block).await?);
+        b.extend(time_calls(registry, &old, old_node, block).await?);
+    }
+    a.sort();
+    b.sort();
+    report(
+        "heartbeat dispatch, WIT 0.2 driver reading the 0.2 record (status + progress)",
+        &a,
+    );
+    report(
+        "heartbeat dispatch, WIT 0.1 driver reading the 0.1 record (through the adapter)",
+        &b,
+    );
+    println!(
+        "0.2 / 0.1 median: {:.2}",
+        median(&a).as_secs_f64() / median(&b).as_secs_f64()
+    );
+    Ok(())
+}
+
+/// An arbitrary component: size, compile + load, and heartbeat dispatch.
+async fn component(
+    registry: &Registry,
+    store: &Store,
+    agents: &Agents,
+    path: &std::path::Path,
+    calls: usize,
+) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path)?;
+    let t = Instant::now();
+    let driver = registry.load(&bytes, Limits::default()).await?;
+    let load = t.elapsed();
+    let name = driver.description.name.clone();
+    let node = listening_node(store, agents, &name)?;
+    time_calls(registry, &driver, node, 20.min(calls)).await?;
+    let mut samples = time_calls(registry, &driver, node, calls).await?;
+    samples.sort();
+    println!(
+        "{name} ({}): {:.1} MiB, WIT {}, compile + load {:.2} s",
+        path.display(),
+        super::mib(bytes.len() as u64),
+        driver.world(),
+        load.as_secs_f64()
+    );
+    report(&format!("{name}: heartbeat dispatch"), &samples);
+    Ok(())
 }
 
 /// `bytes` with a custom section appended: the same driver under another content hash.
@@ -64,17 +196,14 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         let driver = registry.load(fake, Limits::default()).await?;
         let node = store.create_node(NewNode { driver: "fake".into(), ..Default::default() })?.uuid();
 
-        for _ in 0..1000 {
-            registry.call(&driver, node, Export::Heartbeat).await?;
-        }
-        let mut samples = Vec::with_capacity(args.calls);
-        for _ in 0..args.calls {
-            let t = Instant::now();
-            registry.call(&driver, node, Export::Heartbeat).await?;
-            samples.push(t.elapsed());
-        }
+        time_calls(&registry, &driver, node, 1000).await?;
+        let mut samples = time_calls(&registry, &driver, node, args.calls).await?;
         samples.sort();
         report("heartbeat dispatch (fresh instance + call + drop), one task", &samples);
+        heartbeat_record(&registry, &store, &services.agents, args.calls).await?;
+        for path in &args.components {
+            component(&registry, &store, &services.agents, path, (args.calls / 10).max(100)).await?;
+        }
 
         let per_task = args.calls / args.concurrency.max(1);
         let t = Instant::now();

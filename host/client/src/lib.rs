@@ -20,7 +20,7 @@ pub use reqwest::Method;
 /// Why a call did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach deployd at {url}: {source}")]
+    #[error("cannot reach deployd at {url}: {source}{}", if source.is_timeout() { " (timed out waiting for its answer)" } else { "" })]
     Unreachable {
         url: String,
         #[source]
@@ -49,6 +49,10 @@ impl ClientError {
 }
 
 /// What a request carries.
+/// How long a driver upload may take, its compile included (the engine answers any other
+/// request within a minute).
+pub const UPLOAD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
 #[derive(Clone, Copy, Debug)]
 pub enum Payload<'a> {
     None,
@@ -156,7 +160,10 @@ impl Client {
             request = match body {
                 Payload::None => request,
                 Payload::Json(json) => request.json(json),
+                // An upload and its compile take what they take; the engine cuts one that
+                // stalls. This bound is only against an engine that never answers.
                 Payload::Bytes(bytes) => request
+                    .timeout(UPLOAD_TIMEOUT)
                     .header("content-type", "application/octet-stream")
                     .body(bytes.to_vec()),
             };

@@ -26,11 +26,11 @@ use uuid::Uuid;
 use super::error::{ApiError, parse};
 use super::version::Version;
 use super::{App, State, view};
-use crate::agents::CallbackUrl;
-use crate::conductor::{AGENT_TOKEN_HASH, ConductorError};
+use crate::agents::{AgentReport, CallbackUrl};
+use crate::conductor::AGENT_TOKEN_HASH;
 use crate::node::Node;
 use crate::state_machine::ProvisionState;
-use crate::store::{StoreError, progress_fingerprint};
+use crate::store::StoreError;
 use deployd_wire::agent::Heartbeat;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -231,20 +231,12 @@ async fn heartbeat(
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
     // What the agent says of its work (deployd's agent: the step and the bytes written;
     // an external installer: its status): a different report is progress.
-    let progress = (hb.agent_status.is_some() || hb.agent_status_message.is_some()).then(|| {
-        let status = hb.agent_status.as_deref().unwrap_or_default();
-        let message = hb.agent_status_message.as_deref().unwrap_or_default();
-        progress_fingerprint(format!("{status}\n{message}").as_bytes())
-    });
-    let result = app
-        .conductor
-        .heartbeat(uuid, token, &callback_url, agent_version, ca, progress);
-    if let (Ok(()) | Err(ConductorError::Busy { .. }), Some(message)) =
-        (&result, hb.agent_status_message)
-    {
-        app.conductor.agent_reported(uuid, message)?;
-    }
-    result
+    let report = AgentReport {
+        status: hb.agent_status,
+        message: hb.agent_status_message,
+    };
+    app.conductor
+        .heartbeat(uuid, token, &callback_url, agent_version, ca, report)
         .map(|()| StatusCode::ACCEPTED)
         .map_err(ApiError::from)
 }

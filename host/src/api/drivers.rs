@@ -29,6 +29,13 @@ use super::{App, MAX_DRIVER, State, schema, view};
 use crate::hardware::{self, Hardware};
 use crate::plugin::{Limits, LoadError, LoadedDriver};
 
+/// Where drivers are uploaded.
+pub const UPLOAD_PATH: &str = "/v1/deployd/drivers";
+
+/// How long an upload may go without a byte: a slow upload that moves is never cut, a
+/// stalled one is, with a message that says so (not the request timeout's).
+pub const UPLOAD_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
         .route("/v1/drivers", get(list))
@@ -40,7 +47,7 @@ pub fn routes() -> Router<Arc<App>> {
             get(raid_properties),
         )
         .route(
-            "/v1/deployd/drivers",
+            UPLOAD_PATH,
             // The handler streams the body to disk and enforces MAX_DRIVER itself.
             post(load).layer(DefaultBodyLimit::disable()),
         )
@@ -48,7 +55,7 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 fn family(d: &LoadedDriver) -> &'static str {
-    use crate::bindings::Family;
+    use crate::capability::bindings::Family;
     match d.description.family {
         Family::Agent => "agent",
         Family::Pxe => "pxe",
@@ -60,6 +67,7 @@ fn family(d: &LoadedDriver) -> &'static str {
 fn component(d: &LoadedDriver) -> Value {
     json!({
         "version": d.description.version,
+        "wit": d.world(),
         "family": family(d),
         "power": d.description.power,
         "summary": d.description.summary,
@@ -311,7 +319,8 @@ fn server_error(message: String) -> ApiError {
 }
 
 /// Streams an upload into a temporary file in `dir`, refusing it past [`MAX_DRIVER`]
-/// bytes: an upload never sits in memory whole while it arrives.
+/// bytes or when no byte came for [`UPLOAD_IDLE`]: an upload never sits in memory whole
+/// while it arrives, and is bounded by its progress, not its length.
 async fn receive(body: Body, dir: &std::path::Path) -> Result<tempfile::NamedTempFile, ApiError> {
     use futures_util::StreamExt;
     use tokio::io::AsyncWriteExt;
@@ -328,7 +337,21 @@ async fn receive(body: Body, dir: &std::path::Path) -> Result<tempfile::NamedTem
     let mut file = tokio::fs::File::from_std(file);
     let mut stream = body.into_data_stream();
     let mut received = 0usize;
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let next = tokio::time::timeout(UPLOAD_IDLE, stream.next()).await;
+        let chunk = match next {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "The upload stalled: no bytes for {} s after {received} bytes.",
+                        UPLOAD_IDLE.as_secs()
+                    ),
+                ));
+            }
+        };
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the upload: {e}")))?;
         received += chunk.len();
         if received > MAX_DRIVER {

@@ -45,8 +45,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use tower_http::timeout::TimeoutLayer;
+use axum::response::{IntoResponse, Response};
 use tower_http::trace::TraceLayer;
 
 use crate::conductor::Conductor;
@@ -127,12 +126,34 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(version::negotiate))
         .layer(middleware::from_fn(request_id))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(60),
-        ))
+        .layer(middleware::from_fn(request_timeout))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
+}
+
+/// How long a request may take, but a driver upload.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Every request must be answered within [`REQUEST_TIMEOUT`], but a driver upload: a large
+/// component (a Python runtime is tens of MiB) over a slow link, then its compile, can
+/// take longer while making progress all along. An upload is bounded by progress instead
+/// ([`drivers::UPLOAD_IDLE`] between bytes) and compiles one at a time.
+async fn request_timeout(request: Request, next: Next) -> Response {
+    if request.method() == axum::http::Method::POST && request.uri().path() == drivers::UPLOAD_PATH
+    {
+        return next.run(request).await;
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => error::ApiError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "The request was not answered within {} s.",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).

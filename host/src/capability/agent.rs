@@ -3,22 +3,25 @@
 
 use serde_json::Value;
 
-use super::{CapabilityError, HostState, infallible, outcome};
-use crate::bindings::deployd::driver::agent::Host;
+use super::bindings::deployd::driver::agent::Host;
+use super::{CapabilityError, HostState};
 use crate::store::progress_fingerprint;
 
 impl HostState {
     /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
-    fn agent_endpoint(&self) -> Result<Endpoint, String> {
+    fn agent_endpoint(&self) -> Result<Endpoint, CapabilityError> {
         let session = self.services.agents.get(self.node).unwrap_or_default();
         match (session.url, session.token) {
             (Some(url), Some(token)) => {
-                let client =
-                    self.services
-                        .agent_client(self.node, url.as_str(), &self.services.http)?;
+                let client = self
+                    .services
+                    .agent_client(self.node, url.as_str(), &self.services.http)
+                    .map_err(CapabilityError::NotReady)?;
                 Ok((url.commands(), token, client))
             }
-            _ => Err("the node's agent has not called back yet (no agent url or token)".into()),
+            _ => Err(CapabilityError::NotReady(
+                "the node's agent has not called back yet (no agent url or token)".into(),
+            )),
         }
     }
 }
@@ -42,18 +45,14 @@ impl Host for HostState {
         name: String,
         params: String,
         wait: bool,
-    ) -> wasmtime::Result<Result<String, String>> {
-        let endpoint = self.agent_endpoint();
-        outcome(run_command(endpoint, name, params, wait).await)
+    ) -> Result<String, CapabilityError> {
+        run_command(self.agent_endpoint()?, name, params, wait).await
     }
 
-    async fn commands(&mut self) -> wasmtime::Result<Result<String, String>> {
-        let endpoint = self.agent_endpoint();
-        let listed = list_commands(endpoint).await;
-        if let Ok(commands) = &listed {
-            infallible(self.command_progress(commands))?;
-        }
-        outcome(listed.map(|commands| Value::Array(commands).to_string()))
+    async fn commands(&mut self) -> Result<String, CapabilityError> {
+        let commands = list_commands(self.agent_endpoint()?).await?;
+        self.command_progress(&commands)?;
+        Ok(Value::Array(commands).to_string())
     }
 }
 
@@ -88,23 +87,22 @@ async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Cap
     let response = request
         .send()
         .await
-        .map_err(|e| format!("cannot reach the agent: {e}"))?;
+        .map_err(|e| CapabilityError::Remote(format!("cannot reach the agent: {e}")))?;
     if !response.status().is_success() {
-        return Err(agent_error(response).await.into());
+        return Err(CapabilityError::Remote(agent_error(response).await));
     }
     Ok(response)
 }
 
 /// `POST <agent>/v1/commands/`: the command's result document, as the agent sent it.
 async fn run_command(
-    endpoint: Result<Endpoint, String>,
+    (url, token, http): Endpoint,
     name: String,
     params: String,
     wait: bool,
 ) -> Result<String, CapabilityError> {
-    let (url, token, http) = endpoint?;
-    let params: Value =
-        serde_json::from_str(&params).map_err(|e| format!("command params are not JSON: {e}"))?;
+    let params: Value = serde_json::from_str(&params)
+        .map_err(|e| CapabilityError::Invalid(format!("command params are not JSON: {e}")))?;
     let request = http
         .post(url)
         .timeout(AGENT_TIMEOUT)
@@ -113,26 +111,23 @@ async fn run_command(
             ("agent_token", token.as_str()),
         ])
         .json(&serde_json::json!({ "name": name, "params": params }));
-    Ok(send(request)
+    send(request)
         .await?
         .text()
         .await
-        .map_err(|e| format!("reading the agent's answer: {e}"))?)
+        .map_err(|e| CapabilityError::Remote(format!("reading the agent's answer: {e}")))
 }
 
 /// `GET <agent>/v1/commands/`: the commands the agent ran this boot, read once (the
 /// stall check fingerprints them, the driver gets them as a JSON list).
-async fn list_commands(endpoint: Result<Endpoint, String>) -> Result<Vec<Value>, CapabilityError> {
-    let (url, token, http) = endpoint?;
+async fn list_commands((url, token, http): Endpoint) -> Result<Vec<Value>, CapabilityError> {
     let request = http
         .get(url)
         .timeout(AGENT_TIMEOUT)
         .query(&[("agent_token", token.as_str())]);
-    let body: Value = send(request)
-        .await?
-        .json()
-        .await
-        .map_err(|e| format!("the agent's command list is not JSON: {e}"))?;
+    let body: Value = send(request).await?.json().await.map_err(|e| {
+        CapabilityError::Remote(format!("the agent's command list is not JSON: {e}"))
+    })?;
     Ok(match body {
         Value::Object(mut doc) => match doc.remove("commands") {
             Some(Value::Array(commands)) => commands,

@@ -15,8 +15,8 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{CapabilityError, HostState, Services, outcome};
-use crate::bindings::deployd::driver::image::{Host, WriteProgress};
+use super::bindings::deployd::driver::image::{Host, WriteProgress};
+use super::{CapabilityError, HostState, Services};
 use crate::checksum::Hasher;
 use crate::metrics::Metrics;
 
@@ -73,21 +73,28 @@ impl ImageJobs {
 
 /// `target` must be on the host the node's agent reported: a driver may write only to its
 /// own node's disk.
-fn check_target(services: &Services, node: Uuid, target: &str) -> Result<reqwest::Url, String> {
-    let target =
-        reqwest::Url::parse(target).map_err(|e| format!("invalid target url {target:?}: {e}"))?;
+fn check_target(
+    services: &Services,
+    node: Uuid,
+    target: &str,
+) -> Result<reqwest::Url, CapabilityError> {
+    let invalid = CapabilityError::Invalid;
+    let target = reqwest::Url::parse(target)
+        .map_err(|e| invalid(format!("invalid target url {target:?}: {e}")))?;
     let agent = services
         .agents
         .get(node)
         .and_then(|s| s.url)
-        .ok_or("the node's agent has not called back yet")?;
-    let agent =
-        reqwest::Url::parse(agent.as_str()).map_err(|e| format!("invalid agent url: {e}"))?;
+        .ok_or_else(|| {
+            CapabilityError::NotReady("the node's agent has not called back yet".into())
+        })?;
+    let agent = reqwest::Url::parse(agent.as_str())
+        .map_err(|e| CapabilityError::Remote(format!("the agent sent an invalid url: {e}")))?;
     if target.host_str() != agent.host_str() || !matches!(target.scheme(), "http" | "https") {
-        return Err(format!(
+        return Err(invalid(format!(
             "target {target} is not on the node's agent host {}",
             agent.host_str().unwrap_or("?")
-        ));
+        )));
     }
     Ok(target)
 }
@@ -163,12 +170,14 @@ impl ImageJobs {
         target: &str,
     ) -> Result<(), CapabilityError> {
         let target = check_target(services, node, target)?;
-        Hasher::new(&hash_algo)?;
+        Hasher::new(&hash_algo).map_err(CapabilityError::Invalid)?;
         let written = Arc::new(AtomicU64::new(0));
         {
             let mut jobs = services.images.lock();
             if let Some(Job::Running(_)) = jobs.get(&node) {
-                return Err("an image write is already running for this node".into());
+                return Err(CapabilityError::NotReady(
+                    "an image write is already running for this node".into(),
+                ));
             }
             jobs.insert(node, Job::Running(written.clone()));
         }
@@ -201,11 +210,9 @@ impl Host for HostState {
         hash_algo: String,
         hash_value: String,
         target: String,
-    ) -> wasmtime::Result<Result<(), String>> {
+    ) -> Result<(), CapabilityError> {
         let (services, node) = (&self.services, self.node);
-        outcome(ImageJobs::start(
-            services, node, url, hash_algo, hash_value, &target,
-        ))
+        ImageJobs::start(services, node, url, hash_algo, hash_value, &target)
     }
 
     async fn progress(&mut self) -> wasmtime::Result<WriteProgress> {

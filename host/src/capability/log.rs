@@ -1,7 +1,7 @@
 //! `deployd:driver/log`: driver logs, tagged with the driver and the node.
 
 use super::HostState;
-use crate::bindings::deployd::driver::log::{Host, Level};
+use super::bindings::deployd::driver::log::{Host, Level};
 
 /// Longer messages are cut: a driver must not flood the engine's log.
 const MAX_MESSAGE: usize = 4096;

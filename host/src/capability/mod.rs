@@ -4,32 +4,33 @@
 //!
 //! Every capability is scoped to the one node the call is about ([`HostState::node`]):
 //! the node's own record, its own agent's url and token, its own BMC, its own image job.
-//! WASI is linked only for what Rust's standard library needs to start (streams, an empty
-//! environment, clocks, randomness, stderr into a bounded pipe); no filesystem and no
-//! sockets are linked, so a component that imports them is refused at load.
+//! All of WASI is linked, so components from any language's toolchain load, but with no
+//! ambient capability ([`linker`]). The 0.1 line of the world is adapted in [`v0_1`].
 
 pub mod agent;
+pub mod bindings;
 pub mod bmc;
+pub mod error;
 pub mod image;
 pub mod log;
 pub mod node;
 pub mod provision;
 #[cfg(test)]
 mod tests;
+pub mod v0_1;
 
 use std::sync::Arc;
 
 use uuid::Uuid;
 use wasmtime::StoreLimits;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime_wasi::cli::{WasiCli, WasiCliView};
-use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
-use wasmtime_wasi::random::WasiRandom;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use crate::agents::Agents;
-use crate::bindings::Driver;
 use crate::store::{Store, StoreError};
+use bindings::Driver;
+pub use error::{CapabilityError, HostFailure, infallible};
 
 /// The engine's services that capabilities act through, shared by all calls.
 pub struct Services {
@@ -91,11 +92,38 @@ pub struct HostState {
     pub power: String,
     pub services: Arc<Services>,
     pub wasi: WasiCtx,
+    pub http: WasiHttpCtx,
+    pub no_http: NoHttp,
     pub table: ResourceTable,
     pub limits: StoreLimits,
 }
 
 impl HostState {
+    /// The state of one call of `driver` (whose power backend is `power`) about `node`:
+    /// stderr into the bounded `stderr`, memory within `limits`, nothing else from WASI.
+    pub fn new(
+        node: Uuid,
+        snapshot: Option<crate::node::Node>,
+        driver: String,
+        power: String,
+        services: Arc<Services>,
+        stderr: wasmtime_wasi::p2::pipe::MemoryOutputPipe,
+        limits: StoreLimits,
+    ) -> HostState {
+        HostState {
+            node,
+            snapshot,
+            driver,
+            power,
+            services,
+            wasi: wasi_context(stderr),
+            http: WasiHttpCtx::new(),
+            no_http: NoHttp,
+            table: ResourceTable::new(),
+            limits,
+        }
+    }
+
     /// The node's record for this call (see [`HostState::snapshot`]).
     pub fn record(&mut self) -> Result<&crate::node::Node, StoreError> {
         if self.snapshot.is_none() {
@@ -115,74 +143,22 @@ impl WasiView for HostState {
     }
 }
 
-/// Why a capability did not do what the driver asked.
-///
-/// Every import decides through [`outcome`] (or [`infallible`]), wasmtime's
-/// `TrappableError` pattern: what the driver can act on is handed to it as its result's
-/// error; a failure of the host itself ends the call with a trap, and the node fails with
-/// it as `last_error`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CapabilityError {
-    /// The request cannot be done as asked (bad arguments, a BMC or agent that refused or
-    /// cannot be reached, a node not in a state for it): the driver decides what next.
-    #[error("{0}")]
-    Refused(String),
-    /// The host failed (its store): nothing the driver could do about it.
-    #[error("{0}")]
-    Host(String),
-}
-
-impl From<String> for CapabilityError {
-    fn from(message: String) -> Self {
-        CapabilityError::Refused(message)
+/// The one place a capability's error becomes what a 0.2 driver sees.
+impl bindings::deployd::driver::types::Host for HostState {
+    fn convert_error(
+        &mut self,
+        err: CapabilityError,
+    ) -> wasmtime::Result<bindings::deployd::driver::types::Error> {
+        use bindings::deployd::driver::types::Error;
+        Ok(match err {
+            CapabilityError::Invalid(m) => Error::Invalid(m),
+            CapabilityError::NotReady(m) => Error::NotReady(m),
+            CapabilityError::NotConfigured(m) => Error::NotConfigured(m),
+            CapabilityError::Remote(m) => Error::Remote(m),
+            CapabilityError::Host(m) => return Err(wasmtime::Error::new(HostFailure(m))),
+        })
     }
 }
-
-impl From<&str> for CapabilityError {
-    fn from(message: &str) -> Self {
-        CapabilityError::Refused(message.to_owned())
-    }
-}
-
-/// The store's answers about the node (not found, not waiting, an illegal move) are the
-/// driver's to handle; its own failures (sled, corrupt or locked data) are the host's.
-impl From<StoreError> for CapabilityError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Db(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Locked(_)
-            | StoreError::Format { .. } => CapabilityError::Host(e.to_string()),
-            other => CapabilityError::Refused(other.to_string()),
-        }
-    }
-}
-
-/// The one place a capability's result becomes what the driver sees: `Ok(Err(text))` for
-/// a refusal, a trap carrying [`HostFailure`] for a failure of the host.
-pub fn outcome<T>(result: Result<T, CapabilityError>) -> wasmtime::Result<Result<T, String>> {
-    match result {
-        Ok(value) => Ok(Ok(value)),
-        Err(CapabilityError::Refused(message)) => Ok(Err(message)),
-        Err(CapabilityError::Host(message)) => Err(wasmtime::Error::new(HostFailure(message))),
-    }
-}
-
-/// For the imports whose WIT result has no error case (`node.get`, `get-scratch`): any
-/// failure is the host's, and traps.
-pub fn infallible<T, E: Into<CapabilityError>>(result: Result<T, E>) -> wasmtime::Result<T> {
-    result.map_err(|e| match e.into() {
-        CapabilityError::Refused(m) | CapabilityError::Host(m) => {
-            wasmtime::Error::new(HostFailure(m))
-        }
-    })
-}
-
-/// The trap a failure of the host ends a call with; the sandbox turns it into the
-/// plugin error `Host`, naming the driver.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct HostFailure(pub String);
 
 /// The interfaces [`linker`] provides, with the version line of each: what a component
 /// may import (checked before it is compiled, by `plugin::imports`).
@@ -205,6 +181,24 @@ pub const LINKED_INTERFACES: &[(&str, &str)] = &[
     ("wasi:cli/terminal-stdin", "0.2"),
     ("wasi:cli/terminal-stdout", "0.2"),
     ("wasi:cli/terminal-stderr", "0.2"),
+    ("wasi:filesystem/types", "0.2"),
+    ("wasi:filesystem/preopens", "0.2"),
+    ("wasi:sockets/network", "0.2"),
+    ("wasi:sockets/instance-network", "0.2"),
+    ("wasi:sockets/ip-name-lookup", "0.2"),
+    ("wasi:sockets/tcp", "0.2"),
+    ("wasi:sockets/tcp-create-socket", "0.2"),
+    ("wasi:sockets/udp", "0.2"),
+    ("wasi:sockets/udp-create-socket", "0.2"),
+    ("wasi:http/types", "0.2"),
+    ("wasi:http/outgoing-handler", "0.2"),
+    ("deployd:driver/types", "0.2"),
+    ("deployd:driver/node", "0.2"),
+    ("deployd:driver/provision", "0.2"),
+    ("deployd:driver/agent", "0.2"),
+    ("deployd:driver/bmc", "0.2"),
+    ("deployd:driver/image", "0.2"),
+    ("deployd:driver/log", "0.2"),
     ("deployd:driver/types", "0.1"),
     ("deployd:driver/node", "0.1"),
     ("deployd:driver/provision", "0.1"),
@@ -214,45 +208,62 @@ pub const LINKED_INTERFACES: &[(&str, &str)] = &[
     ("deployd:driver/log", "0.1"),
 ];
 
-/// The one linker every driver is instantiated through: the driver world's imports, and
-/// the part of WASI a Rust program needs to start.
+/// The one linker every driver is instantiated through: both lines of the driver world,
+/// and all of WASI 0.2 with `wasi:http`, so a component built by any language's toolchain
+/// (componentize-py imports the filesystem and sockets, componentize-js `wasi:http`)
+/// links. What WASI could reach stays closed: the context every call gets
+/// ([`wasi_context`]) preopens no directory, passes no environment, permits no socket
+/// address and no name lookup, and every outgoing HTTP request is denied ([`NoHttp`]).
+/// A driver reaches the world only through the node-scoped interfaces above.
 pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
-    use wasmtime_wasi::p2::bindings::{cli, clocks, random};
     let mut l = Linker::new(engine);
-    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<HostState, HasIo>(&mut l, |t| {
-        &mut t.table
-    })?;
-    wasmtime_wasi_io::bindings::wasi::io::poll::add_to_linker::<HostState, HasIo>(&mut l, |t| {
-        &mut t.table
-    })?;
-    wasmtime_wasi_io::bindings::wasi::io::streams::add_to_linker::<HostState, HasIo>(
-        &mut l,
-        |t| &mut t.table,
-    )?;
-    clocks::wall_clock::add_to_linker::<HostState, WasiClocks>(&mut l, HostState::clocks)?;
-    clocks::monotonic_clock::add_to_linker::<HostState, WasiClocks>(&mut l, HostState::clocks)?;
-    random::random::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
-    random::insecure::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
-    random::insecure_seed::add_to_linker::<HostState, WasiRandom>(&mut l, |t| t.wasi.random())?;
-    cli::exit::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::environment::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::stdin::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::stdout::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::stderr::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::terminal_input::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::terminal_output::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::terminal_stdin::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::terminal_stdout::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
-    cli::terminal_stderr::add_to_linker::<HostState, WasiCli>(&mut l, HostState::cli)?;
+    wasmtime_wasi::p2::add_to_linker_async(&mut l)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut l)?;
     Driver::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s)?;
+    bindings::v0_1::Driver::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s)?;
     Ok(l)
 }
 
-/// The `types` interface has only types; nothing to implement.
-impl crate::bindings::deployd::driver::types::Host for HostState {}
+/// The WASI context of one call: stderr into `stderr` (bounded), and nothing else: no
+/// preopened directory, no environment, no arguments, no network.
+fn wasi_context(stderr: wasmtime_wasi::p2::pipe::MemoryOutputPipe) -> WasiCtx {
+    WasiCtxBuilder::new()
+        .stderr(stderr)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build()
+}
 
-struct HasIo;
+/// `wasi:http`'s outgoing handler for drivers: every request is denied. A driver talks to
+/// its node's agent through `deployd:driver/agent`, which knows the agent's url and token.
+#[derive(Default)]
+pub struct NoHttp;
 
-impl wasmtime::component::HasData for HasIo {
-    type Data<'a> = &'a mut ResourceTable;
+impl WasiHttpHooks for NoHttp {
+    fn send_request(
+        &mut self,
+        _request: http::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = wasmtime_wasi_http::Result<(
+                    http::Response<wasmtime_wasi_http::WasiBody>,
+                    Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                )>,
+            > + Send,
+    > {
+        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.no_http,
+        }
+    }
 }

@@ -5,8 +5,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{CapabilityError, HostState, infallible, outcome};
-use crate::bindings::deployd::driver::node::Host;
+use super::bindings::deployd::driver::node::Host;
+use super::{CapabilityError, HostState, infallible};
 
 const SCRATCH: &str = "scratch";
 
@@ -59,8 +59,8 @@ impl Host for HostState {
         &mut self,
         key: String,
         value: Option<String>,
-    ) -> wasmtime::Result<Result<(), String>> {
-        outcome(self.write_scratch(key, value))
+    ) -> Result<(), CapabilityError> {
+        self.write_scratch(key, value)
     }
 }
 
@@ -68,16 +68,19 @@ impl HostState {
     /// Sets (or with `None` removes) one scratch key, after checking its size and JSON.
     fn write_scratch(&mut self, key: String, value: Option<String>) -> Result<(), CapabilityError> {
         if key.is_empty() || key.len() > MAX_KEY {
-            return Err(format!("scratch keys are 1 to {MAX_KEY} bytes").into());
+            return Err(CapabilityError::Invalid(format!(
+                "scratch keys are 1 to {MAX_KEY} bytes"
+            )));
         }
         let value = match value {
             Some(text) if text.len() > MAX_VALUE => {
-                return Err(format!("scratch values are at most {MAX_VALUE} bytes").into());
+                return Err(CapabilityError::Invalid(format!(
+                    "scratch values are at most {MAX_VALUE} bytes"
+                )));
             }
-            Some(text) => Some(
-                serde_json::from_str::<Value>(&text)
-                    .map_err(|e| format!("scratch value is not JSON: {e}"))?,
-            ),
+            Some(text) => Some(serde_json::from_str::<Value>(&text).map_err(|e| {
+                CapabilityError::Invalid(format!("scratch value is not JSON: {e}"))
+            })?),
             None => None,
         };
         let updated = self.services.store.update_node(self.node, |body| {

@@ -1,27 +1,51 @@
 //! `deployd:driver/provision`: the node's provisioning clock and its agent's last word.
 
-use super::{CapabilityError, HostState, outcome};
-use crate::bindings::deployd::driver::provision::{Heartbeat, Host};
+use deployd_wire::agent::{CommandStatus, Progress as AgentProgress};
+
+use super::bindings::deployd::driver::provision::{Heartbeat, Host, Progress, Step, StepStatus};
+use super::{CapabilityError, HostState};
+use crate::agents::AgentSession;
 
 impl Host for HostState {
-    async fn touch(&mut self) -> wasmtime::Result<Result<(), String>> {
-        outcome(
-            self.services
-                .store
-                .touch_provisioning(self.node)
-                .map(drop)
-                .map_err(CapabilityError::from),
-        )
+    async fn touch(&mut self) -> Result<(), CapabilityError> {
+        self.services.store.touch_provisioning(self.node)?;
+        Ok(())
     }
 
     async fn last_heartbeat(&mut self) -> wasmtime::Result<Option<Heartbeat>> {
-        let session = self.services.agents.get(self.node);
-        Ok(session.and_then(|s| {
-            Some(Heartbeat {
-                agent_url: s.url?.as_str().to_owned(),
-                agent_version: s.version.unwrap_or_default(),
-                at: s.last_heartbeat?.to_string(),
-            })
-        }))
+        Ok(self.services.agents.get(self.node).and_then(heartbeat))
+    }
+}
+
+/// The WIT record of an agent's last heartbeat, if one arrived.
+fn heartbeat(s: AgentSession) -> Option<Heartbeat> {
+    let progress = s
+        .status_message
+        .as_deref()
+        .and_then(|m| m.parse::<AgentProgress>().ok())
+        .map(progress);
+    Some(Heartbeat {
+        agent_url: s.url?.as_str().to_owned(),
+        agent_version: s.version.unwrap_or_default(),
+        at: s.last_heartbeat?.to_string(),
+        status: s.status,
+        status_message: s.status_message,
+        progress,
+    })
+}
+
+fn progress(p: AgentProgress) -> Progress {
+    Progress {
+        step: p.command.map(|(name, status)| Step {
+            name,
+            status: match status {
+                CommandStatus::Running => StepStatus::Running,
+                CommandStatus::Succeeded => StepStatus::Succeeded,
+                CommandStatus::Failed => StepStatus::Failed,
+                CommandStatus::Verifying => StepStatus::Verifying,
+            },
+        }),
+        bytes_done: p.written,
+        bytes_total: p.total,
     }
 }

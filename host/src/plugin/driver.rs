@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::bindings::{Description, DriverPre};
 use crate::capability::HostState;
+use crate::capability::bindings::{Description, DriverPre, v0_1};
 use crate::clock::Timestamp;
 
 /// One immutable driver version, ready to instantiate.
@@ -17,7 +17,54 @@ pub struct LoadedDriver {
     pub size: usize,
     pub loaded_at: Timestamp,
     pub limits: Limits,
-    pub(crate) pre: DriverPre<HostState>,
+    pub(crate) pre: Pre,
+}
+
+/// A driver's code, linked and type-checked against the line of the world it was built
+/// for: the same engine runs both, through one linker.
+#[derive(Clone)]
+pub(crate) enum Pre {
+    /// `deployd:driver@0.2`.
+    Now(DriverPre<HostState>),
+    /// `deployd:driver@0.1`, adapted by [`crate::capability::v0_1`].
+    V0_1(v0_1::DriverPre<HostState>),
+}
+
+impl Pre {
+    /// Type-checks `pre`'s exports against the line its imports name (`imports`, read by
+    /// [`super::imports`]): 0.1 if it imports any `deployd:driver` interface of 0.1, else
+    /// 0.2. (The exports of both lines have the same shapes today, and wasmtime checks
+    /// shapes, so the imports are what tells them apart.)
+    pub fn new(
+        pre: wasmtime::component::InstancePre<HostState>,
+        imports: &std::collections::BTreeSet<String>,
+    ) -> wasmtime::Result<Pre> {
+        let old = imports
+            .iter()
+            .any(|i| i.starts_with("deployd:driver/") && i.contains("@0.1."));
+        if old {
+            v0_1::DriverPre::new(pre).map(Pre::V0_1)
+        } else {
+            DriverPre::new(pre).map(Pre::Now)
+        }
+    }
+
+    pub fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            Pre::Now(pre) => pre.engine(),
+            Pre::V0_1(pre) => pre.engine(),
+        }
+    }
+}
+
+impl LoadedDriver {
+    /// The line of the driver world the driver was built for: "0.2" or "0.1".
+    pub fn world(&self) -> &'static str {
+        match self.pre {
+            Pre::Now(_) => "0.2",
+            Pre::V0_1(_) => "0.1",
+        }
+    }
 }
 
 /// A version's id: the content hash alone under the default limits (so pins written

@@ -38,7 +38,7 @@ pub enum LoadError {
     NotAComponent(String),
     #[error("the component needs something this host does not provide: {0}")]
     Import(String),
-    #[error("the component is not a deployd driver (world deployd:driver@0.1.x): {0}")]
+    #[error("the component is not a deployd driver (world deployd:driver, 0.2 or 0.1): {0}")]
     WrongWorld(String),
     #[error("the driver's describe() failed: {0}")]
     Describe(PluginError),

@@ -56,14 +56,19 @@ fn linked(import: &str) -> bool {
     })
 }
 
-/// Refuses a component that imports what this host does not provide.
-pub fn check(bytes: &[u8]) -> Result<(), LoadError> {
-    let missing: Vec<String> = imports(bytes)?.into_iter().filter(|i| !linked(i)).collect();
+/// Refuses a component that imports what this host does not provide; else its imports.
+pub fn check(bytes: &[u8]) -> Result<BTreeSet<String>, LoadError> {
+    let imports = imports(bytes)?;
+    let missing: Vec<&str> = imports
+        .iter()
+        .filter(|i| !linked(i))
+        .map(String::as_str)
+        .collect();
     if missing.is_empty() {
-        return Ok(());
+        return Ok(imports);
     }
     Err(LoadError::Import(format!(
-        "it imports {}, which deployd does not link (drivers get the deployd:driver@0.1 interfaces and WASI's io, clocks, random and cli; no filesystem, no sockets)",
+        "it imports {}, which deployd does not link (drivers get the deployd:driver@0.2 and @0.1 interfaces, and WASI 0.2 with wasi:http, without ambient capabilities)",
         missing.join(", ")
     )))
 }
@@ -78,8 +83,13 @@ mod tests {
         assert!(linked("wasi:io/streams@0.2.0"));
         assert!(!linked("wasi:io/streams@0.3.0"));
         assert!(linked("deployd:driver/node@0.1.0"));
-        assert!(!linked("deployd:driver/node@0.2.0"));
-        assert!(!linked("wasi:filesystem/types@0.2.6"));
+        assert!(linked("deployd:driver/node@0.2.0"));
+        assert!(!linked("deployd:driver/node@0.3.0"));
+        // What Python and JavaScript runtimes import, linked without capability.
+        assert!(linked("wasi:filesystem/types@0.2.9"));
+        assert!(linked("wasi:sockets/tcp@0.2.9"));
+        assert!(linked("wasi:http/outgoing-handler@0.2.10"));
+        assert!(!linked("wasi:keyvalue/store@0.2.0"));
         assert!(!linked("wasi:io/streams"));
     }
 

@@ -1,9 +1,10 @@
 //! Drivers loaded at runtime: validated, compiled once, and identified by content hash.
 //!
 //! Loading a component checks, before anything becomes visible, that it is a component,
-//! that it needs nothing this host does not link (a `wasi:filesystem` import is refused
-//! here, naming the import), that it is a `deployd:driver` world, and that `describe`
-//! answers. A driver version is immutable: its identity ([`LoadedDriver::id`]) is its
+//! that it needs nothing this host does not link (an interface of another package, or a
+//! `deployd:driver` line this host lacks, is refused here, naming the import), that it is
+//! a `deployd:driver` world of a line the host has (0.2, or 0.1 through the adapter), and
+//! that `describe` answers. A driver version is immutable: its identity ([`LoadedDriver::id`]) is its
 //! code and the limits it runs under. Loading new bytes, or the same bytes with other
 //! limits, under the same name makes a new active version for new flows, while the old
 //! version stays available by id for the nodes that started with it. Compiles run one at
@@ -19,11 +20,11 @@ use uuid::Uuid;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-use super::driver::{Limits, LoadedDriver, version_id};
+use super::driver::{Limits, LoadedDriver, Pre, version_id};
 use super::engine;
 use super::error::{LoadError, PluginError};
 use super::sandbox::{self, Export, Reply};
-use crate::bindings::{Description, DriverPre};
+use crate::capability::bindings::Description;
 use crate::capability::{self, HostState, Services};
 
 #[derive(Default)]
@@ -86,7 +87,7 @@ impl Registry {
         if let Some(driver) = self.known(&hash, &id, limits) {
             return Ok(self.activate(driver));
         }
-        super::imports::check(bytes)?;
+        let imports = super::imports::check(bytes)?;
         let _turn = self
             .compiling
             .acquire()
@@ -101,12 +102,12 @@ impl Registry {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Import(format!("{e:#}")))?;
-        let pre = DriverPre::new(pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = Pre::new(pre, &imports).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         let mut driver = LoadedDriver {
             description: Description {
                 name: String::new(),
                 version: String::new(),
-                family: crate::bindings::Family::Fake,
+                family: crate::capability::bindings::Family::Fake,
                 power: "fake".into(),
                 summary: String::new(),
             },
@@ -130,7 +131,7 @@ impl Registry {
             };
         check_description(&driver.description)?;
         let driver = self.activate(Arc::new(driver));
-        tracing::info!(name = %driver.description.name, version = %driver.description.version, id = %driver.id, "driver loaded");
+        tracing::info!(name = %driver.description.name, version = %driver.description.version, world = driver.world(), id = %driver.id, "driver loaded");
         Ok(driver)
     }
 

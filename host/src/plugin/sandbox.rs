@@ -9,15 +9,13 @@
 use std::sync::Arc;
 
 use uuid::Uuid;
-use wasmtime::component::ResourceTable;
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-use super::driver::{Limits, LoadedDriver};
+use super::driver::{Limits, LoadedDriver, Pre};
 use super::error::PluginError;
-use crate::bindings::{Description, Outcome};
-use crate::capability::{HostFailure, HostState, Services};
+use crate::capability::bindings::{Description, Outcome};
+use crate::capability::{HostFailure, HostState, Services, v0_1};
 
 /// The exports of the driver world, as a call to make.
 #[derive(Clone, Debug)]
@@ -69,20 +67,18 @@ pub async fn call(
         .await
         .expect("the call semaphore is never closed");
     let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
-    let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
-    let state = HostState {
+    let state = HostState::new(
         node,
         snapshot,
-        driver: name.clone(),
-        power: driver.description.power.clone(),
-        services: services.clone(),
-        wasi,
-        table: ResourceTable::new(),
-        limits: StoreLimitsBuilder::new()
+        name.clone(),
+        driver.description.power.clone(),
+        services.clone(),
+        stderr.clone(),
+        StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
             .trap_on_grow_failure(true)
             .build(),
-    };
+    );
     let mut store = Store::new(driver.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
     // Yield to tokio at every epoch tick: a spinning driver must not hold a worker thread.
@@ -91,18 +87,34 @@ pub async fn call(
     store.epoch_deadline_async_yield_and_update(1);
 
     let export_name = export.name();
-    let result = async {
-        let instance = driver.pre.instantiate_async(&mut store).await?;
-        let reply = match export {
-            Export::Describe => Reply::Description(instance.call_describe(&mut store).await?),
-            Export::Validate => Reply::Valid(instance.call_validate(&mut store).await?),
-            Export::Deploy => Reply::Outcome(instance.call_deploy(&mut store).await?),
-            Export::Heartbeat => Reply::Outcome(instance.call_heartbeat(&mut store).await?),
-            Export::TearDown => Reply::Outcome(instance.call_tear_down(&mut store).await?),
-            Export::CleanUp(reason) => {
-                instance.call_clean_up(&mut store, &reason).await?;
-                Reply::Nothing
+    // The two lines' exports have the same names and shapes, in their own types.
+    macro_rules! call {
+        ($pre:expr, $description:expr, $outcome:expr) => {{
+            let instance = $pre.instantiate_async(&mut store).await?;
+            let (description, outcome) = ($description, $outcome);
+            match export {
+                Export::Describe => {
+                    Reply::Description(description(instance.call_describe(&mut store).await?))
+                }
+                Export::Validate => Reply::Valid(instance.call_validate(&mut store).await?),
+                Export::Deploy => Reply::Outcome(outcome(instance.call_deploy(&mut store).await?)),
+                Export::Heartbeat => {
+                    Reply::Outcome(outcome(instance.call_heartbeat(&mut store).await?))
+                }
+                Export::TearDown => {
+                    Reply::Outcome(outcome(instance.call_tear_down(&mut store).await?))
+                }
+                Export::CleanUp(reason) => {
+                    instance.call_clean_up(&mut store, &reason).await?;
+                    Reply::Nothing
+                }
             }
+        }};
+    }
+    let result = async {
+        let reply = match &driver.pre {
+            Pre::Now(pre) => call!(pre, |d| d, |o| o),
+            Pre::V0_1(pre) => call!(pre, v0_1::description, v0_1::outcome),
         };
         wasmtime::Result::Ok(reply)
     };

@@ -35,7 +35,7 @@ pub fn venv_bin(name: &str) -> PathBuf {
     let bin = venv.join("bin").join(name);
     assert!(
         bin.exists(),
-        "{} is missing: run .ci/run once, or: python3 -m venv target/test-venv && target/test-venv/bin/pip install sushy-tools pyghmi python-ironicclient",
+        "{} is missing: run .ci/run once, or: python3 -m venv target/test-venv && target/test-venv/bin/pip install sushy-tools pyghmi python-ironicclient componentize-py==0.25.1",
         bin.display()
     );
     bin

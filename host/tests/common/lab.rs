@@ -57,8 +57,12 @@ pub fn wasm(path: &str) -> Vec<u8> {
 }
 
 impl Lab {
-    pub async fn load(&self, path: &str, limits: Limits) {
-        self.registry.load(&wasm(path), limits).await.unwrap();
+    pub async fn load(
+        &self,
+        path: &str,
+        limits: Limits,
+    ) -> std::sync::Arc<deployd_engine::plugin::LoadedDriver> {
+        self.registry.load(&wasm(path), limits).await.unwrap()
     }
 
     /// An available node of `driver` with these instance_info fields.
@@ -121,6 +125,11 @@ impl Lab {
     }
 
     pub fn heartbeat(&self, uuid: Uuid) {
+        self.report(uuid, Default::default());
+    }
+
+    /// A heartbeat that says `report` of the agent's work.
+    pub fn report(&self, uuid: Uuid, report: deployd_engine::agents::AgentReport) {
         self.conductor
             .heartbeat(
                 uuid,
@@ -128,7 +137,7 @@ impl Lab {
                 &deployd_engine::agents::CallbackUrl::parse("http://127.0.0.1:9").unwrap(),
                 "test",
                 None,
-                None,
+                report,
             )
             .unwrap();
     }

@@ -196,7 +196,11 @@ fn start_clean_step(
         "instance_info": node.instance_info,
         "driver_internal_info": {},
     });
-    let listed = agent::run("clean.get_clean_steps", &json!({"node": about, "ports": []}), true)?;
+    let listed = agent::run(
+        "clean.get_clean_steps",
+        &json!({"node": about, "ports": []}),
+        true,
+    )?;
     let result = match &listed.command_result {
         Some(r) if listed.succeeded() => r.clone(),
         _ => {
@@ -292,7 +296,7 @@ fn power_off() -> Result<(), String> {
         )),
     }
     // Records the power state; forces the machine off only if it is still on.
-    bmc::set_power(PowerState::Off)
+    Ok(bmc::set_power(PowerState::Off)?)
 }
 
 fn soft_power_off_wait() -> u64 {
@@ -310,7 +314,7 @@ fn soft_power_off_wait() -> u64 {
 fn wait_until_off(seconds: u64) -> bool {
     let polls = seconds * 4;
     for poll in 0..=polls {
-        if bmc::get_power() == Ok(PowerState::Off) {
+        if matches!(bmc::get_power(), Ok(PowerState::Off)) {
             return true;
         }
         if poll < polls {

@@ -23,14 +23,14 @@ impl Driver for Fake {
                 log::info("fake deploy finished");
                 Outcome::Done
             }
-            Err(e) => Outcome::Fail(e),
+            Err(e) => Outcome::Fail(e.into()),
         }
     }
 
     fn tear_down() -> Outcome {
         match bmc::set_power(PowerState::Off) {
             Ok(()) => Outcome::Done,
-            Err(e) => Outcome::Fail(e),
+            Err(e) => Outcome::Fail(e.into()),
         }
     }
 

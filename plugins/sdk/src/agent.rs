@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::Error;
 use crate::bindings::deployd::driver::agent as host;
 
 /// One command result as the agent reports it (the wire type the engine's agent and
@@ -30,19 +31,21 @@ impl ErrorText for Command {
 }
 
 /// Runs `name` (e.g. "standby.prepare_image") with `params`.
-pub fn run(name: &str, params: &Value, wait: bool) -> Result<Command, String> {
+pub fn run(name: &str, params: &Value, wait: bool) -> Result<Command, Error> {
     let json = host::run(name, &params.to_string(), wait)?;
-    serde_json::from_str(&json).map_err(|e| format!("agent sent a malformed command result: {e}"))
+    serde_json::from_str(&json)
+        .map_err(|e| Error::Remote(format!("agent sent a malformed command result: {e}")))
 }
 
 /// Every command the agent ran, oldest first.
-pub fn list() -> Result<Vec<Command>, String> {
+pub fn list() -> Result<Vec<Command>, Error> {
     let json = host::commands()?;
-    serde_json::from_str(&json).map_err(|e| format!("agent sent a malformed command list: {e}"))
+    serde_json::from_str(&json)
+        .map_err(|e| Error::Remote(format!("agent sent a malformed command list: {e}")))
 }
 
 /// The last command of this name the agent ran (`name` without the extension prefix, as
 /// the agent reports it: "prepare_image").
-pub fn last(name: &str) -> Result<Option<Command>, String> {
+pub fn last(name: &str) -> Result<Option<Command>, Error> {
     Ok(list()?.into_iter().rev().find(|c| c.command_name == name))
 }

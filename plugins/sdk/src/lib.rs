@@ -31,8 +31,31 @@ pub mod bindings {
 pub mod agent;
 pub mod node;
 
-pub use bindings::deployd::driver::types::{Description, Family, Outcome};
+pub use bindings::deployd::driver::types::{Description, Error, Family, Outcome};
 pub use bindings::deployd::driver::{bmc, image, provision};
+
+impl Error {
+    /// What happened, in words fit for the node's `last_error`.
+    pub fn message(&self) -> &str {
+        match self {
+            Error::Invalid(m) | Error::NotReady(m) | Error::NotConfigured(m) | Error::Remote(m) => {
+                m
+            }
+        }
+    }
+}
+
+/// A host error becomes its message, so a driver step that returns `Result<_, String>`
+/// can `?` host calls and fail the node with their words.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        match e {
+            Error::Invalid(m) | Error::NotReady(m) | Error::NotConfigured(m) | Error::Remote(m) => {
+                m
+            }
+        }
+    }
+}
 
 /// What a driver does. Only `describe` and `deploy` have no default.
 pub trait Driver {
@@ -61,13 +84,7 @@ pub trait Driver {
 #[macro_export]
 macro_rules! describe {
     ($name:expr, $family:expr, $power:expr, $summary:expr $(,)?) => {
-        $crate::describe_version(
-            $name,
-            $family,
-            $power,
-            $summary,
-            env!("CARGO_PKG_VERSION"),
-        )
+        $crate::describe_version($name, $family, $power, $summary, env!("CARGO_PKG_VERSION"))
     };
 }
 
@@ -142,6 +159,7 @@ pub mod scratch {
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 
+    use crate::Error;
     use crate::bindings::deployd::driver::node;
 
     /// The value under `key`, if it is set and parses as `T`.
@@ -149,12 +167,12 @@ pub mod scratch {
         node::get_scratch(key).and_then(|json| serde_json::from_str(&json).ok())
     }
 
-    pub fn set<T: Serialize>(key: &str, value: &T) -> Result<(), String> {
-        let json = serde_json::to_string(value).map_err(|e| e.to_string())?;
+    pub fn set<T: Serialize>(key: &str, value: &T) -> Result<(), Error> {
+        let json = serde_json::to_string(value).map_err(|e| Error::Invalid(e.to_string()))?;
         node::set_scratch(key, Some(&json))
     }
 
-    pub fn remove(key: &str) -> Result<(), String> {
+    pub fn remove(key: &str) -> Result<(), Error> {
         node::set_scratch(key, None)
     }
 }

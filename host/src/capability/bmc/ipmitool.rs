@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::bindings::deployd::driver::bmc::{BootDevice, PowerState};
+use super::super::bindings::deployd::driver::bmc::{BootDevice, PowerState};
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use uuid::Uuid;
 
-use super::{CapabilityError, HostState, Services, outcome};
-use crate::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
+use super::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
+use super::{CapabilityError, HostState, Services};
 use crate::node::JsonMap;
 
 /// Settings of the host's BMC backends.
@@ -77,7 +77,8 @@ impl Bmc {
 
 fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
     let node = services.store.node(node)?;
-    Ok(Bmc::resolve(power, &node.body.driver_info, &services.bmc)?)
+    Bmc::resolve(power, &node.body.driver_info, &services.bmc)
+        .map_err(CapabilityError::NotConfigured)
 }
 
 /// Records the machine's power in the node (as the API shows it) and, when it changed, a
@@ -142,15 +143,21 @@ pub async fn set_power(
         Bmc::Redfish(t) => match t.get_power(http).await {
             Ok(now) if now == state => {}
             _ => {
-                t.set_power(http, state).await?;
-                settle(state, || t.get_power(http)).await?;
+                t.set_power(http, state)
+                    .await
+                    .map_err(CapabilityError::Remote)?;
+                settle(state, || t.get_power(http))
+                    .await
+                    .map_err(CapabilityError::Remote)?;
             }
         },
         Bmc::Ipmi(t) => match t.get_power().await {
             Ok(now) if now == state => {}
             _ => {
-                t.set_power(state).await?;
-                settle(state, || t.get_power()).await?;
+                t.set_power(state).await.map_err(CapabilityError::Remote)?;
+                settle(state, || t.get_power())
+                    .await
+                    .map_err(CapabilityError::Remote)?;
             }
         },
     }
@@ -161,8 +168,11 @@ pub async fn set_power(
 pub async fn reboot(services: &Services, node: Uuid, power: &str) -> Result<(), CapabilityError> {
     match resolve(services, node, power)? {
         Bmc::Fake => {}
-        Bmc::Redfish(t) => t.reboot(&services.http).await?,
-        Bmc::Ipmi(t) => t.reboot().await?,
+        Bmc::Redfish(t) => t
+            .reboot(&services.http)
+            .await
+            .map_err(CapabilityError::Remote)?,
+        Bmc::Ipmi(t) => t.reboot().await.map_err(CapabilityError::Remote)?,
     }
     services.store.milestone(node, "Machine rebooted".into())?;
     record_power(services, node, PowerState::On)
@@ -183,8 +193,11 @@ pub async fn get_power(
                 PowerState::Off
             }
         }
-        Bmc::Redfish(t) => t.get_power(&services.http).await?,
-        Bmc::Ipmi(t) => t.get_power().await?,
+        Bmc::Redfish(t) => t
+            .get_power(&services.http)
+            .await
+            .map_err(CapabilityError::Remote)?,
+        Bmc::Ipmi(t) => t.get_power().await.map_err(CapabilityError::Remote)?,
     })
 }
 
@@ -198,11 +211,14 @@ pub async fn set_boot_device(
 ) -> Result<(), CapabilityError> {
     match resolve(services, node, power)? {
         Bmc::Fake => {}
-        Bmc::Redfish(t) => {
-            t.set_boot_device(&services.http, device, persistent)
-                .await?
-        }
-        Bmc::Ipmi(t) => t.set_boot_device(device, persistent).await?,
+        Bmc::Redfish(t) => t
+            .set_boot_device(&services.http, device, persistent)
+            .await
+            .map_err(CapabilityError::Remote)?,
+        Bmc::Ipmi(t) => t
+            .set_boot_device(device, persistent)
+            .await
+            .map_err(CapabilityError::Remote)?,
     }
     Ok(())
 }
@@ -239,24 +255,23 @@ pub fn check(services: &Services, node: Uuid, power: &str) -> Result<(), String>
 
 /// The driver's view: the same operations, on its own node through its own backend.
 impl Host for HostState {
-    async fn set_power(&mut self, state: PowerState) -> wasmtime::Result<Result<(), String>> {
-        outcome(set_power(&self.services, self.node, &self.power, state).await)
+    async fn set_power(&mut self, state: PowerState) -> Result<(), CapabilityError> {
+        set_power(&self.services, self.node, &self.power, state).await
     }
 
-    async fn reboot(&mut self) -> wasmtime::Result<Result<(), String>> {
-        outcome(reboot(&self.services, self.node, &self.power).await)
+    async fn reboot(&mut self) -> Result<(), CapabilityError> {
+        reboot(&self.services, self.node, &self.power).await
     }
 
-    async fn get_power(&mut self) -> wasmtime::Result<Result<PowerState, String>> {
-        outcome(get_power(&self.services, self.node, &self.power).await)
+    async fn get_power(&mut self) -> Result<PowerState, CapabilityError> {
+        get_power(&self.services, self.node, &self.power).await
     }
 
     async fn set_boot_device(
         &mut self,
         device: BootDevice,
         persistent: bool,
-    ) -> wasmtime::Result<Result<(), String>> {
-        let (services, node, power) = (&self.services, self.node, &self.power);
-        outcome(set_boot_device(services, node, power, device, persistent).await)
+    ) -> Result<(), CapabilityError> {
+        set_boot_device(&self.services, self.node, &self.power, device, persistent).await
     }
 }

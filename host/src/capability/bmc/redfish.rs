@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::deployd::driver::bmc::{BootDevice, PowerState};
+use super::super::bindings::deployd::driver::bmc::{BootDevice, PowerState};
 
 pub struct Target {
     /// `http(s)://host:port/redfish/v1/Systems/<id>`
