@@ -172,33 +172,12 @@ fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
     );
 }
 
-/// A driver in Python (`plugins/examples/python`), built with componentize-py (installed
-/// into `target/test-venv` by `.ci/run`), deploys a lab machine through `deployd driver
-/// test`: its runtime imports the filesystem and sockets, which the host links without any
-/// capability, and it reads the 0.2 heartbeat record's progress.
-#[test]
-fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
-    let example = support::repo_root().join("plugins/examples/python");
-    let componentize = support::venv_bin("componentize-py");
-    let dir = tempfile::tempdir().unwrap();
-    let wasm = dir.path().join("py_redfish.wasm");
-    let wit = support::repo_root().join("wit");
-    let built = Command::new(&componentize)
-        .current_dir(&example)
-        .arg("-d")
-        .arg(&wit)
-        .args(["-w", "driver", "componentize", "driver", "-o"])
-        .arg(&wasm)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+/// Runs `deployd driver test` on `wasm`, an example driver named `name` that logs the
+/// agent's progress from the 0.2 heartbeat record: it must deploy and undeploy.
+fn example_deploys(name: &str, wasm: &std::path::Path) {
     let out = Command::new(BIN)
         .args(["driver", "test"])
-        .arg(&wasm)
+        .arg(wasm)
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
@@ -206,7 +185,7 @@ fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     for line in [
-        "loaded py_redfish 0.2.0 (agent family, redfish power",
+        &format!("loaded {name} 0.2.0 (agent family, redfish power"),
         "active → active",
         "the disk holds the image",
         "deleted → available",
@@ -214,4 +193,74 @@ fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
+}
+
+fn built(mut command: Command) {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}{}",
+        command,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A driver in Python (`plugins/examples/python`), built with componentize-py (installed
+/// into `target/test-venv` by `.ci/run`), deploys a lab machine: its runtime imports the
+/// filesystem and sockets, which the host links without any capability.
+#[test]
+fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
+    let root = support::repo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("py_redfish.wasm");
+    let mut build = Command::new(support::venv_bin("componentize-py"));
+    build
+        .current_dir(root.join("plugins/examples/python"))
+        .arg("-d")
+        .arg(root.join("wit"))
+        .args(["-w", "driver", "componentize", "driver", "-o"])
+        .arg(&wasm);
+    built(build);
+    example_deploys("py_redfish", &wasm);
+}
+
+/// A driver in JavaScript (`plugins/examples/javascript`), built with componentize-js
+/// (installed into `target/componentize-js` by `.ci/run`) with all its features: its
+/// runtime imports `wasi:http`, linked with every request denied.
+#[test]
+fn a_javascript_driver_built_with_componentize_js_deploys_a_lab_machine() {
+    let root = support::repo_root();
+    let componentize = root.join("target/componentize-js/node_modules/.bin/componentize-js");
+    assert!(
+        componentize.exists(),
+        "{} is missing: run .ci/run once (npm install --prefix target/componentize-js @bytecodealliance/componentize-js@0.23.0)",
+        componentize.display()
+    );
+    // componentize-js reads its inputs from inside a sandbox rooted at its working
+    // directory: the source and the WIT go there.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("plugins/examples/javascript/driver.js"),
+        dir.path().join("driver.js"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("wit")).unwrap();
+    for file in ["driver.wit", "v0.1/driver.wit"] {
+        let to = dir.path().join("wit").join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join("wit").join(file), to).unwrap();
+    }
+    let mut build = Command::new(componentize);
+    build.current_dir(dir.path()).args([
+        "--wit",
+        "wit",
+        "--world-name",
+        "driver",
+        "-o",
+        "js_redfish.wasm",
+        "driver.js",
+    ]);
+    built(build);
+    example_deploys("js_redfish", &dir.path().join("js_redfish.wasm"));
 }

@@ -9,7 +9,10 @@
 //!   reported progress; 0.2's record carries it, 0.1's adapter drops it. Blocks of calls
 //!   alternate between the two, so drift on the machine falls on both.
 //! - `--component FILE` (repeatable): any driver, e.g. the Python and JavaScript
-//!   examples: its size, its compile and load time, and its heartbeat dispatch.
+//!   examples, beside the bundled `agent_redfish` (the same logic in Rust): size, compile
+//!   and load, a load from the compiled cache, and heartbeat dispatch on a node whose
+//!   record lacks an image (each driver reads the node, the heartbeat and its scratch,
+//!   and fails the call: no network, the same host calls in every language).
 //! - Start-up: `--drivers` distinct components (the bundled drivers, made distinct by a
 //!   custom section) compiled once into a cache, then loaded by a fresh registry from it.
 
@@ -138,29 +141,34 @@ async fn heartbeat_record(
     Ok(())
 }
 
-/// An arbitrary component: size, compile + load, and heartbeat dispatch.
+/// An arbitrary component: size, compile + load, a load from the compiled cache by a
+/// fresh registry (an engine restart), and heartbeat dispatch.
 async fn component(
     registry: &Registry,
+    cache: &std::path::Path,
     store: &Store,
     agents: &Agents,
-    path: &std::path::Path,
+    (label, bytes): (&str, &[u8]),
     calls: usize,
 ) -> anyhow::Result<()> {
-    let bytes = std::fs::read(path)?;
     let t = Instant::now();
-    let driver = registry.load(&bytes, Limits::default()).await?;
+    let driver = registry.load(bytes, Limits::default()).await?;
     let load = t.elapsed();
+    let restarted = Registry::new(registry.services().clone(), Some(cache.to_path_buf()), 8)?;
+    let t = Instant::now();
+    restarted.load(bytes, Limits::default()).await?;
+    let cached = t.elapsed();
     let name = driver.description.name.clone();
     let node = listening_node(store, agents, &name)?;
     time_calls(registry, &driver, node, 20.min(calls)).await?;
     let mut samples = time_calls(registry, &driver, node, calls).await?;
     samples.sort();
     println!(
-        "{name} ({}): {:.1} MiB, WIT {}, compile + load {:.2} s",
-        path.display(),
+        "{name} ({label}): {:.1} MiB, WIT {}, compile + load {:.2} s, from the compiled cache {:.0} ms",
         super::mib(bytes.len() as u64),
         driver.world(),
-        load.as_secs_f64()
+        load.as_secs_f64(),
+        cached.as_secs_f64() * 1e3
     );
     report(&format!("{name}: heartbeat dispatch"), &samples);
     Ok(())
@@ -201,8 +209,16 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         samples.sort();
         report("heartbeat dispatch (fresh instance + call + drop), one task", &samples);
         heartbeat_record(&registry, &store, &services.agents, args.calls).await?;
-        for path in &args.components {
-            component(&registry, &store, &services.agents, path, (args.calls / 10).max(100)).await?;
+        if !args.components.is_empty() {
+            // The same driver logic in Rust, as the baseline of the others.
+            let rust = deployd_fixtures::BUNDLED.iter().find(|(n, _)| *n == "agent_redfish").expect("agent_redfish is bundled").1;
+            let calls = (args.calls / 10).max(100);
+            let cache = dir.join("compiled");
+            component(&registry, &cache, &store, &services.agents, ("bundled, Rust", rust), calls).await?;
+            for path in &args.components {
+                let bytes = std::fs::read(path)?;
+                component(&registry, &cache, &store, &services.agents, (&path.display().to_string(), &bytes), calls).await?;
+            }
         }
 
         let per_task = args.calls / args.concurrency.max(1);
