@@ -74,6 +74,9 @@ pub struct AgentSession {
     pub status: Option<String>,
     /// The agent's own account of what it is doing (`agent_status_message`).
     pub status_message: Option<String>,
+    /// That account read as deployd's agent's progress report, when it is one: parsed
+    /// once when the heartbeat arrives, read by every driver call after it.
+    pub progress: Option<Progress>,
     /// The certificate this boot of the agent serves its API with (`agent_verify_ca`):
     /// the only one the engine accepts from it.
     pub ca: Option<CertificateDer<'static>>,
@@ -226,48 +229,50 @@ impl Agents {
         first
     }
 
-    /// Records what an accepted heartbeat said of the agent's work.
+    /// Records what an accepted heartbeat said of the agent's work, its message read as
+    /// a progress report once, here.
     pub fn report(&self, node: Uuid, report: AgentReport) {
+        let progress = report.progress();
         if let Some(s) = self.lock().get_mut(&node) {
             if report.status.is_some() {
                 s.status = report.status;
             }
             if report.message.is_some() {
                 s.status_message = report.message;
+                s.progress = progress;
             }
         }
     }
 
     /// Follows an image transfer through the agent's reports, once per boot: its start
     /// (the first report with bytes written) and its end (every byte of a known length),
-    /// with the bytes and the rate as the heartbeats saw them. The milestone to record, if
-    /// this report is one.
-    pub fn transfer(&self, node: Uuid, progress: &Progress, now: Timestamp) -> Option<String> {
+    /// with the bytes and the rate as the heartbeats saw them, from the last progress
+    /// report ([`Agents::report`]). The milestone to record, if the transfer reached one.
+    pub fn transfer(&self, node: Uuid, now: Timestamp) -> Option<String> {
         let mut sessions = self.lock();
         let s = sessions.get_mut(&node)?;
+        let progress = s.progress.as_ref()?;
+        let (written, total, complete) = (progress.written, progress.total, progress.is_complete());
         match s.transfer_started {
-            None if progress.written > 0 => {
+            None if written > 0 => {
                 s.transfer_started = Some(now);
-                let of = progress
-                    .total
-                    .map(|t| format!(" ({t} bytes)"))
-                    .unwrap_or_default();
+                let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
                 Some(format!("Image transfer started{of}"))
             }
-            Some(started) if progress.is_complete() && !s.transfer_ended => {
+            Some(started) if complete && !s.transfer_ended => {
                 s.transfer_ended = true;
                 let seconds = now.since(started).as_secs_f64();
-                let rate = progress.written as f64 / seconds.max(0.001) / f64::from(1 << 20);
+                let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
                 // Heartbeats come a second or more apart: a shorter span is no rate.
                 Some(if seconds < 1.0 {
                     format!(
                         "Image transfer ended: {} bytes, within a heartbeat of its start",
-                        progress.written
+                        written
                     )
                 } else {
                     format!(
                         "Image transfer ended: {} bytes in {seconds:.1} s ({rate:.1} MiB/s)",
-                        progress.written
+                        written
                     )
                 })
             }

@@ -293,10 +293,8 @@ impl Conductor {
         report: crate::agents::AgentReport,
     ) -> Result<(), ConductorError> {
         let now = self.store.clock().now();
-        let milestone = report
-            .progress()
-            .and_then(|p| self.agents.transfer(node, &p, now));
         self.agents.report(node, report);
+        let milestone = self.agents.transfer(node, now);
         if let Some(note) = milestone {
             self.store.milestone(node, note)?;
         }

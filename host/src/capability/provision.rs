@@ -19,11 +19,7 @@ impl Host for HostState {
 
 /// The WIT record of an agent's last heartbeat, if one arrived.
 fn heartbeat(s: AgentSession) -> Option<Heartbeat> {
-    let progress = s
-        .status_message
-        .as_deref()
-        .and_then(|m| m.parse::<AgentProgress>().ok())
-        .map(progress);
+    let progress = s.progress.map(progress);
     Some(Heartbeat {
         agent_url: s.url?.as_str().to_owned(),
         agent_version: s.version.unwrap_or_default(),
