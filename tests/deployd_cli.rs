@@ -138,8 +138,9 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
 }
 
 /// `deployd driver test`: a driver author's check, with nothing but the binary. The
-/// bundled agent-family Redfish driver goes through its whole flow on a lab machine; a
-/// component of another world is refused with the reason.
+/// bundled agent-family Redfish driver goes through its whole flow on a lab machine; one
+/// whose deploy fails is reported at once; a component of another world is refused with
+/// the reason.
 #[test]
 fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
     let run = |file: &str| {
@@ -165,6 +166,13 @@ fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
+    // A driver whose deploy fails is reported at once, with its last_error: here one that
+    // reads a file, which no driver can (no preopened directory).
+    let (success, text) = run(deployd_fixtures::FS_DRIVER);
+    assert!(
+        !success && text.contains("active → deploy failed in") && text.contains("No such file"),
+        "{text}"
+    );
     let (success, text) = run(deployd_fixtures::WRONG_WORLD);
     assert!(
         !success && text.contains("is not a deployd driver"),

@@ -107,12 +107,13 @@ impl Operator {
             .await?)
     }
 
-    /// Waits until no flow runs on the node (it has no target state), at most `limit`.
+    /// Waits until no flow runs on the node (it has no target state) or its flow failed
+    /// (a failed state keeps its target, as in Ironic), at most `limit`.
     pub async fn settled(&self, node: &str, limit: Duration) -> anyhow::Result<Node> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let n = self.client.node(node).await?;
-            if n.is_settled() {
+            if n.is_settled() || n.provision_state.is_some_and(|s| s.is_failed()) {
                 return Ok(n);
             }
             if tokio::time::Instant::now() >= deadline {
