@@ -85,6 +85,49 @@ pub struct AgentSession {
     pub transfer_ended: bool,
 }
 
+impl AgentSession {
+    /// Follows the image transfer through the agent's progress reports, once per boot:
+    /// its start (the first report with bytes written) and its end (every byte of a known
+    /// length), with the bytes and the rate as the heartbeats saw them. The milestone to
+    /// record, if the transfer reached one.
+    fn transfer(&mut self, now: Timestamp) -> Option<String> {
+        let progress = self.progress.as_ref()?;
+        let (written, total, complete) = (progress.written, progress.total, progress.is_complete());
+        match self.transfer_started {
+            None if written > 0 => {
+                self.transfer_started = Some(now);
+                let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
+                Some(format!("Image transfer started{of}"))
+            }
+            Some(started) if complete && !self.transfer_ended => {
+                self.transfer_ended = true;
+                let seconds = now.since(started).as_secs_f64();
+                let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
+                // Heartbeats come a second or more apart: a shorter span is no rate.
+                Some(if seconds < 1.0 {
+                    format!(
+                        "Image transfer ended: {written} bytes, within a heartbeat of its start"
+                    )
+                } else {
+                    format!(
+                        "Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)"
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a heartbeat moved that belongs in the node's history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// It is the first heartbeat of this boot of the agent.
+    pub first: bool,
+    /// The image transfer's start or end, when this heartbeat's report showed it.
+    pub transfer: Option<String>,
+}
+
 /// What a heartbeat says of the agent's work (API 1.72+): deployd's agent its step and the
 /// bytes written ([`Progress`], in the message); an installer that runs its own deploy
 /// its status. ironic-python-agent says neither.
@@ -105,9 +148,11 @@ impl AgentReport {
         }
         let status = self.status.as_deref().unwrap_or_default();
         let message = self.message.as_deref().unwrap_or_default();
-        Some(crate::store::progress_fingerprint(
-            format!("{status}\n{message}").as_bytes(),
-        ))
+        Some(crate::store::progress_fingerprint([
+            status.as_bytes(),
+            b"\n",
+            message.as_bytes(),
+        ]))
     }
 
     /// deployd's agent's progress, when the message is one of its reports.
@@ -143,11 +188,16 @@ impl Agents {
         self.lock().get(&node).cloned()
     }
 
+    /// `read` of the node's agent session, under the lock: a driver call takes the fields
+    /// it needs without copying the session (its certificate, its report).
+    pub fn read<T>(&self, node: Uuid, read: impl FnOnce(&AgentSession) -> T) -> Option<T> {
+        self.lock().get(&node).map(read)
+    }
+
     /// Whether the node's agent reports its progress in its heartbeats (a status message).
     pub fn reports_status(&self, node: Uuid) -> bool {
-        self.lock()
-            .get(&node)
-            .is_some_and(|s| s.status_message.is_some())
+        self.read(node, |s| s.status_message.is_some())
+            .unwrap_or(false)
     }
 
     /// Whether `token` is the one the engine knows for the node's agent (no copy made).
@@ -196,7 +246,10 @@ impl Agents {
     }
 
     /// Records a heartbeat whose token (and certificate, [`Agents::check_tls`]) was
-    /// already verified. Returns whether it is the first of this boot of the agent.
+    /// already verified, with what it said of the agent's work, under one lock: the
+    /// session, the report (its message read as a progress report once, here), and the
+    /// image transfer it moved. What the caller must record in the node's history.
+    #[allow(clippy::too_many_arguments)]
     pub fn heartbeat(
         &self,
         node: Uuid,
@@ -204,9 +257,11 @@ impl Agents {
         url: &CallbackUrl,
         version: &str,
         ca: Option<CertificateDer<'static>>,
+        report: AgentReport,
         at: Timestamp,
-    ) -> bool {
+    ) -> Heard {
         self.heartbeats.fetch_add(1, Ordering::Relaxed);
+        let progress = report.progress();
         let mut sessions = self.lock();
         let s = sessions.entry(node).or_default();
         let first = s.token.as_deref() != Some(token) || s.last_heartbeat.is_none();
@@ -226,58 +281,19 @@ impl Agents {
             s.version = Some(version.to_owned());
         }
         s.last_heartbeat = Some(at);
-        first
-    }
-
-    /// Records what an accepted heartbeat said of the agent's work, its message read as
-    /// a progress report once, here.
-    pub fn report(&self, node: Uuid, report: AgentReport) {
-        let progress = report.progress();
-        if let Some(s) = self.lock().get_mut(&node) {
-            if report.status.is_some() {
-                s.status = report.status;
-            }
-            if report.message.is_some() {
-                s.status_message = report.message;
+        if report.status.is_some() {
+            s.status = report.status;
+        }
+        // Only a new progress report can move the transfer.
+        let transfer = match report.message {
+            Some(message) => {
+                s.status_message = Some(message);
                 s.progress = progress;
+                s.transfer(at)
             }
-        }
-    }
-
-    /// Follows an image transfer through the agent's reports, once per boot: its start
-    /// (the first report with bytes written) and its end (every byte of a known length),
-    /// with the bytes and the rate as the heartbeats saw them, from the last progress
-    /// report ([`Agents::report`]). The milestone to record, if the transfer reached one.
-    pub fn transfer(&self, node: Uuid, now: Timestamp) -> Option<String> {
-        let mut sessions = self.lock();
-        let s = sessions.get_mut(&node)?;
-        let progress = s.progress.as_ref()?;
-        let (written, total, complete) = (progress.written, progress.total, progress.is_complete());
-        match s.transfer_started {
-            None if written > 0 => {
-                s.transfer_started = Some(now);
-                let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
-                Some(format!("Image transfer started{of}"))
-            }
-            Some(started) if complete && !s.transfer_ended => {
-                s.transfer_ended = true;
-                let seconds = now.since(started).as_secs_f64();
-                let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
-                // Heartbeats come a second or more apart: a shorter span is no rate.
-                Some(if seconds < 1.0 {
-                    format!(
-                        "Image transfer ended: {} bytes, within a heartbeat of its start",
-                        written
-                    )
-                } else {
-                    format!(
-                        "Image transfer ended: {} bytes in {seconds:.1} s ({rate:.1} MiB/s)",
-                        written
-                    )
-                })
-            }
-            _ => None,
-        }
+            None => None,
+        };
+        Heard { first, transfer }
     }
 
     /// Forgets a node's agent (its flow ended, or the node is gone).

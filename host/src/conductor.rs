@@ -265,12 +265,18 @@ impl Conductor {
             Err(e) => return Err(e.into()),
         };
         let now = self.store.clock().now();
-        if self.agents.heartbeat(node, token, url, version, ca, now) {
+        // Recorded, report included, before the driver's step is spawned: the step sees
+        // this heartbeat's report.
+        let heard = self
+            .agents
+            .heartbeat(node, token, url, version, ca, report, now);
+        if heard.first {
             let note = format!("First heartbeat from agent {version} at {}", url.as_str());
             self.store.milestone(node, note)?;
         }
-        // Recorded before the driver's step is spawned, so the step sees this report.
-        self.agent_reported(node, report)?;
+        if let Some(note) = heard.transfer {
+            self.store.milestone(node, note)?;
+        }
         let Some(touched) = touched else {
             return Ok(());
         };
@@ -281,23 +287,6 @@ impl Conductor {
             return Ok(());
         }
         self.spawn(claim?, Step::Heartbeat(touched));
-        Ok(())
-    }
-
-    /// What an agent said of its work in an accepted heartbeat: kept for the driver
-    /// (`last-heartbeat`), the API and the stall check's `last_error`, and followed for the
-    /// image transfer's milestones when it is deployd's agent's progress report.
-    fn agent_reported(
-        &self,
-        node: Uuid,
-        report: crate::agents::AgentReport,
-    ) -> Result<(), ConductorError> {
-        let now = self.store.clock().now();
-        self.agents.report(node, report);
-        let milestone = self.agents.transfer(node, now);
-        if let Some(note) = milestone {
-            self.store.milestone(node, note)?;
-        }
         Ok(())
     }
 

@@ -173,9 +173,9 @@ async fn an_agent_that_heartbeats_without_progress_fails_at_the_stall_timeout() 
     let moving = node_in_wait_call_back(&store);
     let stuck = node_in_wait_call_back(&store);
     let report = |bytes: u64| {
-        Some(progress_fingerprint(
-            format!("{bytes} bytes written").as_bytes(),
-        ))
+        Some(progress_fingerprint([
+            format!("{bytes} bytes written").as_bytes()
+        ]))
     };
 
     // 30 s, six stall timeouts: one agent's bytes grow, the other's stop at 3 MiB after 2 s.

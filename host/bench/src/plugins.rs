@@ -75,21 +75,12 @@ fn listening_node(store: &Store, agents: &Agents, driver: &str) -> anyhow::Resul
         })?
         .uuid();
     let url = CallbackUrl::parse("http://127.0.0.1:9").map_err(anyhow::Error::msg)?;
-    agents.heartbeat(
-        node,
-        "bench-token",
-        &url,
-        "13.0.0",
-        None,
-        store.clock().now(),
-    );
-    agents.report(
-        node,
-        AgentReport {
-            status: None,
-            message: Some("prepare_image: running, 1048576 of 8388608 bytes written".into()),
-        },
-    );
+    let report = AgentReport {
+        status: None,
+        message: Some("prepare_image: running, 1048576 of 8388608 bytes written".into()),
+    };
+    let now = store.clock().now();
+    agents.heartbeat(node, "bench-token", &url, "13.0.0", None, report, now);
     Ok(node)
 }
 

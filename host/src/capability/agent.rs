@@ -10,8 +10,11 @@ use crate::store::progress_fingerprint;
 impl HostState {
     /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
     fn agent_endpoint(&self) -> Result<Endpoint, CapabilityError> {
-        let session = self.services.agents.get(self.node).unwrap_or_default();
-        match (session.url, session.token) {
+        let session = self
+            .services
+            .agents
+            .read(self.node, |s| (s.url.clone(), s.token.clone()));
+        match session.unwrap_or_default() {
             (Some(url), Some(token)) => {
                 let client = self
                     .services
@@ -65,15 +68,14 @@ impl HostState {
         if self.services.agents.reports_status(self.node) {
             return Ok(());
         }
-        let summary: Vec<(&Value, &Value)> = listed
-            .iter()
-            .map(|c| (&c["command_name"], &c["command_status"]))
-            .collect();
-        let mark = progress_fingerprint(
-            serde_json::to_string(&summary)
-                .unwrap_or_default()
-                .as_bytes(),
-        );
+        // Each command's name and status, as `name\0status\n`.
+        fn text(v: &Value) -> &[u8] {
+            v.as_str().unwrap_or_default().as_bytes()
+        }
+        let mark = progress_fingerprint(listed.iter().flat_map(|c| {
+            let name = text(&c["command_name"]);
+            [name, b"\0", text(&c["command_status"]), b"\n"]
+        }));
         self.services.store.report_progress(self.node, mark)?;
         Ok(())
     }

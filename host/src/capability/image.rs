@@ -83,8 +83,8 @@ fn check_target(
         .map_err(|e| invalid(format!("invalid target url {target:?}: {e}")))?;
     let agent = services
         .agents
-        .get(node)
-        .and_then(|s| s.url)
+        .read(node, |s| s.url.clone())
+        .flatten()
         .ok_or_else(|| {
             CapabilityError::NotReady("the node's agent has not called back yet".into())
         })?;

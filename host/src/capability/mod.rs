@@ -73,7 +73,7 @@ impl Services {
             return Ok(plain.clone());
         }
         let ca =
-            self.agents.get(node).and_then(|s| s.ca).ok_or(
+            self.agents.read(node, |s| s.ca.clone()).flatten().ok_or(
                 "the agent's url is https but it registered no certificate (agent_verify_ca)",
             )?;
         Ok(self.pinned.get(&ca))
@@ -160,53 +160,45 @@ impl bindings::deployd::driver::types::Host for HostState {
     }
 }
 
-/// The interfaces [`linker`] provides, with the version line of each: what a component
-/// may import (checked before it is compiled, by `plugin::imports`).
-pub const LINKED_INTERFACES: &[(&str, &str)] = &[
-    ("wasi:io/error", "0.2"),
-    ("wasi:io/poll", "0.2"),
-    ("wasi:io/streams", "0.2"),
-    ("wasi:clocks/wall-clock", "0.2"),
-    ("wasi:clocks/monotonic-clock", "0.2"),
-    ("wasi:random/random", "0.2"),
-    ("wasi:random/insecure", "0.2"),
-    ("wasi:random/insecure-seed", "0.2"),
-    ("wasi:cli/exit", "0.2"),
-    ("wasi:cli/environment", "0.2"),
-    ("wasi:cli/stdin", "0.2"),
-    ("wasi:cli/stdout", "0.2"),
-    ("wasi:cli/stderr", "0.2"),
-    ("wasi:cli/terminal-input", "0.2"),
-    ("wasi:cli/terminal-output", "0.2"),
-    ("wasi:cli/terminal-stdin", "0.2"),
-    ("wasi:cli/terminal-stdout", "0.2"),
-    ("wasi:cli/terminal-stderr", "0.2"),
-    ("wasi:filesystem/types", "0.2"),
-    ("wasi:filesystem/preopens", "0.2"),
-    ("wasi:sockets/network", "0.2"),
-    ("wasi:sockets/instance-network", "0.2"),
-    ("wasi:sockets/ip-name-lookup", "0.2"),
-    ("wasi:sockets/tcp", "0.2"),
-    ("wasi:sockets/tcp-create-socket", "0.2"),
-    ("wasi:sockets/udp", "0.2"),
-    ("wasi:sockets/udp-create-socket", "0.2"),
-    ("wasi:http/types", "0.2"),
-    ("wasi:http/outgoing-handler", "0.2"),
-    ("deployd:driver/types", "0.2"),
-    ("deployd:driver/node", "0.2"),
-    ("deployd:driver/provision", "0.2"),
-    ("deployd:driver/agent", "0.2"),
-    ("deployd:driver/bmc", "0.2"),
-    ("deployd:driver/image", "0.2"),
-    ("deployd:driver/log", "0.2"),
-    ("deployd:driver/types", "0.1"),
-    ("deployd:driver/node", "0.1"),
-    ("deployd:driver/provision", "0.1"),
-    ("deployd:driver/agent", "0.1"),
-    ("deployd:driver/bmc", "0.1"),
-    ("deployd:driver/image", "0.1"),
-    ("deployd:driver/log", "0.1"),
+/// The WASI interfaces [`linker`] provides, all of the 0.2 line: what a component may
+/// import besides the driver world (checked before it is compiled, by `plugin::imports`).
+pub const LINKED_WASI: &[&str] = &[
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:cli/exit",
+    "wasi:cli/environment",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/ip-name-lookup",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:http/types",
+    "wasi:http/outgoing-handler",
 ];
+
+/// The lines of the `deployd:driver` world [`linker`] provides, newest first, and the
+/// interfaces of each.
+pub const DRIVER_LINES: &[&str] = &["0.2", "0.1"];
+pub const DRIVER_INTERFACES: &[&str] =
+    &["types", "node", "provision", "agent", "bmc", "image", "log"];
 
 /// The one linker every driver is instantiated through: both lines of the driver world,
 /// and all of WASI 0.2 with `wasi:http`, so a component built by any language's toolchain

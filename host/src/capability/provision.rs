@@ -13,27 +13,26 @@ impl Host for HostState {
     }
 
     async fn last_heartbeat(&mut self) -> wasmtime::Result<Option<Heartbeat>> {
-        Ok(self.services.agents.get(self.node).and_then(heartbeat))
+        Ok(self.services.agents.read(self.node, heartbeat).flatten())
     }
 }
 
 /// The WIT record of an agent's last heartbeat, if one arrived.
-fn heartbeat(s: AgentSession) -> Option<Heartbeat> {
-    let progress = s.progress.map(progress);
+fn heartbeat(s: &AgentSession) -> Option<Heartbeat> {
     Some(Heartbeat {
-        agent_url: s.url?.as_str().to_owned(),
-        agent_version: s.version.unwrap_or_default(),
+        agent_url: s.url.as_ref()?.as_str().to_owned(),
+        agent_version: s.version.clone().unwrap_or_default(),
         at: s.last_heartbeat?.to_string(),
-        status: s.status,
-        status_message: s.status_message,
-        progress,
+        status: s.status.clone(),
+        status_message: s.status_message.clone(),
+        progress: s.progress.as_ref().map(progress),
     })
 }
 
-fn progress(p: AgentProgress) -> Progress {
+fn progress(p: &AgentProgress) -> Progress {
     Progress {
-        step: p.command.map(|(name, status)| Step {
-            name,
+        step: p.command.as_ref().map(|(name, status)| Step {
+            name: name.clone(),
             status: match status {
                 CommandStatus::Running => StepStatus::Running,
                 CommandStatus::Succeeded => StepStatus::Succeeded,

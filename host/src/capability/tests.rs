@@ -220,7 +220,7 @@ async fn last_heartbeat_is_the_agents_own() {
     let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
     w.services
         .agents
-        .heartbeat(node, "tok", &url, "13.0.0", None, T0);
+        .heartbeat(node, "tok", &url, "13.0.0", None, Default::default(), T0);
     let heartbeat = w.heard(node).await.unwrap();
     assert_eq!(heartbeat.agent_url, "http://10.0.0.5:9999");
     assert_eq!(heartbeat.agent_version, "13.0.0");
@@ -235,12 +235,21 @@ async fn last_heartbeat_is_the_agents_own() {
         status: status.map(str::to_owned),
         message: Some(message.to_owned()),
     };
-    w.services.agents.report(
+    let heard = w.services.agents.heartbeat(
         node,
+        "tok",
+        &url,
+        "13.0.0",
+        None,
         report(
             None,
             "prepare_image: running, 1048576 of 8388608 bytes written",
         ),
+        T0,
+    );
+    assert_eq!(
+        heard.transfer.as_deref(),
+        Some("Image transfer started (8388608 bytes)")
     );
     let heartbeat = w.heard(node).await.unwrap();
     let progress = heartbeat.progress.unwrap();
@@ -254,9 +263,10 @@ async fn last_heartbeat_is_the_agents_own() {
         (progress.bytes_done, progress.bytes_total),
         (1 << 20, Some(8 << 20))
     );
+    let report = report(Some("end"), "installed");
     w.services
         .agents
-        .report(node, report(Some("end"), "installed"));
+        .heartbeat(node, "tok", &url, "13.0.0", None, report, T0);
     let heartbeat = w.heard(node).await.unwrap();
     assert_eq!(heartbeat.status.as_deref(), Some("end"));
     assert_eq!(heartbeat.status_message.as_deref(), Some("installed"));
@@ -353,7 +363,7 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     let url = agent_api().await;
     w.services
         .agents
-        .heartbeat(node, "tok", &url, "1", None, T0);
+        .heartbeat(node, "tok", &url, "1", None, Default::default(), T0);
     let mut call = w.call(node, "fake");
     let done = call
         .run("standby.sync".into(), "{}".into(), true)
@@ -390,7 +400,7 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     // A token the agent does not know: its own words come back to the driver.
     w.services
         .agents
-        .heartbeat(node, "stale", &url, "1", None, T0);
+        .heartbeat(node, "stale", &url, "1", None, Default::default(), T0);
     let stale = refused(
         w.call(node, "fake")
             .run("x".into(), "{}".into(), true)
@@ -422,7 +432,7 @@ async fn image_writes_go_only_to_the_nodes_agent_host() {
     let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
     w.services
         .agents
-        .heartbeat(node, "tok", &url, "1", None, T0);
+        .heartbeat(node, "tok", &url, "1", None, Default::default(), T0);
     let elsewhere = "http://10.9.9.9:9999/v1/disk".to_owned();
     let elsewhere = refused(
         call.start_write(
@@ -484,16 +494,13 @@ async fn the_0_1_line_sees_text_errors_and_its_own_heartbeat_record() {
 
     let node = w.waiting();
     let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
+    let ready = crate::agents::AgentReport {
+        status: None,
+        message: Some("ready".into()),
+    };
     w.services
         .agents
-        .heartbeat(node, "tok", &url, "13.0.0", None, T0);
-    w.services.agents.report(
-        node,
-        crate::agents::AgentReport {
-            status: None,
-            message: Some("ready".into()),
-        },
-    );
+        .heartbeat(node, "tok", &url, "13.0.0", None, ready, T0);
     let mut call = w.call(node, "fake");
     let heartbeat = old::provision::Host::last_heartbeat(&mut call)
         .await

@@ -31,21 +31,16 @@ pub(crate) enum Pre {
 }
 
 impl Pre {
-    /// Type-checks `pre`'s exports against the line its imports name (`imports`, read by
-    /// [`super::imports`]): 0.1 if it imports any `deployd:driver` interface of 0.1, else
-    /// 0.2. (The exports of both lines have the same shapes today, and wasmtime checks
-    /// shapes, so the imports are what tells them apart.)
+    /// Type-checks `pre`'s exports against `line`, the line its imports name
+    /// ([`super::imports::driver_line`]). The exports of both lines have the same shapes
+    /// today, and wasmtime checks shapes, so the imports are what tells them apart.
     pub fn new(
         pre: wasmtime::component::InstancePre<HostState>,
-        imports: &std::collections::BTreeSet<String>,
+        line: &str,
     ) -> wasmtime::Result<Pre> {
-        let old = imports
-            .iter()
-            .any(|i| i.starts_with("deployd:driver/") && i.contains("@0.1."));
-        if old {
-            v0_1::DriverPre::new(pre).map(Pre::V0_1)
-        } else {
-            DriverPre::new(pre).map(Pre::Now)
+        match line {
+            "0.1" => v0_1::DriverPre::new(pre).map(Pre::V0_1),
+            _ => DriverPre::new(pre).map(Pre::Now),
         }
     }
 

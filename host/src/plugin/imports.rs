@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use wasmparser::{ComponentTypeRef, Encoding, Parser, Payload};
 
 use super::error::LoadError;
-use crate::capability::LINKED_INTERFACES;
+use crate::capability::{DRIVER_INTERFACES, DRIVER_LINES, LINKED_WASI};
 
 /// The interfaces `bytes` imports at its top level (`wasi:io/streams@0.2.6`), or why it is
 /// not a component.
@@ -47,13 +47,42 @@ pub fn imports(bytes: &[u8]) -> Result<BTreeSet<String>, LoadError> {
     Ok(names)
 }
 
+/// Whether `version` (`0.2.6`) is of `line` (`0.2`).
+fn on_line(version: &str, line: &str) -> bool {
+    version == line
+        || version
+            .strip_prefix(line)
+            .is_some_and(|v| v.starts_with('.'))
+}
+
 /// Whether the host links `import` (`package:name/interface@version`): its interface is
 /// linked, at a version of the same major (and minor, for 0.x) line.
 fn linked(import: &str) -> bool {
     let (interface, version) = import.split_once('@').unwrap_or((import, ""));
-    LINKED_INTERFACES.iter().any(|(name, line)| {
-        *name == interface && (version == *line || version.starts_with(&format!("{line}.")))
-    })
+    match interface.strip_prefix("deployd:driver/") {
+        Some(name) => {
+            DRIVER_INTERFACES.contains(&name)
+                && DRIVER_LINES.iter().any(|line| on_line(version, line))
+        }
+        None => LINKED_WASI.contains(&interface) && on_line(version, "0.2"),
+    }
+}
+
+/// The line of the driver world a component was built for, from its imports: the line
+/// of its `deployd:driver` imports (the newest, if it names none).
+pub fn driver_line(imports: &BTreeSet<String>) -> &'static str {
+    let named = |line: &&str| {
+        imports.iter().any(|i| {
+            i.strip_prefix("deployd:driver/")
+                .and_then(|i| i.split_once('@'))
+                .is_some_and(|(_, version)| on_line(version, line))
+        })
+    };
+    DRIVER_LINES
+        .iter()
+        .copied()
+        .find(named)
+        .unwrap_or(DRIVER_LINES[0])
 }
 
 /// Refuses a component that imports what this host does not provide; else its imports.
@@ -91,6 +120,18 @@ mod tests {
         assert!(linked("wasi:http/outgoing-handler@0.2.10"));
         assert!(!linked("wasi:keyvalue/store@0.2.0"));
         assert!(!linked("wasi:io/streams"));
+        assert!(!linked("deployd:driver/nodes@0.2.0"));
+        assert!(!linked("wasi:io/streams@0.20.0"));
+    }
+
+    #[test]
+    fn a_component_is_of_the_line_its_driver_imports_name() {
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        let old = set(&["wasi:io/streams@0.2.6", "deployd:driver/types@0.1.0"]);
+        assert_eq!(driver_line(&old), "0.1");
+        let now = set(&["deployd:driver/node@0.2.0", "deployd:driver/types@0.2.0"]);
+        assert_eq!(driver_line(&now), "0.2");
+        assert_eq!(driver_line(&set(&[])), "0.2");
     }
 
     #[test]

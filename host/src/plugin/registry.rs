@@ -102,7 +102,8 @@ impl Registry {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Import(format!("{e:#}")))?;
-        let pre = Pre::new(pre, &imports).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = Pre::new(pre, super::imports::driver_line(&imports))
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         let mut driver = LoadedDriver {
             description: Description {
                 name: String::new(),

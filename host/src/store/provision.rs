@@ -504,10 +504,14 @@ impl Touched {
 }
 
 /// A fingerprint of an agent's report of its progress, stable across restarts (FNV-1a,
-/// 64 bits) and never 0, which means "no report yet".
-pub fn progress_fingerprint(report: &[u8]) -> u64 {
-    let hash = report.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+/// 64 bits) and never 0, which means "no report yet". The report is the concatenation of
+/// `parts`, hashed as they come: no report is assembled to be hashed.
+pub fn progress_fingerprint<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let hash = parts
+        .into_iter()
+        .flatten()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
     hash.max(1)
 }

@@ -79,14 +79,14 @@ function deployStep() {
     }
     info("the agent has no prepare_image command; starting the write again");
   }
-  const n = theNode();
-  const params = JSON.stringify({ image_info: image(n) });
+  const imageInfo = image(theNode());
+  const params = JSON.stringify({ image_info: imageInfo });
   const command = JSON.parse(run("standby.prepare_image", params, false));
   if (command.command_status !== "RUNNING" && command.command_status !== "SUCCEEDED") {
     return { tag: "fail", val: `the agent refused to write the image: ${JSON.stringify(command.command_error)}` };
   }
   setScratch(STEP, JSON.stringify("writing"));
-  info(`the agent is writing image ${image(n).id}`);
+  info(`the agent is writing image ${imageInfo.id}`);
   return { tag: "wait" };
 }
 

@@ -98,12 +98,12 @@ def deploy_step():
         if status == "FAILED":
             return Outcome_Fail(f"the agent failed to write the image: {command.get('command_error')}")
         info("the agent has no prepare_image command; starting the write again")
-    n = the_node()
-    command = json.loads(agent.run("standby.prepare_image", json.dumps({"image_info": image(n)}), False))
+    img = image(the_node())
+    command = json.loads(agent.run("standby.prepare_image", json.dumps({"image_info": img}), False))
     if command.get("command_status") not in ("RUNNING", "SUCCEEDED"):
         return Outcome_Fail(f"the agent refused to write the image: {command.get('command_error')}")
     node.set_scratch(STEP, json.dumps("writing"))
-    info(f"the agent is writing image {image(n)['id']}")
+    info(f"the agent is writing image {img['id']}")
     return Outcome_Wait()
 
 

@@ -49,11 +49,7 @@ impl Error {
 /// can `?` host calls and fail the node with their words.
 impl From<Error> for String {
     fn from(e: Error) -> String {
-        match e {
-            Error::Invalid(m) | Error::NotReady(m) | Error::NotConfigured(m) | Error::Remote(m) => {
-                m
-            }
-        }
+        e.message().to_owned()
     }
 }
 
