@@ -15,6 +15,7 @@
 //!   clean-up runs; other nodes carry on.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -71,6 +72,22 @@ impl From<Held> for ConductorError {
     }
 }
 
+/// A change to a node's record, seen under the node's lock with its provision state.
+pub trait NodeChange<E>:
+    Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>
+{
+}
+
+impl<E, F> NodeChange<E> for F where
+    F: Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>
+{
+}
+
+/// What a refused edit can say: the store's error or the conductor's (a busy node).
+pub trait EditError: From<StoreError> + From<ConductorError> {}
+
+impl<E: From<StoreError> + From<ConductorError>> EditError for E {}
+
 pub struct Conductor {
     pub store: Arc<Store>,
     pub registry: Arc<Registry>,
@@ -82,6 +99,8 @@ pub struct Conductor {
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
     /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
     automated_clean: bool,
+    /// How long an operator's call waits for a node another task holds.
+    lock_wait: Duration,
 }
 
 impl Conductor {
@@ -89,10 +108,11 @@ impl Conductor {
         store: Arc<Store>,
         registry: Arc<Registry>,
         agents: Arc<Agents>,
-        automated_clean: bool,
+        config: &crate::config::Conductor,
     ) -> Arc<Conductor> {
         Arc::new(Conductor {
-            automated_clean,
+            automated_clean: config.automated_clean,
+            lock_wait: config.lock_wait(),
             store,
             registry,
             agents,
@@ -102,8 +122,24 @@ impl Conductor {
         })
     }
 
+    /// The node for a task of the engine's own (a heartbeat's step): now or never, since
+    /// the agent heartbeats again soon.
     fn claim(&self, node: Uuid, operation: &'static str) -> Result<Claim, ConductorError> {
         Ok(self.reservations.try_claim(node, operation)?)
+    }
+
+    /// The node for an operator's call: it waits for a short task to end, as Ironic's lock
+    /// retry does, and is refused (409, naming the task) only past that.
+    async fn claim_for_operator(
+        &self,
+        node: Uuid,
+        operation: &'static str,
+    ) -> Result<Claim, ConductorError> {
+        let wait = self.lock_wait;
+        Ok(self
+            .reservations
+            .claim_within(node, operation, wait)
+            .await?)
     }
 
     /// Whether a flow step (or an operator's change) is running on the node.
@@ -113,8 +149,8 @@ impl Conductor {
 
     /// Starts an operator action. The first transition happens before this returns (so an
     /// illegal one is refused synchronously); the driver work runs in the background.
-    pub fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
-        let claim = self.claim(node, verb.operation())?;
+    pub async fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
+        let claim = self.claim_for_operator(node, verb.operation()).await?;
         let current = self.store.node(node)?;
         let state = current.state();
         match verb {
@@ -158,8 +194,14 @@ impl Conductor {
     /// Manual cleaning (from manageable) with the operator's steps, kept where Ironic keeps
     /// them (`driver_internal_info.clean_steps`) for the driver to run in order, until
     /// the flow ends. No steps: the driver's default (erasing the disk's metadata).
-    pub fn clean(self: &Arc<Self>, node: Uuid, steps: Vec<Value>) -> Result<(), ConductorError> {
-        let claim = self.claim(node, Verb::Clean.operation())?;
+    pub async fn clean(
+        self: &Arc<Self>,
+        node: Uuid,
+        steps: Vec<Value>,
+    ) -> Result<(), ConductorError> {
+        let claim = self
+            .claim_for_operator(node, Verb::Clean.operation())
+            .await?;
         let current = self.store.node(node)?;
         self.start_cleaning(claim, &current, Event::Clean, steps)
     }
@@ -506,21 +548,36 @@ impl Conductor {
     /// An operator's change to a node's record (`PATCH`). It holds the node's claim, so
     /// no flow step starts or writes meanwhile, and `change` sees the record as it is
     /// under the node's lock, so nothing written since an earlier read is undone.
-    pub fn edit<E>(
+    pub async fn edit<E: EditError>(
         &self,
         node: Uuid,
-        change: impl Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>,
-    ) -> Result<Node, E>
-    where
-        E: From<StoreError> + From<ConductorError>,
-    {
-        let _claim = self.claim(node, "update")?;
-        self.store.edit_node(node, change)
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        let claim = self.claim_for_operator(node, "update").await;
+        self.edit_claimed(claim?, change)
+    }
+
+    /// [`Conductor::edit`] that does not wait: a busy node is refused at once. The
+    /// allocation pass tries the next candidate instead (as Ironic's allocator does).
+    pub fn edit_if_free<E: EditError>(
+        &self,
+        node: Uuid,
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        self.edit_claimed(self.claim(node, "update")?, change)
+    }
+
+    fn edit_claimed<E: EditError>(
+        &self,
+        claim: Claim,
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        self.store.edit_node(claim.node(), change)
     }
 
     /// Deletes a node (`DELETE`), holding its claim: never while a flow step runs.
-    pub fn delete(&self, node: Uuid) -> Result<(), ConductorError> {
-        let _claim = self.claim(node, "delete")?;
+    pub async fn delete(&self, node: Uuid) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "delete").await?;
         self.store.delete_node(node)?;
         self.agents.forget(node);
         Ok(())
@@ -584,12 +641,16 @@ impl Conductor {
     }
 
     /// Carries out an operator's power action through the node's driver's BMC backend.
-    pub fn power(self: &Arc<Self>, node: Uuid, action: PowerAction) -> Result<(), ConductorError> {
+    pub async fn power(
+        self: &Arc<Self>,
+        node: Uuid,
+        action: PowerAction,
+    ) -> Result<(), ConductorError> {
         let record = self.store.node(node)?;
         let driver = self
             .driver_for(&record)
             .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
-        let claim = self.claim(node, "power")?;
+        let claim = self.claim_for_operator(node, "power").await?;
         let target = match action {
             PowerAction::Off => "power off",
             PowerAction::On | PowerAction::Reboot => "power on",

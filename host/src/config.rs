@@ -16,6 +16,8 @@
 //! automated_clean = true             # clean on provide and undeploy (a node's own
 //!                                    # automated_clean field wins), as Ironic's default
 //! node_history = true                # record every state change (GET …/history)
+//! node_locked_retry_attempts = 3     # an operator's call on a node busy with a step
+//! node_locked_retry_interval = 1     # waits (attempts - 1) x interval s for it, as Ironic
 //!
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
@@ -143,6 +145,21 @@ pub struct Conductor {
     pub automated_clean: bool,
     /// Whether each provision state change is recorded in the node's history.
     pub node_history: bool,
+    /// Ironic's retry of a busy node's lock, whose defaults (3 attempts, 1 s apart) let an
+    /// operator's call wait up to 2 s for a short task (a heartbeat's driver step, a power
+    /// action) instead of failing with 409. deployd waits for the release itself rather
+    /// than trying again on the interval's tick.
+    pub node_locked_retry_attempts: u32,
+    /// Seconds between those attempts.
+    pub node_locked_retry_interval: u64,
+}
+
+impl Conductor {
+    /// How long an operator's call waits for a busy node before it is refused.
+    pub fn lock_wait(&self) -> Duration {
+        Duration::from_secs(self.node_locked_retry_interval)
+            * self.node_locked_retry_attempts.saturating_sub(1)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -177,6 +194,8 @@ impl Default for Conductor {
             check_provision_state_interval: 60,
             automated_clean: true,
             node_history: true,
+            node_locked_retry_attempts: 3,
+            node_locked_retry_interval: 1,
         }
     }
 }

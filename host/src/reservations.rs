@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -59,6 +60,21 @@ impl Reservations {
         }
     }
 
+    /// Claims `node` for `operation` if whoever holds it lets go within `wait`; else says
+    /// who holds it. An operator's call waits so (Ironic's lock retry): a heartbeat's step
+    /// or a power action holds a node for moments, and should not fail the call.
+    pub async fn claim_within(
+        self: &Arc<Self>,
+        node: Uuid,
+        operation: &'static str,
+        wait: Duration,
+    ) -> Result<Claim, Held> {
+        match tokio::time::timeout(wait, self.claim(node, operation)).await {
+            Ok(claim) => Ok(claim),
+            Err(_) => self.try_claim(node, operation),
+        }
+    }
+
     /// What the task holding `node` is doing, if one does.
     pub fn holder(&self, node: Uuid) -> Option<&'static str> {
         self.lock().get(&node).copied()
@@ -90,7 +106,6 @@ impl Drop for Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_held_node_names_its_holder_until_released() {
@@ -125,5 +140,47 @@ mod tests {
         drop(claim);
         let got = waiter.await.unwrap();
         assert_eq!(r.holder(got.node()), Some("timeout clean-up"));
+    }
+
+    /// A holder that lets go just inside the wait hands over; one that keeps it just past
+    /// the wait is named in the refusal. Nothing polls: the clock is paused and jumps.
+    #[tokio::test(start_paused = true)]
+    async fn a_patient_claim_waits_its_budget_and_no_longer() {
+        let r = Arc::new(Reservations::default());
+        let node = Uuid::new_v4();
+        let wait = Duration::from_secs(2);
+        for (hold, handed_over) in [
+            (wait - Duration::from_millis(1), true),
+            (wait + Duration::from_millis(1), false),
+        ] {
+            let claim = r.try_claim(node, "heartbeat").unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(hold).await;
+                drop(claim);
+            });
+            let started = tokio::time::Instant::now();
+            let got = r.claim_within(node, "update", wait).await;
+            match handed_over {
+                true => {
+                    assert_eq!(got.as_ref().map(|c| c.node()).ok(), Some(node));
+                    assert_eq!(started.elapsed(), hold, "taken the moment it was let go");
+                    drop(got);
+                }
+                false => {
+                    assert_eq!(
+                        got.err(),
+                        Some(Held {
+                            node,
+                            by: "heartbeat"
+                        })
+                    );
+                    assert_eq!(started.elapsed(), wait);
+                }
+            }
+            tokio::time::sleep(wait).await;
+            assert_eq!(r.holder(node), None);
+        }
+        let free = r.claim_within(node, "update", Duration::ZERO).await;
+        assert!(free.is_ok(), "a free node is claimed even with no wait");
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::server::{Server, start};
+use common::server::{Answer, Server, start};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -410,22 +410,10 @@ async fn patch_updates_allowed_fields_and_delete_follows_state_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
-    let s = start(|_| {}).await;
+    // No wait for a busy node (Ironic's lock retry set to one attempt): refused at once.
+    let s = start(|c| c.conductor.node_locked_retry_attempts = 1).await;
     // A driver that spins until its 1.5 s deadline keeps the node busy that long.
-    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
-    let upload = s
-        .http
-        .post(format!("{}/v1/deployd/drivers?deadline_ms=1500", s.base))
-        .body(wasm)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(upload.status(), StatusCode::CREATED);
-    let uuid = s
-        .node(json!({"driver": "test_driver", "instance_info": {"mode": "loop"}}))
-        .await;
-    s.walk(&uuid, &[("manage", "manageable"), ("provide", "available")])
-        .await;
+    let uuid = s.test_driver_node("?deadline_ms=1500", "loop").await;
     let illegal = s.provision(&uuid, "provide").await;
     assert_eq!(illegal.status, StatusCode::BAD_REQUEST);
     assert_eq!(
@@ -451,13 +439,7 @@ async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
         ),
         "the refusal names what holds the node"
     );
-    let patch = s
-        .send(
-            Method::PATCH,
-            &format!("/v1/nodes/{uuid}"),
-            json!([{"op": "add", "path": "/extra/x", "value": 1}]),
-        )
-        .await;
+    let patch = add_extra_x(&s, &uuid).await;
     assert_eq!(patch.status, StatusCode::CONFLICT);
     let delete = s.delete(&format!("/v1/nodes/{uuid}")).await;
     assert_eq!(
@@ -477,6 +459,32 @@ async fn provisioning_runs_in_the_background_and_busy_nodes_answer_409() {
     let states = s.get(&format!("/v1/nodes/{uuid}/states")).await.body;
     assert_eq!(states["provision_state"], "deploy failed");
     assert_eq!(states["target_provision_state"], "active");
+}
+
+/// An operator's call on a node a step holds waits for the step, as Ironic's lock retry
+/// does, instead of failing with 409: here a PATCH sent while a driver spins until its
+/// 1.5 s deadline lands on the node the failed step left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_call_waits_for_the_step_that_holds_the_node() {
+    let s = start(|c| c.conductor.node_locked_retry_attempts = 31).await;
+    let uuid = s.test_driver_node("?deadline_ms=1500", "loop").await;
+    assert_eq!(
+        s.provision(&uuid, "active").await.status,
+        StatusCode::ACCEPTED
+    );
+    let patch = add_extra_x(&s, &uuid).await;
+    assert_eq!(patch.status, StatusCode::OK, "{:?}", patch.body);
+    assert_eq!(patch.body["extra"]["x"], 1);
+    assert_eq!(
+        patch.body["provision_state"], "deploy failed",
+        "applied after the step that held the node ended"
+    );
+}
+
+async fn add_extra_x(s: &Server, uuid: &str) -> Answer {
+    let add = json!([{"op": "add", "path": "/extra/x", "value": 1}]);
+    s.send(Method::PATCH, &format!("/v1/nodes/{uuid}"), add)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,7 +188,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
         })
         .unwrap();
     let image = std::fs::read(&api.disk.path).unwrap();
-    lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
     lab.settle(uuid, ProvisionState::Available).await;
     let system: Value = reqwest::get(&system_url)
         .await
@@ -219,7 +219,7 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is on"), "{status}");
     // Undeploy boots the ramdisk through the BMC; its agent erases the disk; then off.
-    lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
     lab.settle(uuid, ProvisionState::CleanWait).await;
     let token = "x".repeat(43);
     heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
@@ -241,13 +241,13 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     // Manual cleaning with the operator's steps, in their order: the metadata, then the
     // whole disk (deployd's agent's erase_devices with {"full": true}).
     std::fs::write(&api.disk.path, vec![0xab; IMAGE_BYTES]).unwrap();
-    lab.conductor.provision(uuid, Verb::Manage).unwrap();
+    lab.conductor.provision(uuid, Verb::Manage).await.unwrap();
     lab.settle(uuid, ProvisionState::Manageable).await;
     let steps = vec![
         json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}}),
         json!({"interface": "deploy", "step": "erase_devices", "args": {"full": true}}),
     ];
-    lab.conductor.clean(uuid, steps).unwrap();
+    lab.conductor.clean(uuid, steps).await.unwrap();
     lab.settle(uuid, ProvisionState::CleanWait).await;
     heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
     let node = lab.settle(uuid, ProvisionState::Manageable).await;

@@ -42,7 +42,7 @@ async fn the_fake_driver_deploys_and_undeploys_a_node() {
         !node.body.driver_internal_info.contains_key(DRIVER_HASH),
         "the pin ends with the flow"
     );
-    lab.conductor.provision(uuid, Verb::Undeploy).unwrap();
+    lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
     let node = lab.settle(uuid, ProvisionState::Available).await;
     assert_eq!(node.body.power_state.as_deref(), Some("power off"));
 }

@@ -197,7 +197,7 @@ fn allocate(app: &App, uuid: Uuid) -> Result<Uuid, String> {
     candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
     let candidates = candidates.into_iter().map(|(_, u)| u);
     for node in candidates {
-        let taken = app.conductor.edit(node, |provision, b| {
+        let taken = app.conductor.edit_if_free(node, |provision, b| {
             if !fits(provision.state, b, &want) {
                 return Err(ApiError::conflict("taken meanwhile"));
             }
@@ -234,7 +234,7 @@ pub fn release(app: &App, uuid: Uuid, doc: &Doc) -> Result<(), ApiError> {
     else {
         return Ok(());
     };
-    let result = app.conductor.edit(node, |provision, b| {
+    let result = app.conductor.edit_if_free(node, |provision, b| {
         if !provision.state.is_stable() && !b.maintenance {
             return Err(ApiError::conflict(format!(
                 "Cannot remove allocation {uuid}: its node {node} is in state \"{}\".",

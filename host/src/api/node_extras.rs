@@ -53,13 +53,13 @@ pub(super) fn since(version: Version, minor: u32) -> Result<(), ApiError> {
 }
 
 /// Changes a node's body under its claim.
-pub(super) fn edit(
+pub(super) async fn edit(
     app: &App,
     ident: &str,
     change: impl Fn(&mut NodeBody) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
     let uuid = find(app, ident)?.uuid();
-    app.conductor.edit(uuid, |_, b| change(b))?;
+    app.conductor.edit(uuid, |_, b| change(b)).await?;
     Ok(())
 }
 
@@ -78,7 +78,8 @@ async fn maintenance_on(
         b.maintenance = true;
         b.maintenance_reason = reason.clone();
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -87,7 +88,8 @@ async fn maintenance_off(app: State, Path(ident): Path<String>) -> Result<Status
         b.maintenance = false;
         b.maintenance_reason = None;
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -117,7 +119,7 @@ impl List {
 }
 
 /// Takes `item` out of a node's list; `missing` says why not, when it is not there.
-fn remove_member(
+async fn remove_member(
     app: &App,
     ident: &str,
     list: List,
@@ -133,7 +135,8 @@ fn remove_member(
         }
         list.set(b, members);
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -158,7 +161,8 @@ async fn set_traits(
     edit(&app, &ident, |b| {
         List::Traits.set(b, unique.clone());
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -171,7 +175,8 @@ async fn clear_traits(
     edit(&app, &ident, |b| {
         List::Traits.set(b, Vec::new());
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -192,7 +197,8 @@ async fn add_trait(
         }
         List::Traits.set(b, list);
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -205,6 +211,7 @@ async fn remove_trait(
     remove_member(&app, &ident, List::Traits, &name, |b, t| {
         ApiError::not_found(format!("Node {} does not have trait {t}", b.uuid))
     })
+    .await
 }
 
 async fn vifs(
@@ -255,7 +262,8 @@ async fn attach_vif(
         list.push(id.clone());
         List::Vifs.set(b, list);
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -271,6 +279,7 @@ async fn detach_vif(
             b.uuid
         ))
     })
+    .await
 }
 
 async fn bios(
@@ -315,7 +324,8 @@ async fn raid(
             false => b.attrs.insert("target_raid_config".into(), target.clone()),
         };
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

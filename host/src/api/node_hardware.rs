@@ -116,7 +116,8 @@ async fn attach_vmedia(
         b.driver_internal_info
             .insert(VMEDIA.into(), Value::Array(list));
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -163,7 +164,8 @@ async fn detach_vmedia(
         b.driver_internal_info
             .insert(VMEDIA.into(), Value::Array(list));
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -193,7 +195,8 @@ async fn set_boot_mode(
         fake_management(b, "changing the boot mode")?;
         b.attrs.insert("boot_mode".into(), json!(mode));
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -221,7 +224,8 @@ async fn set_secure_boot(
         }
         b.attrs.insert("secure_boot".into(), json!(on));
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::ACCEPTED)
 }
 

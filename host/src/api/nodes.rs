@@ -169,7 +169,8 @@ async fn update(
             )));
         }
         Ok(())
-    })?;
+    })
+    .await?;
     let allocation = |n: &Node| {
         n.body
             .attrs
@@ -196,7 +197,7 @@ async fn update(
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
     let node = find(&app, &ident)?;
-    app.conductor.delete(node.uuid())?;
+    app.conductor.delete(node.uuid()).await?;
     // What belonged to the node goes with it (as Ironic's cascade does).
     let docs = &app.conductor.store.docs;
     docs.delete_of_node(super::stored::OF_NODE, node.uuid())?;
@@ -447,8 +448,8 @@ async fn provision(
         }
     };
     let started = match clean_steps {
-        Some(steps) => app.conductor.clean(node.uuid(), steps),
-        None => app.conductor.provision(node.uuid(), verb),
+        Some(steps) => app.conductor.clean(node.uuid(), steps).await,
+        None => app.conductor.provision(node.uuid(), verb).await,
     };
     started.map_err(|e| match e {
         crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(
@@ -493,7 +494,7 @@ async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Res
             node.state()
         )));
     }
-    app.conductor.power(node.uuid(), action)?;
+    app.conductor.power(node.uuid(), action).await?;
     let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
 }

@@ -624,23 +624,7 @@ async fn history_records_each_state_change_with_its_duration() {
     );
 
     // A failed deploy is an ERROR event that carries the error.
-    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
-    let upload = s
-        .http
-        .post(format!("{}/v1/deployd/drivers?deadline_ms=300", s.base))
-        .body(wasm)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(upload.status(), StatusCode::CREATED);
-    let looping = s
-        .node(json!({"driver": "test_driver", "instance_info": {"mode": "loop"}}))
-        .await;
-    s.walk(
-        &looping,
-        &[("manage", "manageable"), ("provide", "available")],
-    )
-    .await;
+    let looping = s.test_driver_node("?deadline_ms=300", "loop").await;
     s.provision(&looping, "active").await;
     let failed = s.wait_for(&looping, "deploy failed").await;
     let events = ok(
@@ -683,20 +667,7 @@ async fn history_records_each_state_change_with_its_duration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provision_parameters_and_verbs_follow_their_versions() {
     let s = start(|_| {}).await;
-    let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
-    let upload = s
-        .http
-        .post(format!("{}/v1/deployd/drivers", s.base))
-        .body(wasm)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(upload.status(), StatusCode::CREATED);
-    let node = s
-        .node(json!({"driver": "test_driver", "instance_info": {"mode": "wait"}}))
-        .await;
-    s.walk(&node, &[("manage", "manageable"), ("provide", "available")])
-        .await;
+    let node = s.test_driver_node("", "wait").await;
     let path = format!("/v1/nodes/{node}/states/provision");
     let put = |version: &'static str, body: Value| {
         let (s, path) = (&s, path.clone());

@@ -37,7 +37,12 @@ pub async fn lab(deploy_timeout: Duration) -> Lab {
     let services = Services::new(store.clone(), agents.clone(), 16);
     let registry =
         Arc::new(Registry::new(services, Some(dir.path().join("compiled")), 16).unwrap());
-    let conductor = Conductor::new(store.clone(), registry.clone(), agents, true);
+    let conductor = Conductor::new(
+        store.clone(),
+        registry.clone(),
+        agents,
+        &deployd_engine::config::Conductor::default(),
+    );
     let sweep = SweeperConfig {
         check_interval: Duration::from_millis(100),
         ..SweeperConfig::default()
@@ -87,9 +92,9 @@ impl Lab {
             ..Default::default()
         };
         let uuid = self.store.create_node(new).unwrap().uuid();
-        self.conductor.provision(uuid, Verb::Manage).unwrap();
+        self.conductor.provision(uuid, Verb::Manage).await.unwrap();
         self.settle(uuid, ProvisionState::Manageable).await;
-        self.conductor.provision(uuid, Verb::Provide).unwrap();
+        self.conductor.provision(uuid, Verb::Provide).await.unwrap();
         self.settle(uuid, ProvisionState::Available).await;
         self.store
             .edit_node(uuid, |_, b| {
@@ -120,7 +125,7 @@ impl Lab {
     }
 
     pub async fn deploy(&self, uuid: Uuid, expect: ProvisionState) -> Node {
-        self.conductor.provision(uuid, Verb::Deploy).unwrap();
+        self.conductor.provision(uuid, Verb::Deploy).await.unwrap();
         self.settle(uuid, expect).await
     }
 

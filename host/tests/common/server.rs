@@ -147,6 +147,20 @@ impl Server {
         a.body["uuid"].as_str().unwrap().to_owned()
     }
 
+    /// Loads the test driver (`query`: its upload's, such as `?deadline_ms=300`) and
+    /// returns an available node of it whose steps run in `mode` (`loop`, `wait`, …).
+    pub async fn test_driver_node(&self, query: &str, mode: &str) -> String {
+        let wasm = std::fs::read(deployd_fixtures::TEST_DRIVER).unwrap();
+        let url = format!("{}/v1/deployd/drivers{query}", self.base);
+        let upload = self.http.post(url).body(wasm).send().await.unwrap();
+        assert_eq!(upload.status(), StatusCode::CREATED);
+        let body = serde_json::json!({"driver": "test_driver", "instance_info": {"mode": mode}});
+        let node = self.node(body).await;
+        self.walk(&node, &[("manage", "manageable"), ("provide", "available")])
+            .await;
+        node
+    }
+
     pub async fn provision(&self, node: &str, target: &str) -> Answer {
         self.send(
             Method::PUT,
