@@ -64,6 +64,7 @@ impl From<StoreError> for ApiError {
             StoreError::NameTaken(_)
             | StoreError::UuidTaken(_)
             | StoreError::MacTaken { .. }
+            | StoreError::PortNameTaken { .. }
             | StoreError::DocumentTaken { .. } => StatusCode::CONFLICT,
             StoreError::DeleteRefused { .. } | StoreError::StateChanged { .. } => {
                 StatusCode::CONFLICT

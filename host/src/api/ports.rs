@@ -155,18 +155,6 @@ fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(),
     if let Some(name) = port.attrs.get("name").and_then(Value::as_str) {
         crate::node::validate_name(name)
             .map_err(|e| ApiError::bad_request(e.to_string().replace("node name", "port name")))?;
-        let taken = app
-            .conductor
-            .store
-            .list_ports()?
-            .into_iter()
-            .find(|p| p.uuid != port.uuid && p.attrs.get("name") == Some(&json!(name)));
-        if let Some(other) = taken {
-            return Err(ApiError::conflict(format!(
-                "A port with name {name} already exists (port {}).",
-                other.uuid
-            )));
-        }
     }
     if let Some(pg) = port.attrs.get("portgroup_uuid").and_then(Value::as_str) {
         let (_, group) = app
@@ -367,10 +355,7 @@ fn port_uuid(app: &App, text: &str) -> Result<Uuid, ApiError> {
     }
     app.conductor
         .store
-        .list_ports()?
-        .into_iter()
-        .find(|p| p.attrs.get("name").and_then(Value::as_str) == Some(text))
-        .map(|p| p.uuid)
+        .port_named(text)?
         .ok_or_else(|| ApiError::not_found(format!("Port {text} could not be found.")))
 }
 

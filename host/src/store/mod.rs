@@ -8,6 +8,7 @@
 //! | `names`      | node name              | node uuid                              |
 //! | `ports`      | port uuid              | [`Port`] as JSON                       |
 //! | `macs`       | normalised MAC         | port uuid                              |
+//! | `port_names` | port name              | port uuid (rebuilt at open; see `ports`)|
 //! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |
 //! | `deadlines`  | deadline ‖ node uuid   | (empty)                                |
 //!
@@ -29,6 +30,7 @@
 pub mod documents;
 pub mod history;
 mod locks;
+mod ports;
 mod provision;
 mod record;
 mod recovery;
@@ -41,7 +43,7 @@ use uuid::Uuid;
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Port, Provision};
+use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
 
 pub use provision::{SweeperWaker, TimedOut, Touched, progress_fingerprint};
@@ -60,6 +62,8 @@ pub enum StoreError {
     UuidTaken(Uuid),
     #[error("MAC address {mac} is already used by port {port}")]
     MacTaken { mac: String, port: Uuid },
+    #[error("A port with name {name} already exists (port {port}).")]
+    PortNameTaken { name: String, port: Uuid },
     #[error(transparent)]
     Invalid(#[from] InvalidField),
     #[error("node {node}: {source}")]
@@ -152,6 +156,7 @@ pub struct Store {
     names: sled::Tree,
     ports: sled::Tree,
     macs: sled::Tree,
+    port_names: sled::Tree,
     node_ports: sled::Tree,
     deadlines: sled::Tree,
     /// Chassis, port groups, allocations and the other stored-only resources.
@@ -182,6 +187,7 @@ impl Store {
             names: tree("names")?,
             ports: tree("ports")?,
             macs: tree("macs")?,
+            port_names: tree("port_names")?,
             node_ports: tree("node_ports")?,
             deadlines: tree("deadlines")?,
             docs: documents::Documents::open(&db)?,
@@ -193,6 +199,7 @@ impl Store {
             waker: Arc::new(SweeperWaker::default()),
             metrics: Arc::default(),
         };
+        store.index_port_names()?;
         let recovery = store.recover()?;
         Ok((store, recovery))
     }
@@ -422,88 +429,29 @@ impl Store {
             &self.deadlines,
             &self.ports,
             &self.macs,
+            &self.port_names,
             &self.node_ports,
         );
-        trees.transaction(|(nodes, names, deadlines, ports, macs, node_ports)| {
-            nodes.remove(uuid.as_bytes())?;
-            if let Some(name) = &body.name {
-                names.remove(name.as_bytes())?;
-            }
-            if let Some(d) = provision.deadline {
-                deadlines.remove(&record::deadline_key(d, uuid))?;
-            }
-            for port in &port_uuids {
-                if let Some(json) = ports.remove(port.as_bytes())? {
-                    let port: Port =
-                        parse_json("port", &json).map_err(ConflictableTransactionError::Abort)?;
-                    macs.remove(port.address.as_bytes())?;
+        trees.transaction(
+            |(nodes, names, deadlines, ports, macs, port_names, node_ports)| {
+                nodes.remove(uuid.as_bytes())?;
+                if let Some(name) = &body.name {
+                    names.remove(name.as_bytes())?;
                 }
-                node_ports.remove(&pair_key(uuid, *port))?;
-            }
-            Ok(())
-        })?;
-        self.history.forget(uuid)?;
-        self.flush()
-    }
-
-    /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
-    pub fn create_port(
-        &self,
-        node: Uuid,
-        mac: &str,
-        extra: node::JsonMap,
-    ) -> Result<Port, StoreError> {
-        let port = Port {
-            uuid: Uuid::new_v4(),
-            address: node::normalize_mac(mac)?,
-            node_uuid: node,
-            extra,
-            pxe_enabled: true,
-            attrs: node::JsonMap::new(),
-            created_at: self.clock.now(),
-            updated_at: None,
-        };
-        self.insert_port(port)
-    }
-
-    /// Adds a port built by the caller (its address is normalised, its times set here).
-    pub fn insert_port(&self, mut port: Port) -> Result<Port, StoreError> {
-        port.address = node::normalize_mac(&port.address)?;
-        port.created_at = self.clock.now();
-        port.updated_at = None;
-        let node = port.node_uuid;
-        let json = serde_json::to_vec(&port).expect("a port serialises");
-        let _owner = self.locks.lock(node);
-        (&self.nodes, &self.ports, &self.macs, &self.node_ports).transaction(
-            |(nodes, ports, macs, node_ports)| {
-                if nodes.get(node.as_bytes())?.is_none() {
-                    return abort(StoreError::NodeNotFound(node.to_string()));
+                if let Some(d) = provision.deadline {
+                    deadlines.remove(&record::deadline_key(d, uuid))?;
                 }
-                if let Some(existing) =
-                    macs.insert(port.address.as_bytes(), port.uuid.as_bytes())?
-                {
-                    let port_uuid =
-                        uuid_from(&existing).map_err(ConflictableTransactionError::Abort)?;
-                    return abort(StoreError::MacTaken {
-                        mac: port.address.clone(),
-                        port: port_uuid,
-                    });
+                for port in &port_uuids {
+                    if let Some(json) = ports.remove(port.as_bytes())? {
+                        ports::unindex_port(macs, port_names, &json)?;
+                    }
+                    node_ports.remove(&pair_key(uuid, *port))?;
                 }
-                ports.insert(port.uuid.as_bytes(), json.as_slice())?;
-                node_ports.insert(&pair_key(node, port.uuid), &[])?;
                 Ok(())
             },
         )?;
-        self.flush()?;
-        Ok(port)
-    }
-
-    /// Every port, in uuid order.
-    pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
-        self.ports
-            .iter()
-            .map(|item| parse_json("port", &item?.1))
-            .collect()
+        self.history.forget(uuid)?;
+        self.flush()
     }
 
     /// Puts a node just enrolled straight into `available`, as Ironic does for clients
@@ -526,107 +474,6 @@ impl Store {
         self.write_node(uuid, &old, &new, json)?;
         self.flush()?;
         self.node(uuid)
-    }
-
-    pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
-        let json = self
-            .ports
-            .get(uuid.as_bytes())?
-            .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
-        parse_json("port", &json)
-    }
-
-    /// The node that owns one of these MAC addresses, as agent lookup needs. Addresses that
-    /// are not MACs are ignored (Ironic drops them with a warning).
-    pub fn node_by_macs<'a>(
-        &self,
-        macs: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Option<Uuid>, StoreError> {
-        for mac in macs {
-            let Ok(mac) = node::normalize_mac(mac) else {
-                continue;
-            };
-            if let Some(port) = self.macs.get(mac.as_bytes())? {
-                return Ok(Some(self.port(uuid_from(&port)?)?.node_uuid));
-            }
-        }
-        Ok(None)
-    }
-
-    pub fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
-        self.port_uuids_of(node)?
-            .into_iter()
-            .map(|p| self.port(p))
-            .collect()
-    }
-
-    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
-        let port = self.port(uuid)?;
-        let _owner = self.locks.lock(port.node_uuid);
-        (&self.ports, &self.macs, &self.node_ports).transaction(|(ports, macs, node_ports)| {
-            if ports.remove(uuid.as_bytes())?.is_none() {
-                return abort(StoreError::PortNotFound(uuid.to_string()));
-            }
-            macs.remove(port.address.as_bytes())?;
-            node_ports.remove(&pair_key(port.node_uuid, uuid))?;
-            Ok(())
-        })?;
-        self.flush()
-    }
-
-    /// Changes a port; a new address or node moves the port's index entries with it.
-    pub fn update_port<E: From<StoreError>>(
-        &self,
-        uuid: Uuid,
-        change: impl FnOnce(&mut Port) -> Result<(), E>,
-    ) -> Result<Port, E> {
-        let old = self.port(uuid)?;
-        let mut port = old.clone();
-        change(&mut port)?;
-        port.uuid = uuid;
-        port.address = node::normalize_mac(&port.address).map_err(StoreError::from)?;
-        port.updated_at = Some(self.clock.now());
-        let json = serde_json::to_vec(&port).expect("a port serialises");
-        let _old_owner = self.locks.lock(old.node_uuid);
-        (&self.nodes, &self.ports, &self.macs, &self.node_ports)
-            .transaction(|(nodes, ports, macs, node_ports)| {
-                if ports.get(uuid.as_bytes())?.as_deref()
-                    != Some(&serde_json::to_vec(&old).expect("a port serialises")[..])
-                {
-                    return abort(StoreError::PortNotFound(uuid.to_string()));
-                }
-                if nodes.get(port.node_uuid.as_bytes())?.is_none() {
-                    return abort(StoreError::NodeNotFound(port.node_uuid.to_string()));
-                }
-                if port.address != old.address {
-                    if let Some(holder) = macs.insert(port.address.as_bytes(), uuid.as_bytes())? {
-                        let holder =
-                            uuid_from(&holder).map_err(ConflictableTransactionError::Abort)?;
-                        return abort(StoreError::MacTaken {
-                            mac: port.address.clone(),
-                            port: holder,
-                        });
-                    }
-                    macs.remove(old.address.as_bytes())?;
-                }
-                if port.node_uuid != old.node_uuid {
-                    node_ports.remove(&pair_key(old.node_uuid, uuid))?;
-                    node_ports.insert(&pair_key(port.node_uuid, uuid), &[])?;
-                }
-                ports.insert(uuid.as_bytes(), json.as_slice())?;
-                Ok(())
-            })
-            .map_err(StoreError::from)?;
-        drop(_old_owner);
-        self.flush()?;
-        Ok(port)
-    }
-
-    fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
-        self.node_ports
-            .scan_prefix(node.as_bytes())
-            .map(|item| uuid_from(&item?.0[16..]))
-            .collect()
     }
 
     fn value(&self, uuid: Uuid) -> Result<sled::IVec, StoreError> {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::Timestamp;
+use crate::node::Port;
 use crate::state_machine::Event;
 
 const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
@@ -426,6 +427,102 @@ fn ports_are_unique_by_mac_and_find_their_node() {
     store.delete_port(port.uuid).unwrap();
     assert_eq!(store.node_by_macs(["52:54:00:aa:bb:cc"]).unwrap(), None);
     assert!(store.ports_of(a).unwrap().is_empty());
+}
+
+fn named_port(store: &Store, node: Uuid, mac: &str, name: &str) -> Result<Port, StoreError> {
+    store.insert_port(Port {
+        uuid: Uuid::new_v4(),
+        address: mac.into(),
+        node_uuid: node,
+        extra: Default::default(),
+        pxe_enabled: true,
+        attrs: [("name".to_owned(), serde_json::json!(name))]
+            .into_iter()
+            .collect(),
+        created_at: T0,
+        updated_at: None,
+    })
+}
+
+#[test]
+fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, first) = {
+        let (store, _) = open(&dir, 60);
+        let a = store.create_node(new_node(None)).unwrap().uuid();
+        let b = store.create_node(new_node(None)).unwrap().uuid();
+        let first = named_port(&store, a, "52:54:00:00:00:01", "eth0").unwrap();
+        assert_eq!(store.port_named("eth0").unwrap(), Some(first.uuid));
+        let err = named_port(&store, b, "52:54:00:00:00:02", "eth0").unwrap_err();
+        assert!(
+            matches!(&err, StoreError::PortNameTaken { port, .. } if *port == first.uuid),
+            "{err}"
+        );
+        assert_eq!(
+            store.list_ports().unwrap().len(),
+            1,
+            "the refusal wrote nothing"
+        );
+        // A rename frees the old name and takes the new one; a taken one is refused.
+        let rename = |uuid, name: &str| {
+            store.update_port(uuid, |p: &mut Port| {
+                p.attrs.insert("name".into(), serde_json::json!(name));
+                Ok::<_, StoreError>(())
+            })
+        };
+        rename(first.uuid, "eth1").unwrap();
+        assert_eq!(store.port_named("eth0").unwrap(), None);
+        let second = named_port(&store, b, "52:54:00:00:00:02", "eth0").unwrap();
+        assert!(matches!(
+            rename(second.uuid, "eth1"),
+            Err(StoreError::PortNameTaken { .. })
+        ));
+        assert_eq!(store.port(second.uuid).unwrap().attrs["name"], "eth0");
+        // Deleting a node frees its ports' names.
+        store.delete_node(b).unwrap();
+        assert_eq!(store.port_named("eth0").unwrap(), None);
+        // An index lost (a store from before it existed) comes back at open.
+        store.port_names.clear().unwrap();
+        store
+            .port_names
+            .insert("stale", Uuid::new_v4().as_bytes())
+            .unwrap();
+        (a, first)
+    };
+    let (store, _) = open(&dir, 60);
+    assert_eq!(store.port_named("eth1").unwrap(), Some(first.uuid));
+    assert_eq!(store.port_named("stale").unwrap(), None);
+    assert!(named_port(&store, a, "52:54:00:00:00:03", "eth1").is_err());
+}
+
+/// Many creates racing for one port name on different nodes: exactly one wins, each time.
+#[test]
+fn racing_creates_of_one_port_name_leave_exactly_one_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let nodes: Vec<Uuid> = (0..8)
+        .map(|_| store.create_node(new_node(None)).unwrap().uuid())
+        .collect();
+    for round in 0..40u32 {
+        let name = format!("race-{round}");
+        let won = std::thread::scope(|scope| {
+            let tries: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &node)| {
+                    let (store, name) = (&store, &name);
+                    let mac = format!("52:54:{:02x}:{:02x}:00:{i:02x}", round >> 8, round & 0xff);
+                    scope.spawn(move || named_port(store, node, &mac, name).is_ok())
+                })
+                .collect();
+            tries
+                .into_iter()
+                .filter_map(|t| t.join().unwrap().then_some(()))
+                .count()
+        });
+        assert_eq!(won, 1, "round {round}");
+    }
+    assert_eq!(store.list_ports().unwrap().len(), 40);
 }
 
 #[test]

@@ -769,6 +769,13 @@ async fn later_port_portgroup_and_driver_fields() {
         )
         .await;
     assert_eq!(dup.status, StatusCode::CONFLICT);
+    assert_eq!(
+        dup.fault(),
+        format!(
+            "A port with name eth0 already exists (port {}).",
+            port["uuid"].as_str().unwrap()
+        )
+    );
     let in_group = ok(
         &s,
         Method::GET,

@@ -1,0 +1,259 @@
+//! Ports: a node's network interfaces, by MAC address.
+//!
+//! A port is one value in `ports`; three indexes point at it, each kept in the same sled
+//! transaction as the port: `macs` (a MAC belongs to one port across the fleet, and agent
+//! lookup finds its node by it), `port_names` (a name, from API 1.88, belongs to one
+//! port) and `node_ports` (a node's ports in order). A taken MAC or name aborts the
+//! transaction, so two creates racing for one cannot both win.
+//!
+//! `port_names` is derived from `ports` and rebuilt when the store opens, so a store
+//! written before the index existed gets it, and it can never disagree with the ports.
+
+use sled::transaction::{ConflictableTransactionError, Transactional, TransactionalTree};
+use uuid::Uuid;
+
+use super::{Store, StoreError, TxResult, abort, pair_key, parse_json, uuid_from};
+use crate::node::{self, Port};
+
+impl Store {
+    /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
+    pub fn create_port(
+        &self,
+        node: Uuid,
+        mac: &str,
+        extra: node::JsonMap,
+    ) -> Result<Port, StoreError> {
+        let port = Port {
+            uuid: Uuid::new_v4(),
+            address: node::normalize_mac(mac)?,
+            node_uuid: node,
+            extra,
+            pxe_enabled: true,
+            attrs: node::JsonMap::new(),
+            created_at: self.clock.now(),
+            updated_at: None,
+        };
+        self.insert_port(port)
+    }
+
+    /// Adds a port built by the caller (its address is normalised, its times set here).
+    pub fn insert_port(&self, mut port: Port) -> Result<Port, StoreError> {
+        port.address = node::normalize_mac(&port.address)?;
+        port.created_at = self.clock.now();
+        port.updated_at = None;
+        let node = port.node_uuid;
+        let json = serde_json::to_vec(&port).expect("a port serialises");
+        let _owner = self.locks.lock(node);
+        let trees = (
+            &self.nodes,
+            &self.ports,
+            &self.macs,
+            &self.port_names,
+            &self.node_ports,
+        );
+        trees.transaction(|(nodes, ports, macs, names, node_ports)| {
+            if nodes.get(node.as_bytes())?.is_none() {
+                return abort(StoreError::NodeNotFound(node.to_string()));
+            }
+            take_mac(macs, &port.address, port.uuid)?;
+            take_port_name(names, name_of(&port), port.uuid)?;
+            ports.insert(port.uuid.as_bytes(), json.as_slice())?;
+            node_ports.insert(&pair_key(node, port.uuid), &[])?;
+            Ok(())
+        })?;
+        self.flush()?;
+        Ok(port)
+    }
+
+    /// Every port, in uuid order.
+    pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
+        self.ports
+            .iter()
+            .map(|item| parse_json("port", &item?.1))
+            .collect()
+    }
+
+    pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+        let json = self
+            .ports
+            .get(uuid.as_bytes())?
+            .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
+        parse_json("port", &json)
+    }
+
+    /// The port with this name, if one has it.
+    pub fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        self.port_names
+            .get(name.as_bytes())?
+            .map(|uuid| uuid_from(&uuid))
+            .transpose()
+    }
+
+    /// The node that owns one of these MAC addresses, as agent lookup needs. Addresses that
+    /// are not MACs are ignored (Ironic drops them with a warning).
+    pub fn node_by_macs<'a>(
+        &self,
+        macs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Option<Uuid>, StoreError> {
+        for mac in macs {
+            let Ok(mac) = node::normalize_mac(mac) else {
+                continue;
+            };
+            if let Some(port) = self.macs.get(mac.as_bytes())? {
+                return Ok(Some(self.port(uuid_from(&port)?)?.node_uuid));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
+        self.port_uuids_of(node)?
+            .into_iter()
+            .map(|p| self.port(p))
+            .collect()
+    }
+
+    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let port = self.port(uuid)?;
+        let _owner = self.locks.lock(port.node_uuid);
+        let trees = (&self.ports, &self.macs, &self.port_names, &self.node_ports);
+        trees.transaction(|(ports, macs, names, node_ports)| {
+            let Some(json) = ports.remove(uuid.as_bytes())? else {
+                return abort(StoreError::PortNotFound(uuid.to_string()));
+            };
+            unindex_port(macs, names, &json)?;
+            node_ports.remove(&pair_key(port.node_uuid, uuid))?;
+            Ok(())
+        })?;
+        self.flush()
+    }
+
+    /// Changes a port; a new address, name or node moves the port's index entries with it.
+    pub fn update_port<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl FnOnce(&mut Port) -> Result<(), E>,
+    ) -> Result<Port, E> {
+        let old = self.port(uuid)?;
+        let mut port = old.clone();
+        change(&mut port)?;
+        port.uuid = uuid;
+        port.address = node::normalize_mac(&port.address).map_err(StoreError::from)?;
+        port.updated_at = Some(self.clock.now());
+        let json = serde_json::to_vec(&port).expect("a port serialises");
+        let old_json = serde_json::to_vec(&old).expect("a port serialises");
+        let _old_owner = self.locks.lock(old.node_uuid);
+        let trees = (
+            &self.nodes,
+            &self.ports,
+            &self.macs,
+            &self.port_names,
+            &self.node_ports,
+        );
+        trees
+            .transaction(|(nodes, ports, macs, names, node_ports)| {
+                if ports.get(uuid.as_bytes())?.as_deref() != Some(&old_json[..]) {
+                    return abort(StoreError::PortNotFound(uuid.to_string()));
+                }
+                if nodes.get(port.node_uuid.as_bytes())?.is_none() {
+                    return abort(StoreError::NodeNotFound(port.node_uuid.to_string()));
+                }
+                if port.address != old.address {
+                    take_mac(macs, &port.address, uuid)?;
+                    macs.remove(old.address.as_bytes())?;
+                }
+                if name_of(&port) != name_of(&old) {
+                    take_port_name(names, name_of(&port), uuid)?;
+                    if let Some(name) = name_of(&old) {
+                        names.remove(name.as_bytes())?;
+                    }
+                }
+                if port.node_uuid != old.node_uuid {
+                    node_ports.remove(&pair_key(old.node_uuid, uuid))?;
+                    node_ports.insert(&pair_key(port.node_uuid, uuid), &[])?;
+                }
+                ports.insert(uuid.as_bytes(), json.as_slice())?;
+                Ok(())
+            })
+            .map_err(StoreError::from)?;
+        drop(_old_owner);
+        self.flush()?;
+        Ok(port)
+    }
+
+    pub(super) fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        self.node_ports
+            .scan_prefix(node.as_bytes())
+            .map(|item| uuid_from(&item?.0[16..]))
+            .collect()
+    }
+
+    /// Rebuilds `port_names` from the ports (see the module's doc).
+    pub(super) fn index_port_names(&self) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.port_names.iter().keys() {
+            batch.remove(key?);
+        }
+        for item in self.ports.iter() {
+            let (uuid, json) = item?;
+            let port: Port = parse_json("port", &json)?;
+            if let Some(name) = name_of(&port) {
+                batch.insert(name.as_bytes(), uuid);
+            }
+        }
+        Ok(self.port_names.apply_batch(batch)?)
+    }
+}
+
+/// A port's name (API 1.88), if it has one.
+fn name_of(port: &Port) -> Option<&str> {
+    port.attrs.get("name").and_then(serde_json::Value::as_str)
+}
+
+/// Takes `key` for `port` in a unique index (MACs, names); another port's key is
+/// refused with `taken(key, holder)`.
+fn take(
+    index: &TransactionalTree,
+    key: &str,
+    port: Uuid,
+    taken: fn(String, Uuid) -> StoreError,
+) -> TxResult<()> {
+    match index.insert(key.as_bytes(), port.as_bytes())? {
+        Some(holder) if holder != port.as_bytes() => {
+            let holder = uuid_from(&holder).map_err(ConflictableTransactionError::Abort)?;
+            abort(taken(key.to_owned(), holder))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn take_mac(macs: &TransactionalTree, mac: &str, port: Uuid) -> TxResult<()> {
+    take(macs, mac, port, |mac, port| StoreError::MacTaken {
+        mac,
+        port,
+    })
+}
+
+fn take_port_name(names: &TransactionalTree, name: Option<&str>, port: Uuid) -> TxResult<()> {
+    match name {
+        Some(name) => take(names, name, port, |name, port| StoreError::PortNameTaken {
+            name,
+            port,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Drops a removed port (its stored JSON) from the MAC and name indexes.
+pub(super) fn unindex_port(
+    macs: &TransactionalTree,
+    names: &TransactionalTree,
+    json: &[u8],
+) -> TxResult<()> {
+    let port: Port = parse_json("port", json).map_err(ConflictableTransactionError::Abort)?;
+    macs.remove(port.address.as_bytes())?;
+    if let Some(name) = name_of(&port) {
+        names.remove(name.as_bytes())?;
+    }
+    Ok(())
+}
