@@ -270,15 +270,21 @@ async fn respond(
             });
         }
     }
-    let address = params.filter("address").map(|a| a.to_ascii_lowercase());
-    let ports = match node {
-        Some(n) => store.ports_of(n)?,
-        None => store.list_ports()?,
+    // By address: one read of the MAC index.
+    let ports = match (params.filter("address"), node) {
+        (Some(address), _) => {
+            let mac = crate::node::normalize_mac(address).map_err(|_| {
+                ApiError::bad_request(format!("Expected a MAC address but received {address}."))
+            })?;
+            store.port_with_mac(&mac)?.into_iter().collect()
+        }
+        (None, Some(n)) => store.ports_of(n)?,
+        (None, None) => store.list_ports()?,
     };
     let base = &app.public_url;
     let mut matching: Vec<(Uuid, Map<String, Value>)> = ports
         .iter()
-        .filter(|p| address.as_ref().is_none_or(|a| p.address == *a))
+        .filter(|p| node.is_none_or(|n| p.node_uuid == n))
         .filter(|p| of_nodes.as_ref().is_none_or(|n| n.contains(&p.node_uuid)))
         .filter(|p| {
             group

@@ -89,6 +89,14 @@ impl Store {
             .transpose()
     }
 
+    /// The port with this MAC address (normalised), if one has it.
+    pub fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
+        match self.macs.get(mac.as_bytes())? {
+            Some(uuid) => self.port(uuid_from(&uuid)?).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The node that owns one of these MAC addresses, as agent lookup needs. Addresses that
     /// are not MACs are ignored (Ironic drops them with a warning).
     pub fn node_by_macs<'a>(
@@ -99,8 +107,8 @@ impl Store {
             let Ok(mac) = node::normalize_mac(mac) else {
                 continue;
             };
-            if let Some(port) = self.macs.get(mac.as_bytes())? {
-                return Ok(Some(self.port(uuid_from(&port)?)?.node_uuid));
+            if let Some(port) = self.port_with_mac(&mac)? {
+                return Ok(Some(port.node_uuid));
             }
         }
         Ok(None)

@@ -430,6 +430,25 @@ async fn ports_patch_filter_and_project() {
         ids(s.get("/v1/ports?address=11:22:33:44:55:66").await.body),
         [json!(p1)]
     );
+    assert_eq!(
+        ids(s
+            .get("/v1/ports?address=11:22:33:44:55:66&node=a")
+            .await
+            .body),
+        [json!(p1)]
+    );
+    for other in [
+        "/v1/ports?address=11:22:33:44:55:66&node=b",
+        "/v1/ports?address=11:22:33:44:55:00",
+    ] {
+        assert_eq!(ids(s.get(other).await.body), Vec::<Value>::new(), "{other}");
+    }
+    let not_a_mac = s.get("/v1/ports?address=not-a-mac").await;
+    assert_eq!(not_a_mac.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        not_a_mac.fault(),
+        "Expected a MAC address but received not-a-mac."
+    );
     assert_eq!(ids(s.get("/v1/ports?node=a").await.body), [json!(p1)]);
     let fields = s.get("/v1/ports?fields=uuid,node_uuid").await.body;
     assert!(
