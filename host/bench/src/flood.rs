@@ -57,9 +57,55 @@ pub struct FloodBench {
 }
 
 /// A `deployd serve` process, killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    url: String,
+    pub(crate) url: String,
+    /// The binary serving.
+    pub(crate) bin: std::path::PathBuf,
+}
+
+impl Served {
+    /// Starts `bin` (default: this binary) serving from `dir` on a free loopback port,
+    /// with the test driver loaded and `configure`'s flags, and waits until it answers.
+    pub(crate) async fn start(
+        bin: Option<&std::path::Path>,
+        dir: &std::path::Path,
+        configure: impl FnOnce(&mut Command) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Served> {
+        let bin = match bin {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_exe()?,
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let plugins = dir.join("plugins");
+        std::fs::create_dir_all(&plugins)?;
+        std::fs::copy(
+            deployd_fixtures::TEST_DRIVER,
+            plugins.join("test_driver.wasm"),
+        )
+        .context("the test driver (run from a source checkout)")?;
+        let mut command = Command::new(&bin);
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--plugins-dir")
+            .arg(&plugins)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        configure(&mut command)?;
+        let served = Served {
+            child: command
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?,
+            url: format!("http://127.0.0.1:{port}"),
+            bin,
+        };
+        wait_ready(&reqwest::Client::new(), &served.url).await?;
+        Ok(served)
+    }
 }
 
 impl Drop for Served {
@@ -79,51 +125,25 @@ pub fn run_flood(args: &FloodBench) -> anyhow::Result<()> {
 }
 
 async fn flood(args: &FloodBench, dir: &std::path::Path) -> anyhow::Result<()> {
-    let bin = match &args.engine_bin {
-        Some(b) => b.clone(),
-        None => std::env::current_exe()?,
+    let auth = |command: &mut Command| -> anyhow::Result<()> {
+        if args.kind == Flood::Auth {
+            let htpasswd = dir.join("htpasswd");
+            std::fs::write(
+                &htpasswd,
+                format!("admin:{}\n", bcrypt::hash("secret", 12)?),
+            )?;
+            command
+                .args([
+                    "--auth-strategy",
+                    "http-basic",
+                    "--http-basic-auth-user-file",
+                ])
+                .arg(&htpasswd);
+        }
+        Ok(())
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let plugins = dir.join("plugins");
-    std::fs::create_dir_all(&plugins)?;
-    std::fs::copy(
-        deployd_fixtures::TEST_DRIVER,
-        plugins.join("test_driver.wasm"),
-    )
-    .context("the test driver (run from a source checkout)")?;
-    let mut command = Command::new(&bin);
-    command
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--plugins-dir")
-        .arg(&plugins)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if args.kind == Flood::Auth {
-        let htpasswd = dir.join("htpasswd");
-        std::fs::write(
-            &htpasswd,
-            format!("admin:{}\n", bcrypt::hash("secret", 12)?),
-        )?;
-        command
-            .args([
-                "--auth-strategy",
-                "http-basic",
-                "--http-basic-auth-user-file",
-            ])
-            .arg(&htpasswd);
-    }
-    let served = Served {
-        child: command
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?,
-        url: format!("http://127.0.0.1:{port}"),
-    };
+    let served = Served::start(args.engine_bin.as_deref(), dir, auth).await?;
     let http = reqwest::Client::new();
-    wait_ready(&http, &served.url).await?;
     // Set-up goes through the one client (it retries a node still locked by its step).
     let api = Client::new(&served.url).with_retries(50, Duration::from_millis(100));
     let admin = format!(
@@ -188,7 +208,7 @@ async fn flood(args: &FloodBench, dir: &std::path::Path) -> anyhow::Result<()> {
         args.kind,
         args.clients,
         args.seconds,
-        bin.display()
+        served.bin.display()
     );
     println!(
         "  flood: {} requests, {:.0}/s; answers {:?}",

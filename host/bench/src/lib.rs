@@ -7,6 +7,7 @@ pub mod core;
 pub mod fleet;
 pub mod flood;
 pub mod plugins;
+pub mod ports;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
@@ -14,6 +15,7 @@ pub use self::core::{CoreBench, run_core};
 pub use self::fleet::{FleetBench, run_fleet};
 pub use self::flood::{FloodBench, run_flood};
 pub use self::plugins::{PluginBench, run_plugins};
+pub use self::ports::{PortsBench, run_ports};
 
 use std::time::Duration;
 

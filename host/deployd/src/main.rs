@@ -70,6 +70,8 @@ enum Bench {
     Fleet(deployd_bench::FleetBench),
     /// GET /v1 latency and engine memory during a flood (auth, lookup, list).
     Flood(deployd_bench::FloodBench),
+    /// Named port create, get by name and list by address as the ports grow.
+    Ports(deployd_bench::PortsBench),
 }
 
 /// mimalloc instead of glibc's malloc: a heartbeat allocates and frees many small
@@ -116,6 +118,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Agent(args)) => deployd_bench::run_agent(&args),
         Command::Bench(Bench::Fleet(args)) => deployd_bench::run_fleet(&args),
         Command::Bench(Bench::Flood(args)) => deployd_bench::run_flood(&args),
+        Command::Bench(Bench::Ports(args)) => deployd_bench::run_ports(&args),
     }
 }
 
