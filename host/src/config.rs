@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::conductor::Settings as ConductorSettings;
 use crate::state_machine::Timeouts;
 use crate::store::StoreConfig;
 use crate::sweeper::SweeperConfig;
@@ -152,14 +153,6 @@ pub struct Conductor {
     pub node_locked_retry_attempts: u32,
     /// Seconds between those attempts.
     pub node_locked_retry_interval: u64,
-}
-
-impl Conductor {
-    /// How long an operator's call waits for a busy node before it is refused.
-    pub fn lock_wait(&self) -> Duration {
-        Duration::from_secs(self.node_locked_retry_interval)
-            * self.node_locked_retry_attempts.saturating_sub(1)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -403,6 +396,15 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("images"))
     }
 
+    pub fn conductor(&self) -> ConductorSettings {
+        let c = &self.conductor;
+        ConductorSettings {
+            automated_clean: c.automated_clean,
+            lock_wait: Duration::from_secs(c.node_locked_retry_interval)
+                * c.node_locked_retry_attempts.saturating_sub(1),
+        }
+    }
+
     pub fn sweeper(&self) -> SweeperConfig {
         SweeperConfig {
             check_interval: Duration::from_secs(self.conductor.check_provision_state_interval),
@@ -443,6 +445,20 @@ mod tests {
                 .for_state(crate::state_machine::ProvisionState::WaitCallBack),
             None
         );
+    }
+
+    /// Ironic's lock retry: attempts − 1 waits of the interval; one attempt waits not at all.
+    #[test]
+    fn the_lock_retry_becomes_the_conductors_wait() {
+        assert_eq!(Config::default().conductor(), ConductorSettings::default());
+        let toml = "[conductor]\nnode_locked_retry_attempts = 5\nnode_locked_retry_interval = 3\n";
+        let config: Config = toml::from_str(toml).unwrap();
+        assert_eq!(config.conductor().lock_wait, Duration::from_secs(12));
+        for attempts in [0, 1] {
+            let toml = format!("[conductor]\nnode_locked_retry_attempts = {attempts}\n");
+            let config: Config = toml::from_str(&toml).unwrap();
+            assert_eq!(config.conductor().lock_wait, Duration::ZERO);
+        }
     }
 
     #[test]

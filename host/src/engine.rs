@@ -53,7 +53,7 @@ impl Engine {
             calls,
         )?);
         load_drivers(config, &registry).await?;
-        let conductor = Conductor::new(store.clone(), registry, agents, &config.conductor);
+        let conductor = Conductor::new(store.clone(), registry, agents, config.conductor());
         let sweeper = Sweeper::spawn(store.clone(), config.sweeper(), Arc::new(conductor.clone()));
 
         let auth = match config.api.auth_strategy {

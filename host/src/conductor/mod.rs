@@ -91,6 +91,26 @@ pub trait EditError: From<StoreError> + From<ConductorError> {}
 
 impl<E: From<StoreError> + From<ConductorError>> EditError for E {}
 
+/// What the conductor takes from the engine's configuration (`[conductor]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
+    pub automated_clean: bool,
+    /// How long an operator's call waits for a node another task holds (Ironic's lock
+    /// retry: (attempts − 1) × interval).
+    pub lock_wait: Duration,
+}
+
+impl Default for Settings {
+    /// Ironic's defaults: automated cleaning on; 3 lock attempts 1 s apart.
+    fn default() -> Self {
+        Settings {
+            automated_clean: true,
+            lock_wait: Duration::from_secs(2),
+        }
+    }
+}
+
 pub struct Conductor {
     pub store: Arc<Store>,
     pub registry: Arc<Registry>,
@@ -111,11 +131,11 @@ impl Conductor {
         store: Arc<Store>,
         registry: Arc<Registry>,
         agents: Arc<Agents>,
-        config: &crate::config::Conductor,
+        settings: Settings,
     ) -> Arc<Conductor> {
         Arc::new(Conductor {
-            automated_clean: config.automated_clean,
-            lock_wait: config.lock_wait(),
+            automated_clean: settings.automated_clean,
+            lock_wait: settings.lock_wait,
             store,
             registry,
             agents,

@@ -41,7 +41,7 @@ pub async fn lab(deploy_timeout: Duration) -> Lab {
         store.clone(),
         registry.clone(),
         agents,
-        &deployd_engine::config::Conductor::default(),
+        deployd_engine::conductor::Settings::default(),
     );
     let sweep = SweeperConfig {
         check_interval: Duration::from_millis(100),
