@@ -31,10 +31,7 @@ pub struct AgentBench {
 pub fn run_agent(args: &AgentBench) -> anyhow::Result<()> {
     let bench_dir = super::core::BenchDir::new(args.dir.as_deref())?;
     let dir = bench_dir.path().to_path_buf();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     let image = dir.join("image.raw");
     let sha256 = runtime.block_on(deployd_lab::random_image(&image, args.image_mb << 20))?;
     let images = axum::Router::new().merge(deployd_engine::image_server::files(dir.clone()));

@@ -39,10 +39,7 @@ pub struct ApiBench {
 }
 
 pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     let bench_dir = super::core::BenchDir::new(None)?;
     let dir = bench_dir.path().to_path_buf();
     let mut config = Config {

@@ -38,10 +38,7 @@ pub struct FleetBench {
 }
 
 pub fn run_fleet(args: &FleetBench) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     let dir = super::core::BenchDir::new(None)?;
     runtime.block_on(fleet(args, dir.path()))
 }

@@ -117,10 +117,7 @@ impl Drop for Served {
 
 pub fn run_flood(args: &FloodBench) -> anyhow::Result<()> {
     let dir = super::core::BenchDir::new(None)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     runtime.block_on(flood(args, dir.path()))
 }
 

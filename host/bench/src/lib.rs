@@ -21,6 +21,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The runtime every bench runs on: two workers, as the engine has on this 2-core machine.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 pub fn sample(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
     let mut out: Vec<Duration> = (0..n)
         .map(|_| {

@@ -180,10 +180,7 @@ fn variant(bytes: &[u8], i: usize) -> Vec<u8> {
 }
 
 pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         let bench_dir = super::core::BenchDir::new(None)?;
         let dir = bench_dir.path().to_path_buf();

@@ -29,10 +29,7 @@ pub struct PortsBench {
 
 pub fn run_ports(args: &PortsBench) -> anyhow::Result<()> {
     let dir = super::core::BenchDir::new(None)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = super::runtime()?;
     runtime.block_on(ports(args, dir.path()))
 }
 

@@ -44,23 +44,17 @@ impl Store {
         let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
-        let trees = (
-            &self.nodes,
-            &self.ports,
-            &self.macs,
-            &self.port_names,
-            &self.node_ports,
-        );
-        trees.transaction(|(nodes, ports, macs, names, node_ports)| {
-            if nodes.get(node.as_bytes())?.is_none() {
-                return abort(StoreError::NodeNotFound(node.to_string()));
-            }
-            take_mac(macs, &port.address, port.uuid)?;
-            take_port_name(names, name_of(&port), port.uuid)?;
-            ports.insert(port.uuid.as_bytes(), json.as_slice())?;
-            node_ports.insert(&pair_key(node, port.uuid), &[])?;
-            Ok(())
-        })?;
+        self.port_trees()
+            .transaction(|(nodes, ports, macs, names, node_ports)| {
+                if nodes.get(node.as_bytes())?.is_none() {
+                    return abort(StoreError::NodeNotFound(node.to_string()));
+                }
+                take_mac(macs, &port.address, port.uuid)?;
+                take_port_name(names, name_of(&port), port.uuid)?;
+                ports.insert(port.uuid.as_bytes(), json.as_slice())?;
+                node_ports.insert(&pair_key(node, port.uuid), &[])?;
+                Ok(())
+            })?;
         self.flush()?;
         Ok(port)
     }
@@ -151,14 +145,7 @@ impl Store {
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let old_json = serde_json::to_vec(&old).expect("a port serialises");
         let _old_owner = self.locks.lock(old.node_uuid);
-        let trees = (
-            &self.nodes,
-            &self.ports,
-            &self.macs,
-            &self.port_names,
-            &self.node_ports,
-        );
-        trees
+        self.port_trees()
             .transaction(|(nodes, ports, macs, names, node_ports)| {
                 if ports.get(uuid.as_bytes())?.as_deref() != Some(&old_json[..]) {
                     return abort(StoreError::PortNotFound(uuid.to_string()));
@@ -187,6 +174,26 @@ impl Store {
         drop(_old_owner);
         self.flush()?;
         Ok(port)
+    }
+
+    /// The trees a port's create or change writes in one transaction: nodes (read, for
+    /// the owner), ports, and the MAC, name and node indexes.
+    fn port_trees(
+        &self,
+    ) -> (
+        &sled::Tree,
+        &sled::Tree,
+        &sled::Tree,
+        &sled::Tree,
+        &sled::Tree,
+    ) {
+        (
+            &self.nodes,
+            &self.ports,
+            &self.macs,
+            &self.port_names,
+            &self.node_ports,
+        )
     }
 
     pub(super) fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
