@@ -118,12 +118,9 @@ pub struct Conductor {
     reservations: Arc<Reservations>,
     /// Where local images are staged for agents to download (set by the engine).
     pub images: std::sync::OnceLock<Images>,
-    /// The [`keep_alive`] task, started with the first step.
+    /// The [`steps::keep_alive`] task, started with the first step.
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
-    /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
-    automated_clean: bool,
-    /// How long an operator's call waits for a node another task holds.
-    lock_wait: Duration,
+    settings: Settings,
 }
 
 impl Conductor {
@@ -134,8 +131,7 @@ impl Conductor {
         settings: Settings,
     ) -> Arc<Conductor> {
         Arc::new(Conductor {
-            automated_clean: settings.automated_clean,
-            lock_wait: settings.lock_wait,
+            settings,
             store,
             registry,
             agents,
@@ -158,7 +154,7 @@ impl Conductor {
         node: Uuid,
         operation: &'static str,
     ) -> Result<Claim, ConductorError> {
-        let wait = self.lock_wait;
+        let wait = self.settings.lock_wait;
         Ok(self
             .reservations
             .claim_within(node, operation, wait)
@@ -277,7 +273,7 @@ impl Conductor {
         node.attrs
             .get("automated_clean")
             .and_then(Value::as_bool)
-            .unwrap_or(self.automated_clean)
+            .unwrap_or(self.settings.automated_clean)
     }
 
     /// Starts a flow that runs the driver over several steps (deploy, rebuild, undeploy,
