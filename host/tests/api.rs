@@ -335,6 +335,11 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
         assert_eq!(answer.status, status, "{method} {path}: {:?}", answer.body);
         if status != StatusCode::PAYLOAD_TOO_LARGE {
             assert!(!answer.fault().is_empty(), "{method} {path} says why");
+        } else {
+            assert_eq!(
+                answer.headers["connection"], "close",
+                "the unread body's connection is not reused"
+            );
         }
     }
     assert_eq!(count(&s).await, nodes, "no node was created");

@@ -127,6 +127,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn(version::negotiate))
         .layer(middleware::from_fn(request_id))
         .layer(middleware::from_fn(request_timeout))
+        .layer(middleware::from_fn(close_after_refused_body))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
@@ -167,6 +168,21 @@ async fn not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> error:
         axum::http::StatusCode::METHOD_NOT_ALLOWED,
         format!("The method {method} is not allowed for {}", uri.path()),
     )
+}
+
+/// A body refused for its size (413) is answered before it is read, and hyper then closes
+/// the connection rather than read the rest. The answer says so (`Connection: close`):
+/// otherwise a client that had written the whole body into its socket pools the
+/// connection, and its next request there is cut off (seen as an incomplete message).
+async fn close_after_refused_body(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        let close = HeaderValue::from_static("close");
+        response
+            .headers_mut()
+            .insert(axum::http::header::CONNECTION, close);
+    }
+    response
 }
 
 /// Every answer names its request, as Ironic's `openstack-request-id`.
