@@ -1,11 +1,12 @@
 //! The real `baremetal` CLI (python-ironicclient, from PyPI) against `deployd serve`: the
 //! commands an operator types, each exiting 0 and printing what it prints against Ironic.
 
-use crate::support;
+use deployd_test_support::{emulators, processes as support};
 
 use std::process::Command;
 
-use support::{Engine, venv_bin};
+use emulators::venv_bin;
+use support::Engine;
 
 fn baremetal(engine: &Engine, args: &[&str]) -> String {
     let out = Command::new(venv_bin("baremetal"))

@@ -5,18 +5,21 @@
 //!   `tests/clients/prepare.sh` unpacks into `target/client-suites/`), through a
 //!   `clouds.yaml` with `auth_type: none` and the engine as the baremetal endpoint.
 
-use crate::support;
+use deployd_test_support::{emulators, processes as support};
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use support::{Engine, venv_bin};
+use emulators::venv_bin;
+use support::Engine;
 
 /// The pinned openstacksdk release whose suite runs (README, "Compatibility").
 const OPENSTACKSDK: &str = "openstacksdk-4.22.0";
 
 fn suite_dir(name: &str) -> PathBuf {
-    let dir = support::repo_root().join("target/client-suites").join(name);
+    let dir = emulators::repo_root()
+        .join("target/client-suites")
+        .join(name);
     assert!(
         dir.is_dir(),
         "{} is missing: run .ci/run once, or tests/clients/prepare.sh",

@@ -1,13 +1,13 @@
 //! `deployd node|port|driver …` against `deployd serve`, both as real processes.
 
-use crate::support;
+use deployd_test_support::{emulators, processes as support};
 
 use std::process::Command;
 
 use support::{BIN, Engine};
 
 fn deployd(engine: &Engine, args: &[&str]) -> (bool, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(args)
         .env("DEPLOYD_URL", &engine.url)
         .output()
@@ -144,7 +144,7 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
 #[test]
 fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
     let run = |file: &str| {
-        let out = Command::new(BIN)
+        let out = Command::new(&*BIN)
             .args(["driver", "test", file])
             .env("RUST_LOG", "error")
             .output()
@@ -183,7 +183,7 @@ fn driver_test_runs_a_component_through_its_flow_on_a_simulated_machine() {
 /// Runs `deployd driver test` on `wasm`, an example driver named `name` that logs the
 /// agent's progress from the 0.2 heartbeat record: it must deploy and undeploy.
 fn example_deploys(name: &str, wasm: &std::path::Path) {
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(["driver", "test"])
         .arg(wasm)
         .env("RUST_LOG", "info")
@@ -219,10 +219,10 @@ fn built(mut command: Command) {
 /// filesystem and sockets, which the host links without any capability.
 #[test]
 fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
-    let root = support::repo_root();
+    let root = emulators::repo_root();
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("py_redfish.wasm");
-    let mut build = Command::new(support::venv_bin("componentize-py"));
+    let mut build = Command::new(emulators::venv_bin("componentize-py"));
     build
         .current_dir(root.join("plugins/examples/python"))
         .arg("-d")
@@ -238,7 +238,7 @@ fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
 /// runtime imports `wasi:http`, linked with every request denied.
 #[test]
 fn a_javascript_driver_built_with_componentize_js_deploys_a_lab_machine() {
-    let root = support::repo_root();
+    let root = emulators::repo_root();
     let componentize = root.join("target/componentize-js/node_modules/.bin/componentize-js");
     assert!(
         componentize.exists(),

@@ -1,9 +1,6 @@
 //! End-to-end tests over real processes on loopback (`deployd serve`, `deployd lab`,
 //! agents, BMC emulators, the real `baremetal` CLI), in one test binary; each file is a
-//! module.
-
-#[path = "support/mod.rs"]
-mod support;
+//! module. What they share is `deployd-test-support`'s `processes` and `emulators`.
 
 mod baremetal_cli;
 mod client_suites;

@@ -4,7 +4,7 @@
 //! at API 1.68; then undeploy, cleaning through IPA's clean steps. IPA runs unprivileged
 //! with the hardware manager and `PATH` stubs of `tests/ipa/` (see its README).
 
-use crate::support;
+use deployd_test_support::{emulators, processes as support};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ const TIMEOUT: u64 = 20;
 const MIB: usize = 1 << 20;
 
 fn ipa_venv() -> PathBuf {
-    let venv = support::repo_root().join("target/ipa-venv");
+    let venv = emulators::repo_root().join("target/ipa-venv");
     assert!(
         venv.join("bin/ironic-python-agent").exists(),
         "{} is missing: run .ci/run once",
@@ -31,7 +31,7 @@ fn ipa_venv() -> PathBuf {
 }
 
 fn repo(path: &str) -> PathBuf {
-    support::repo_root().join(path)
+    emulators::repo_root().join(path)
 }
 
 /// A whole-disk image with an MBR partition table (IPA checks for one after writing):
@@ -116,7 +116,7 @@ impl Machine {
             dir,
             disk,
             mac,
-            port: support::free_port(),
+            port: emulators::free_tcp_port(),
         }
     }
 
@@ -303,7 +303,7 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
 #[test]
 fn ironic_python_agent_deploys_and_cleans_through_agent_redfish_over_auto_tls() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (_sushy, base, system) = runtime.block_on(support::emulators::sushy());
+    let (_sushy, base, system) = runtime.block_on(emulators::sushy());
     deploy_and_clean(
         "redfish",
         json!({"redfish_address": base, "redfish_system_id": system}),
@@ -314,7 +314,7 @@ fn ironic_python_agent_deploys_and_cleans_through_agent_redfish_over_auto_tls() 
 #[test]
 fn ironic_python_agent_deploys_and_cleans_through_agent_ipmitool_over_auto_tls() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (_bmc, port) = runtime.block_on(support::emulators::fakebmc());
+    let (_bmc, port) = runtime.block_on(emulators::fakebmc());
     deploy_and_clean(
         "ipmi",
         json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),

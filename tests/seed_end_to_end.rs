@@ -6,7 +6,7 @@
 //! far longer than `deploy_callback_timeout` ends active; a dead agent still times out;
 //! a timeout of 0 disables the check; an engine crash loses nothing.
 
-use crate::support;
+use deployd_test_support::{emulators, processes as support};
 
 use std::path::Path;
 use std::time::Duration;
@@ -153,7 +153,7 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
     }
     // Each deploy's timeline, as `deployd node show` prints it: the phases in order.
     for n in &nodes {
-        let out = std::process::Command::new(support::BIN)
+        let out = std::process::Command::new(&*support::BIN)
             .args(["node", "show", n])
             .env("DEPLOYD_URL", &engine.url)
             .output()
@@ -354,7 +354,7 @@ fn with_a_timeout_of_zero_a_dead_agent_leaves_its_node_waiting() {
 #[test]
 fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
     let dir = tempfile::tempdir().unwrap();
-    let port = support::free_port();
+    let port = emulators::free_tcp_port();
     let data = dir.path().join("data");
     let flags = flags(dir.path(), 20);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -439,7 +439,7 @@ fn undeploy_wipes_the_disk_through_the_agent_and_returns_the_node_to_available()
 
 #[test]
 fn deployd_demo_tells_the_whole_story_and_exits_zero() {
-    let out = std::process::Command::new(support::BIN)
+    let out = std::process::Command::new(&*support::BIN)
         .args([
             "demo",
             "--machines",
@@ -501,7 +501,7 @@ fn deploy_with_real_bmc(driver: &str, mut driver_info: Value) {
     );
     make_available_without_cleaning(&engine.url, &uuid);
     let disk = dir.path().join("disk.img");
-    let mut agent = std::process::Command::new(support::BIN)
+    let mut agent = std::process::Command::new(&*support::BIN)
         .args([
             "agent",
             "--api-url",
@@ -541,7 +541,7 @@ fn deploy_with_real_bmc(driver: &str, mut driver_info: Value) {
 #[test]
 fn the_ipmitool_path_deploys_against_pyghmi_fakebmc_with_a_real_agent() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (_bmc, port) = runtime.block_on(support::emulators::fakebmc());
+    let (_bmc, port) = runtime.block_on(emulators::fakebmc());
     deploy_with_real_bmc(
         "agent_ipmitool",
         json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),
@@ -551,7 +551,7 @@ fn the_ipmitool_path_deploys_against_pyghmi_fakebmc_with_a_real_agent() {
 #[test]
 fn the_redfish_path_deploys_against_sushy_tools_with_a_real_agent() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (_sushy, base, system) = runtime.block_on(support::emulators::sushy());
+    let (_sushy, base, system) = runtime.block_on(emulators::sushy());
     deploy_with_real_bmc(
         "agent_redfish",
         json!({"redfish_address": base, "redfish_system_id": system}),

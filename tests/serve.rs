@@ -1,7 +1,7 @@
 //! `deployd serve` as a process: it starts on the embedded default, keeps every node
 //! across a clean restart and across SIGKILL, and fails a node left mid-operation.
 
-use crate::support;
+use deployd_test_support::processes as support;
 
 use serde_json::json;
 use support::{Engine, call};
@@ -76,7 +76,7 @@ fn config_file_flags_and_environment_apply_in_that_order() {
     engine.stop();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[conductor]\ndeploy_callback_timout = 7\n").unwrap();
-    let out = std::process::Command::new(support::BIN)
+    let out = std::process::Command::new(&*support::BIN)
         .args(["serve", "--config", bad.to_str().unwrap()])
         .output()
         .unwrap();

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::checksum::Hasher;
+use deployd_wire::checksum::Hasher;
 
 /// Bytes handed to the disk thread at once.
 const BLOCK: usize = 4 << 20;

@@ -8,10 +8,7 @@
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
 //! - [`runner`]: the process: lookup, then heartbeats until power-off.
-//! - [`checksum`]: the image hashes (shared with the engine, which verifies what it
-//!   writes itself).
 
-pub mod checksum;
 pub mod clean;
 pub mod commands;
 pub mod disk;

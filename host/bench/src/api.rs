@@ -80,15 +80,15 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     let mut lua_nodes = String::from("nodes = {\n");
     for (i, uuid) in uuids.iter().enumerate() {
         let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
-        engine.conductor.agents.issued(*uuid, token.clone());
+        engine.conductor.agents().issued(*uuid, token.clone());
         writeln!(lua_nodes, "  {{\"{uuid}\", \"{token}\"}},")?;
     }
     lua_nodes += "}\n";
     // Steady state: each node's driver has seen a heartbeat and recorded its step (the
     // test driver's one durable scratch write per node), as mid-deploy nodes have.
     let warm = Instant::now();
-    let callback =
-        deployd_engine::agents::CallbackUrl::parse("http://127.0.0.1:9").expect("a valid url");
+    let callback = deployd_engine::agent_sessions::CallbackUrl::parse("http://127.0.0.1:9")
+        .expect("a valid url");
     runtime.block_on(async {
         for (i, uuid) in uuids.iter().enumerate() {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");

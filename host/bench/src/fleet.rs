@@ -100,7 +100,7 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
 
     let heartbeats_before = engine
         .conductor
-        .agents
+        .agents()
         .heartbeats
         .load(std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
@@ -119,7 +119,7 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
     let took = started.elapsed().as_secs_f64();
     let heartbeats = engine
         .conductor
-        .agents
+        .agents()
         .heartbeats
         .load(std::sync::atomic::Ordering::Relaxed)
         - heartbeats_before;

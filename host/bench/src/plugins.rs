@@ -23,12 +23,12 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{median, report};
-use deployd_engine::agents::{AgentReport, Agents, CallbackUrl};
-use deployd_engine::capability::Services;
+use deployd_engine::agent_sessions::{AgentReport, AgentSessions, CallbackUrl};
 use deployd_engine::clock::Clock;
+use deployd_engine::driver_host::capability::Services;
+use deployd_engine::driver_host::sandbox::Export;
+use deployd_engine::driver_host::{Limits, LoadedDriver, Registry};
 use deployd_engine::node::NewNode;
-use deployd_engine::plugin::sandbox::Export;
-use deployd_engine::plugin::{Limits, LoadedDriver, Registry};
 use deployd_engine::state_machine::Timeouts;
 use deployd_engine::store::{Store, StoreConfig};
 
@@ -65,7 +65,7 @@ async fn time_calls(
 }
 
 /// A node of `driver` whose agent has called back and reported progress.
-fn listening_node(store: &Store, agents: &Agents, driver: &str) -> anyhow::Result<Uuid> {
+fn listening_node(store: &Store, agents: &AgentSessions, driver: &str) -> anyhow::Result<Uuid> {
     let instance = serde_json::json!({"heartbeat_mode": "listen"});
     let node = store
         .create_node(NewNode {
@@ -88,7 +88,7 @@ fn listening_node(store: &Store, agents: &Agents, driver: &str) -> anyhow::Resul
 async fn heartbeat_record(
     registry: &Registry,
     store: &Store,
-    agents: &Agents,
+    agents: &AgentSessions,
     calls: usize,
 ) -> anyhow::Result<()> {
     let now = registry
@@ -138,7 +138,7 @@ async fn component(
     registry: &Registry,
     cache: &std::path::Path,
     store: &Store,
-    agents: &Agents,
+    agents: &AgentSessions,
     (label, bytes): (&str, &[u8]),
     calls: usize,
 ) -> anyhow::Result<()> {
@@ -186,7 +186,7 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         let dir = bench_dir.path().to_path_buf();
         let (store, _) = Store::open(&dir.join("store"), &StoreConfig::default(), Timeouts::uniform(std::time::Duration::from_secs(1800)), Clock::new())?;
         let store = Arc::new(store);
-        let services = Services::new(store.clone(), Arc::new(Agents::default()), 64);
+        let services = Services::new(store.clone(), Arc::new(AgentSessions::default()), 64);
         let registry = Arc::new(Registry::new(services.clone(), Some(dir.join("compiled")), 64)?);
         let fake = deployd_fixtures::BUNDLED.iter().find(|(n, _)| *n == "fake").expect("fake is bundled").1;
         let driver = registry.load(fake, Limits::default()).await?;

@@ -1,5 +1,7 @@
 //! The `deployd` command line.
 
+#[cfg(feature = "bench")]
+mod bench;
 mod cli;
 mod demo;
 mod driver_test;
@@ -51,27 +53,10 @@ enum Command {
     Demo(crate::demo::DemoArgs),
     /// Simulated machines behind a Redfish BMC, whose power-on boots `deployd agent`.
     Lab(deployd_lab::LabArgs),
-    /// Measure the engine.
+    /// Measure the engine (in a build with `--features bench`).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
-    Bench(Bench),
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// Sweep cost, touch throughput, memory and disk per node.
-    Core(deployd_bench::CoreBench),
-    /// Driver call cost and start-up with cached drivers.
-    Plugins(deployd_bench::PluginBench),
-    /// The API under load from wrk: heartbeats and node reads.
-    Api(deployd_bench::ApiBench),
-    /// The agent's verified image write against dd of the same image.
-    Agent(deployd_bench::AgentBench),
-    /// A thousand simulated machines deploying at once.
-    Fleet(deployd_bench::FleetBench),
-    /// GET /v1 latency and engine memory during a flood (auth, lookup, list).
-    Flood(deployd_bench::FloodBench),
-    /// Named port create, get by name and list by address as the ports grow.
-    Ports(deployd_bench::PortsBench),
+    Bench(bench::Bench),
 }
 
 /// mimalloc instead of glibc's malloc: a heartbeat allocates and frees many small
@@ -89,7 +74,7 @@ fn main() -> anyhow::Result<()> {
         Command::Driver {
             command: cli::DriverCommand::Test(_),
             ..
-        } => "warn,deployd_engine::capability::log=info",
+        } => "warn,deployd_engine::driver_host::capability::log=info",
         _ => "info",
     };
     tracing_subscriber::fmt()
@@ -112,13 +97,8 @@ fn main() -> anyhow::Result<()> {
         Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
         Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),
-        Command::Bench(Bench::Core(args)) => deployd_bench::run_core(&args),
-        Command::Bench(Bench::Plugins(args)) => deployd_bench::run_plugins(&args),
-        Command::Bench(Bench::Api(args)) => deployd_bench::run_api(&args),
-        Command::Bench(Bench::Agent(args)) => deployd_bench::run_agent(&args),
-        Command::Bench(Bench::Fleet(args)) => deployd_bench::run_fleet(&args),
-        Command::Bench(Bench::Flood(args)) => deployd_bench::run_flood(&args),
-        Command::Bench(Bench::Ports(args)) => deployd_bench::run_ports(&args),
+        #[cfg(feature = "bench")]
+        Command::Bench(which) => bench::run(which),
     }
 }
 
@@ -133,10 +113,10 @@ fn serve(config: &Config) -> anyhow::Result<()> {
             nodes = r.nodes,
             waiting = r.waiting,
             failed_on_restart = r.failed.len(),
-            drivers = engine.conductor.registry.list().len(),
+            drivers = engine.conductor.registry().list().len(),
             "deployd is running"
         );
-        deployd_engine::signal::shutdown().await;
+        deployd_agent::signal::shutdown().await;
         tracing::info!("shutting down");
         engine.shutdown().await
     })

@@ -7,7 +7,9 @@
 //!   and the table that moves between them;
 //! - [`targets`]: the provision and power targets an operator asks for;
 //! - [`documents`]: Ironic's node and port documents, as clients decode them;
-//! - [`agent`]: the agent protocol: heartbeats and the command API's results.
+//! - [`agent`]: the agent protocol: heartbeats and the command API's results;
+//! - [`checksum`] (feature `checksum`): the image hashes, computed by the agent on what it
+//!   downloads and by the engine on what it writes itself.
 
 /// An enum of names with Ironic's spelling: `as_str`, `Display`, `FromStr` and serde all
 /// use the same text, and `ALL` lists the variants in order.
@@ -46,6 +48,8 @@ macro_rules! string_enum {
 }
 
 pub mod agent;
+#[cfg(feature = "checksum")]
+pub mod checksum;
 pub mod documents;
 pub mod fault;
 pub mod state_machine;

@@ -56,7 +56,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("deployd-demo-").tempdir()?;
     let outcome = tokio::select! {
         r = story(&args, dir.path()) => r,
-        _ = deployd_engine::signal::shutdown() => {
+        _ = deployd_agent::signal::shutdown() => {
             // Dropping the story stopped the lab (every agent killed) and the engine.
             anyhow::bail!("interrupted: the agents and the engine are stopped");
         }
@@ -87,7 +87,7 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     config.conductor.clean_callback_timeout = args.timeout;
     config.conductor.check_provision_state_interval = 1;
     config.api.file_url_allowed_paths = vec![dir.to_path_buf()];
-    // Agents heartbeat every 30–60 % of this: well inside the timeout.
+    // AgentSessions heartbeat every 30–60 % of this: well inside the timeout.
     config.api.ramdisk_heartbeat_timeout = args.timeout.max(2) - 1;
     let engine = Engine::start(&config, Clock::new()).await?;
     let api_url = format!("http://{}", engine.addr);

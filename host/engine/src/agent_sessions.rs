@@ -1,0 +1,343 @@
+//! What the engine knows about each node's running ramdisk agent, in memory only.
+//!
+//! The agent token is stored on disk only as a hash (a leaked data dir must not let anyone
+//! impersonate the engine to an agent). The engine still has to present the plaintext to
+//! the agent's command API, so it keeps it here, learned at lookup and re-learned from
+//! every heartbeat (which carries it): after a restart, the first heartbeat restores it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use uuid::Uuid;
+
+use rustls::pki_types::CertificateDer;
+
+use crate::clock::Timestamp;
+use deployd_wire::agent::Progress;
+
+/// Where an agent's command API is: `scheme://host:port`, and nothing else.
+///
+/// A heartbeat's `callback_url` decides where the engine sends the agent's token and its
+/// commands, so it is held to the shape IPA sends (`http(s)://host:port`, optionally with
+/// a trailing `/`): no user info, path, query or fragment. Command urls are built from
+/// these parts, never by appending to what the agent said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackUrl(String);
+
+impl CallbackUrl {
+    pub fn parse(given: &str) -> Result<CallbackUrl, String> {
+        let refuse = |why: &str| {
+            Err(format!(
+                "Invalid callback_url {given:?}: {why}; expected http(s)://host:port"
+            ))
+        };
+        let Ok(url) = reqwest::Url::parse(given) else {
+            return refuse("it is not a url");
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return refuse("the scheme must be http or https");
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return refuse("user info is not allowed");
+        }
+        if url.query().is_some() || url.fragment().is_some() || given.contains(['?', '#']) {
+            return refuse("a query or fragment is not allowed");
+        }
+        if url.path() != "/" {
+            return refuse("a path is not allowed");
+        }
+        let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
+            return refuse("it names no host");
+        };
+        Ok(CallbackUrl(format!("{}://{host}:{port}", url.scheme())))
+    }
+
+    /// The agent's command list and command endpoint (Ironic's `agent_client`).
+    pub fn commands(&self) -> String {
+        format!("{}/v1/commands/", self.0)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One node's agent, as its last heartbeat described it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentSession {
+    pub token: Option<String>,
+    pub url: Option<CallbackUrl>,
+    pub version: Option<String>,
+    pub last_heartbeat: Option<Timestamp>,
+    /// Ironic's `agent_status` of the last heartbeat that had one ("start", "end", "error").
+    pub status: Option<String>,
+    /// The agent's own account of what it is doing (`agent_status_message`).
+    pub status_message: Option<String>,
+    /// That account read as deployd's agent's progress report, when it is one: parsed
+    /// once when the heartbeat arrives, read by every driver call after it.
+    pub progress: Option<Progress>,
+    /// The certificate this boot of the agent serves its API with (`agent_verify_ca`):
+    /// the only one the engine accepts from it.
+    pub ca: Option<CertificateDer<'static>>,
+    /// When this boot's image transfer was first seen moving, and whether its end was.
+    pub transfer_started: Option<Timestamp>,
+    pub transfer_ended: bool,
+}
+
+impl AgentSession {
+    /// Follows the image transfer through the agent's progress reports, once per boot:
+    /// its start (the first report with bytes written) and its end (every byte of a known
+    /// length), with the bytes and the rate as the heartbeats saw them. The milestone to
+    /// record, if the transfer reached one.
+    fn transfer(&mut self, now: Timestamp) -> Option<String> {
+        let progress = self.progress.as_ref()?;
+        let (written, total, complete) = (progress.written, progress.total, progress.is_complete());
+        match self.transfer_started {
+            None if written > 0 => {
+                self.transfer_started = Some(now);
+                let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
+                Some(format!("Image transfer started{of}"))
+            }
+            Some(started) if complete && !self.transfer_ended => {
+                self.transfer_ended = true;
+                let seconds = now.since(started).as_secs_f64();
+                let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
+                // Heartbeats come a second or more apart: a shorter span is no rate.
+                Some(if seconds < 1.0 {
+                    format!(
+                        "Image transfer ended: {written} bytes, within a heartbeat of its start"
+                    )
+                } else {
+                    format!(
+                        "Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)"
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a heartbeat moved that belongs in the node's history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// It is the first heartbeat of this boot of the agent.
+    pub first: bool,
+    /// The image transfer's start or end, when this heartbeat's report showed it.
+    pub transfer: Option<String>,
+}
+
+/// What a heartbeat says of the agent's work (API 1.72+): deployd's agent its step and the
+/// bytes written ([`Progress`], in the message); an installer that runs its own deploy
+/// its status. ironic-python-agent says neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentReport {
+    /// `agent_status`.
+    pub status: Option<String>,
+    /// `agent_status_message`.
+    pub message: Option<String>,
+}
+
+impl AgentReport {
+    /// The stall check's mark of this report: a different report is progress. `None`
+    /// when the heartbeat said nothing of the agent's work.
+    pub fn fingerprint(&self) -> Option<u64> {
+        if self.status.is_none() && self.message.is_none() {
+            return None;
+        }
+        let status = self.status.as_deref().unwrap_or_default();
+        let message = self.message.as_deref().unwrap_or_default();
+        Some(crate::store::progress_fingerprint([
+            status.as_bytes(),
+            b"\n",
+            message.as_bytes(),
+        ]))
+    }
+
+    /// deployd's agent's progress, when the message is one of its reports.
+    pub fn progress(&self) -> Option<Progress> {
+        self.message.as_deref()?.parse().ok()
+    }
+}
+
+/// Why a heartbeat's TLS details are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsRefused {
+    #[error(transparent)]
+    Certificate(#[from] crate::agent_pinning::TlsError),
+    #[error(
+        "an agent with an https callback_url must send agent_verify_ca: deployd trusts no other certificate for an agent"
+    )]
+    NoCertificate,
+    #[error("agent_verify_ca was sent with an http callback_url; use https")]
+    PlainUrl,
+    #[error("agent_verify_ca changed within one boot of the agent (same agent token); refused")]
+    Changed,
+}
+
+#[derive(Default)]
+pub struct AgentSessions {
+    sessions: Mutex<HashMap<Uuid, AgentSession>>,
+    /// Heartbeats accepted since start (for `deployd bench fleet`).
+    pub heartbeats: AtomicU64,
+}
+
+impl AgentSessions {
+    pub fn get(&self, node: Uuid) -> Option<AgentSession> {
+        self.lock().get(&node).cloned()
+    }
+
+    /// `read` of the node's agent session, under the lock: a driver call takes the fields
+    /// it needs without copying the session (its certificate, its report).
+    pub fn read<T>(&self, node: Uuid, read: impl FnOnce(&AgentSession) -> T) -> Option<T> {
+        self.lock().get(&node).map(read)
+    }
+
+    /// Whether the node's agent reports its progress in its heartbeats (a status message).
+    pub fn reports_status(&self, node: Uuid) -> bool {
+        self.read(node, |s| s.status_message.is_some())
+            .unwrap_or(false)
+    }
+
+    /// Whether `token` is the one the engine knows for the node's agent (no copy made).
+    pub fn token_is(&self, node: Uuid, token: &str) -> bool {
+        self.lock()
+            .get(&node)
+            .and_then(|s| s.token.as_deref())
+            .is_some_and(|t| t == token)
+    }
+
+    /// Records a token the engine just issued (lookup).
+    pub fn issued(&self, node: Uuid, token: String) {
+        self.lock().insert(
+            node,
+            AgentSession {
+                token: Some(token),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Checks a heartbeat's certificate against its url and what this boot of the agent
+    /// registered before (the token names the boot): the first certificate of a boot is
+    /// pinned for the rest of it.
+    pub fn check_tls(
+        &self,
+        node: Uuid,
+        token: &str,
+        url: &CallbackUrl,
+        pem: Option<&str>,
+    ) -> Result<Option<CertificateDer<'static>>, TlsRefused> {
+        let given = pem.map(crate::agent_pinning::parse_pem).transpose()?;
+        let https = url.as_str().starts_with("https://");
+        let known = self
+            .lock()
+            .get(&node)
+            .filter(|s| s.token.as_deref() == Some(token))
+            .and_then(|s| s.ca.clone());
+        match (https, given, known) {
+            (false, Some(_), _) => Err(TlsRefused::PlainUrl),
+            (false, None, _) => Ok(None),
+            (true, None, None) => Err(TlsRefused::NoCertificate),
+            (true, Some(g), Some(k)) if g != k => Err(TlsRefused::Changed),
+            (true, g, k) => Ok(g.or(k)),
+        }
+    }
+
+    /// Records a heartbeat whose token (and certificate, [`AgentSessions::check_tls`]) was
+    /// already verified, with what it said of the agent's work, under one lock: the
+    /// session, the report (its message read as a progress report once, here), and the
+    /// image transfer it moved. What the caller must record in the node's history.
+    #[allow(clippy::too_many_arguments)]
+    pub fn heartbeat(
+        &self,
+        node: Uuid,
+        token: &str,
+        url: &CallbackUrl,
+        version: &str,
+        ca: Option<CertificateDer<'static>>,
+        report: AgentReport,
+        at: Timestamp,
+    ) -> Heard {
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
+        let progress = report.progress();
+        let mut sessions = self.lock();
+        let s = sessions.entry(node).or_default();
+        let first = s.token.as_deref() != Some(token) || s.last_heartbeat.is_none();
+        if s.token.as_deref() != Some(token) {
+            *s = AgentSession {
+                token: Some(token.to_owned()),
+                ..Default::default()
+            };
+        }
+        if ca.is_some() && s.ca != ca {
+            s.ca = ca;
+        }
+        if s.url.as_ref() != Some(url) {
+            s.url = Some(url.clone());
+        }
+        if s.version.as_deref() != Some(version) {
+            s.version = Some(version.to_owned());
+        }
+        s.last_heartbeat = Some(at);
+        if report.status.is_some() {
+            s.status = report.status;
+        }
+        // Only a new progress report can move the transfer.
+        let transfer = match report.message {
+            Some(message) => {
+                s.status_message = Some(message);
+                s.progress = progress;
+                s.transfer(at)
+            }
+            None => None,
+        };
+        Heard { first, transfer }
+    }
+
+    /// Forgets a node's agent (its flow ended, or the node is gone).
+    pub fn forget(&self, node: Uuid) {
+        self.lock().remove(&node);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, AgentSession>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallbackUrl;
+
+    #[test]
+    fn a_callback_url_is_scheme_host_and_port_only() {
+        for (given, kept) in [
+            ("http://127.0.0.1:9999", "http://127.0.0.1:9999"),
+            ("http://127.0.0.1:9999/", "http://127.0.0.1:9999"),
+            ("https://agent.example:8443", "https://agent.example:8443"),
+            ("http://[fd00::1]:9999", "http://[fd00::1]:9999"),
+            ("http://10.0.0.5", "http://10.0.0.5:80"),
+        ] {
+            let url = CallbackUrl::parse(given).unwrap();
+            assert_eq!(url.as_str(), kept, "{given}");
+            assert_eq!(url.commands(), format!("{kept}/v1/commands/"));
+        }
+        for bad in [
+            "http://127.0.0.1:9999/arbitrary/path?x=1#",
+            "http://127.0.0.1:9999/v1",
+            "http://127.0.0.1:9999/?",
+            "http://127.0.0.1:9999/#",
+            "http://127.0.0.1:9999?x=1",
+            "http://user:pw@127.0.0.1:9999",
+            "http://user@127.0.0.1:9999",
+            "ftp://127.0.0.1:9999",
+            "file:///etc/passwd",
+            "127.0.0.1:9999",
+            "",
+        ] {
+            let e = CallbackUrl::parse(bad).unwrap_err();
+            assert!(e.starts_with("Invalid callback_url"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `/v1/allocations`: reserving an available node by resource class and traits, as
+//! Ironic's allocation API does for Nova-less deployments.
+//!
+//! A new allocation answers `allocating` at once; a task then looks for a node that is
+//! `available`, not in maintenance, has a known power state, the resource class, every
+//! requested trait, no instance and no allocation (and is among `candidate_nodes`, if
+//! given), in random order, but a node named as the allocation first (Ironic 1.79). The node is taken under its claim with the conditions checked
+//! again, so two allocations never take one node. The allocation ends `active` with the
+//! node's uuid (the node's `instance_uuid` and `allocation_uuid` name it), or `error` with
+//! a `last_error` that says what was asked.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::App;
+use super::http::error::ApiError;
+use super::http::version::Version;
+use super::resources::Resource;
+use super::schema::{Field, Schema, Ty};
+use super::traits::check_trait;
+use crate::conductor::allocations;
+use crate::node::strings;
+use crate::store::documents::Doc;
+
+pub const ALLOCATION: Resource = Resource {
+    kind: allocations::KIND,
+    path: "allocations",
+    key: "allocations",
+    since: 52,
+    patch_since: 57,
+    schema: Schema {
+        kind: "Allocation",
+        fields: &[
+            Field::create("uuid", Ty::Uuid, 52),
+            Field::rw("name", Ty::Text, 52),
+            Field::create("node_uuid", Ty::Text, 52),
+            Field::ro("state", Ty::Text, 52),
+            Field::ro("last_error", Ty::Text, 52),
+            Field::create("resource_class", Ty::Text, 52),
+            Field::create("candidate_nodes", Ty::List, 52),
+            Field::create("traits", Ty::List, 52),
+            Field::rw("extra", Ty::Map, 52),
+            Field::create("owner", Ty::Text, 60),
+            Field::ro("created_at", Ty::Text, 52),
+            Field::ro("updated_at", Ty::Text, 52),
+        ],
+    },
+    unique: allocations::UNIQUE,
+    short: &[
+        "uuid",
+        "name",
+        "node_uuid",
+        "state",
+        "last_error",
+        "resource_class",
+        "candidate_nodes",
+        "traits",
+        "extra",
+        "owner",
+        "created_at",
+        "updated_at",
+        "links",
+    ],
+    filters: &[
+        ("node", 52),
+        ("resource_class", 52),
+        ("state", 52),
+        ("owner", 60),
+    ],
+    sublinks: &[],
+    check,
+    on_create: Some(start),
+    on_delete: Some(release),
+    shown: None,
+};
+
+fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
+    if old.is_some() {
+        return Ok(());
+    }
+    if let Some(name) = doc.get("name").and_then(Value::as_str) {
+        crate::node::validate_name(name).map_err(|_| {
+            ApiError::bad_request(format!(
+                "Cannot create allocation with an invalid name '{name}'"
+            ))
+        })?;
+    }
+    if let Some(rc) = doc.get("resource_class").and_then(Value::as_str) {
+        super::node_doc::check_resource_class(rc)?;
+    }
+    if let Some(ident) = doc
+        .get("node_uuid")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
+        let node = app.conductor.store().find_node(&ident)?;
+        doc.insert("candidate_nodes".into(), json!([node.uuid()]));
+        doc.insert("node_uuid".into(), Value::Null);
+    } else if doc.get("resource_class").is_none_or(Value::is_null) {
+        return Err(ApiError::bad_request(
+            "Mandatory field missing: 'resource_class'",
+        ));
+    }
+    let (mut candidates, mut missing) = (Vec::new(), Vec::new());
+    for ident in strings(doc, "candidate_nodes") {
+        match app.conductor.store().find_node(&ident) {
+            Ok(node) => candidates.push(json!(node.uuid())),
+            Err(_) => missing.push(ident),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Nodes cannot be found: {}",
+            missing.join(", ")
+        )));
+    }
+    doc.insert("candidate_nodes".into(), Value::Array(candidates));
+    for t in strings(doc, "traits") {
+        check_trait(&t)?;
+    }
+    doc.insert("traits".into(), json!(strings(doc, "traits")));
+    doc.insert("state".into(), json!("allocating"));
+    doc.insert("last_error".into(), Value::Null);
+    doc.insert("node_uuid".into(), Value::Null);
+    doc.entry("extra").or_insert(json!({}));
+    Ok(())
+}
+
+/// Ironic's (Placement's) limit on a resource class name.
+/// Whether a node may be given to the allocation `want`.
+/// Starts the allocator on a new allocation.
+pub fn start(app: Arc<App>, uuid: Uuid) {
+    app.conductor.allocate(uuid);
+}
+
+pub fn release(app: &App, uuid: Uuid, doc: &Doc) -> Result<(), ApiError> {
+    Ok(app.conductor.release_allocation(uuid, doc)?)
+}

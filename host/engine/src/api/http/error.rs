@@ -1,0 +1,129 @@
+//! Errors in Ironic's shape (`deployd_wire::fault`), with Ironic's status codes.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use deployd_wire::fault;
+
+use crate::conductor::ConductorError;
+use crate::conductor::allocations::AllocationError;
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, message)
+    }
+
+    pub fn not_acceptable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_ACCEPTABLE, message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, message)
+    }
+}
+
+/// The JSON envelope of a server-side fault, for answers written outside axum.
+pub fn error_body(faultstring: &str) -> String {
+    fault::envelope("Server", faultstring).to_string()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let faultcode = fault::faultcode(self.status.as_u16());
+        (self.status, Json(fault::envelope(faultcode, &self.message))).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        let status = match &e {
+            StoreError::NodeNotFound(_)
+            | StoreError::PortNotFound(_)
+            | StoreError::DocumentNotFound { .. } => StatusCode::NOT_FOUND,
+            StoreError::NameTaken(_)
+            | StoreError::UuidTaken(_)
+            | StoreError::MacTaken { .. }
+            | StoreError::PortNameTaken { .. }
+            | StoreError::DocumentTaken { .. } => StatusCode::CONFLICT,
+            StoreError::DeleteRefused { .. } | StoreError::StateChanged { .. } => {
+                StatusCode::CONFLICT
+            }
+            StoreError::Invalid(_)
+            | StoreError::IllegalTransition { .. }
+            | StoreError::NotWaiting { .. } => StatusCode::BAD_REQUEST,
+            StoreError::Corrupt(_)
+            | StoreError::Db(_)
+            | StoreError::Locked(_)
+            | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let message = match &e {
+            StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),
+            StoreError::PortNotFound(ident) => format!("Port {ident} could not be found."),
+            StoreError::DocumentNotFound { kind, ident } => {
+                format!("{kind} {ident} could not be found.")
+            }
+            StoreError::DocumentTaken { kind, field, value } => {
+                format!("A {kind} with {field} {value} already exists.")
+            }
+            StoreError::IllegalTransition { node, source } => format!(
+                "The requested action \"{}\" can not be performed on node \"{node}\" while it is in state \"{}\".",
+                source.event, source.state
+            ),
+            other => other.to_string(),
+        };
+        ApiError::new(status, message)
+    }
+}
+
+impl From<ConductorError> for ApiError {
+    fn from(e: ConductorError) -> ApiError {
+        match e {
+            ConductorError::Store(e) => e.into(),
+            ConductorError::Busy { .. } => ApiError::conflict(e.to_string()),
+            ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
+                ApiError::bad_request(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<AllocationError> for ApiError {
+    fn from(e: AllocationError) -> ApiError {
+        match e {
+            AllocationError::Store(e) => e.into(),
+            AllocationError::Conductor(e) => e.into(),
+            AllocationError::TakenMeanwhile | AllocationError::NodeBusy { .. } => {
+                ApiError::conflict(e.to_string())
+            }
+        }
+    }
+}
+
+/// JSON request bodies: malformed JSON, wrong types and unknown fields are 400s that say
+/// what is wrong (axum's own rejection would be a 422 without Ironic's shape).
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
+}

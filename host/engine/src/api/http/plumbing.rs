@@ -1,0 +1,78 @@
+//! What every request passes through besides authentication and version negotiation:
+//! its id, its time limit, Ironic's error shape for unrouted paths and methods, and the
+//! connection a refused body closes.
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+
+/// How long a request may take, but a driver upload.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Every request must be answered within [`REQUEST_TIMEOUT`], but a driver upload: a large
+/// component (a Python runtime is tens of MiB) over a slow link, then its compile, can
+/// take longer while making progress all along. An upload is bounded by progress instead
+/// ([`crate::api::drivers::UPLOAD_IDLE`] between bytes) and compiles one at a time.
+pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Response {
+    if request.method() == axum::http::Method::POST && request.uri().path() == upload {
+        return next.run(request).await;
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "The request was not answered within {} s.",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).
+pub async fn unrouted(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("The resource could not be found: {}", uri.path()))
+}
+
+/// A known path with a method it does not take: 405 in Ironic's error shape.
+pub async fn not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!("The method {method} is not allowed for {}", uri.path()),
+    )
+}
+
+/// A body refused for its size (413) is answered before it is read, and hyper then closes
+/// the connection rather than read the rest. The answer says so (`Connection: close`):
+/// otherwise a client that had written the whole body into its socket pools the
+/// connection, and its next request there is cut off (seen as an incomplete message).
+pub async fn close_after_refused_body(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        let close = HeaderValue::from_static("close");
+        response
+            .headers_mut()
+            .insert(axum::http::header::CONNECTION, close);
+    }
+    response
+}
+
+/// Every answer names its request, as Ironic's `openstack-request-id`.
+pub async fn request_id(request: Request, next: Next) -> Response {
+    let id = format!("req-{}", uuid::Uuid::new_v4());
+    let mut response = next.run(request).await;
+    let value = HeaderValue::from_str(&id).expect("a uuid is a valid header");
+    response
+        .headers_mut()
+        .insert("openstack-request-id", value.clone());
+    response
+        .headers_mut()
+        .insert("x-openstack-request-id", value);
+    response
+}

@@ -1,0 +1,20 @@
+//! `GET /metrics`: the engine's counters in Prometheus' text format (see
+//! [`crate::metrics`]). Behind the API's authentication, like every operator route.
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use std::sync::atomic::Ordering;
+
+use super::{App, State};
+
+pub fn routes() -> Router<std::sync::Arc<App>> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(app: State) -> impl IntoResponse {
+    let heartbeats = app.conductor.agents().heartbeats.load(Ordering::Relaxed);
+    let text = app.conductor.store().metrics().render(heartbeats);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}

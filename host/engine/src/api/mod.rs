@@ -1,0 +1,173 @@
+//! The HTTP API: Ironic's v1 subset for operators and ramdisk agents, on hyper via axum.
+//!
+//! Handlers parse a request, call the conductor (every write goes through it) and render
+//! the answer; the plumbing under them is in [`http`]. By resource:
+//!
+//! | module | routes, or what it holds |
+//! |---|---|
+//! | [`http`] | the listener, authentication, microversions and their route gates, errors, middleware |
+//! | [`root`] | `GET /`, `GET /v1` (discovery) |
+//! | [`nodes`] | `/v1/nodes…`: create, show, patch, delete, states, provision, power, validate |
+//! | [`node_list`] | `GET /v1/nodes`, `GET /v1/nodes/detail`: filters, fields, pagination |
+//! | [`node_access`] | a node by uuid or name, and edited under its claim |
+//! | [`node_doc`] | a node as an Ironic document, and what a create or PATCH may set |
+//! | [`view`] | how nodes and ports look on the wire: fields, links, secrets masked |
+//! | [`maintenance`] | `/v1/nodes/{node}/maintenance` |
+//! | [`traits`] | `/v1/nodes/{node}/traits…` (1.37), and the trait names every resource checks |
+//! | [`vifs`] | `/v1/nodes/{node}/vifs…` (1.28) |
+//! | [`node_members`] | the string lists traits and VIFs are kept in |
+//! | [`node_settings`] | `/v1/nodes/{node}/bios` (1.40), `/v1/nodes/{node}/states/raid` (1.12) |
+//! | [`node_hardware`] | virtual media, boot mode, secure boot, firmware, inventory |
+//! | [`node_groups`] | `/v1/shards` (1.82), `/v1/nodes/{node}/children` (1.83) |
+//! | [`node_history`] | `/v1/nodes/{node}/history…` (1.78) |
+//! | [`ports`] | `/v1/ports…`, `/v1/nodes/{node}/ports` |
+//! | [`drivers`] | `GET /v1/drivers…`; the extension `/v1/deployd/drivers` to load and unload |
+//! | [`ramdisk`] | the agents' endpoints: `GET /v1/lookup`, `POST /v1/heartbeat/{node}` (1.22) |
+//! | [`conductors`] | `/v1/conductors…` (1.49) |
+//! | [`resources`] | the handlers every stored-only resource below shares |
+//! | [`schema`] | resource documents as tables of fields, by microversion |
+//! | [`listing`] | list query parameters and answers of the stored-only resources |
+//! | [`chassis`] | `/v1/chassis` |
+//! | [`portgroups`] | `/v1/portgroups` |
+//! | [`deploy_templates`] | `/v1/deploy_templates` |
+//! | [`volume`] | `/v1/volume/connectors`, `/v1/volume/targets` |
+//! | [`allocations`] | `/v1/allocations` (the allocator itself is the conductor's) |
+//! | [`runbooks`] | `/v1/runbooks` (1.92) |
+//! | [`inspection_rules`] | `/v1/inspection_rules` (1.96) |
+//! | [`steps`] | the steps deploy templates and runbooks carry |
+//! | [`metrics`] | `GET /metrics` (Prometheus) |
+//!
+//! Every answer carries the microversion headers ([`http::version`]) and an
+//! `openstack-request-id`; errors are in Ironic's shape ([`http::error`]); operator routes
+//! pass through [`http::auth`], the agent routes are gated by agent tokens instead.
+
+mod allocations;
+mod chassis;
+mod conductors;
+mod deploy_templates;
+pub mod drivers;
+pub mod http;
+mod inspection_rules;
+mod listing;
+mod maintenance;
+mod metrics;
+mod node_access;
+mod node_doc;
+mod node_groups;
+mod node_hardware;
+mod node_history;
+mod node_list;
+mod node_members;
+mod node_settings;
+pub mod nodes;
+mod portgroups;
+pub mod ports;
+pub mod ramdisk;
+mod resources;
+pub mod root;
+mod runbooks;
+pub mod schema;
+mod steps;
+mod traits;
+mod view;
+mod vifs;
+mod volume;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use tower_http::trace::TraceLayer;
+
+use http::{auth, plumbing, version};
+
+use crate::conductor::Conductor;
+
+/// What the handlers share.
+pub struct App {
+    pub conductor: Arc<Conductor>,
+    pub auth: auth::Auth,
+    /// `config.heartbeat_timeout` given to agents at lookup (Ironic's
+    /// `[api]ramdisk_heartbeat_timeout`).
+    pub ramdisk_heartbeat_timeout: u64,
+    /// Where uploaded drivers are kept so a restart loads them again.
+    pub plugins_dir: Option<std::path::PathBuf>,
+    /// `http://host:port` as clients reach the engine: the base of every link and
+    /// `Location` (never the request's `Host` header, which a client chooses).
+    pub public_url: String,
+    /// Bounds the node lists worked on at once (see [`node_list`]).
+    pub lists: Arc<tokio::sync::Semaphore>,
+    /// When this engine started (its conductor's `created_at`).
+    pub started_at: crate::clock::Timestamp,
+}
+
+impl App {
+    pub fn new(
+        conductor: Arc<Conductor>,
+        auth: auth::Auth,
+        ramdisk_heartbeat_timeout: u64,
+        plugins_dir: Option<std::path::PathBuf>,
+        public_url: String,
+    ) -> App {
+        App {
+            started_at: conductor.store().clock().now(),
+            conductor,
+            auth,
+            ramdisk_heartbeat_timeout,
+            plugins_dir,
+            public_url,
+            lists: node_list::permits(),
+        }
+    }
+}
+
+pub type State = axum::extract::State<Arc<App>>;
+
+/// JSON bodies are small; a driver upload may be larger (it has its own limit).
+pub const MAX_BODY: usize = 1 << 20;
+pub const MAX_DRIVER: usize = 64 << 20;
+
+/// The resources served by [`resources`]' generic handlers.
+const RESOURCES: &[&resources::Resource] = &[
+    &chassis::CHASSIS,
+    &portgroups::PORTGROUP,
+    &deploy_templates::DEPLOY_TEMPLATE,
+    &volume::VOLUME_CONNECTOR,
+    &volume::VOLUME_TARGET,
+    &allocations::ALLOCATION,
+    &runbooks::RUNBOOK,
+    &inspection_rules::INSPECTION_RULE,
+];
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .merge(root::routes())
+        .merge(nodes::routes())
+        .merge(ports::routes())
+        .merge(drivers::routes())
+        .merge(ramdisk::routes())
+        .merge(resources::routes(RESOURCES))
+        .merge(maintenance::routes())
+        .merge(traits::routes())
+        .merge(vifs::routes())
+        .merge(node_settings::routes())
+        .merge(conductors::routes())
+        .merge(runbooks::routes())
+        .merge(node_hardware::routes())
+        .merge(node_groups::routes())
+        .merge(node_history::routes())
+        .merge(metrics::routes())
+        .fallback(plumbing::unrouted)
+        .method_not_allowed_fallback(plumbing::not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), auth::check))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(version::negotiate))
+        .layer(middleware::from_fn(plumbing::request_id))
+        .layer(middleware::from_fn(|request, next| {
+            plumbing::request_timeout(request, next, drivers::UPLOAD_PATH)
+        }))
+        .layer(middleware::from_fn(plumbing::close_after_refused_body))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}

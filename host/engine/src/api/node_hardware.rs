@@ -1,0 +1,237 @@
+//! What Ironic asks of a node's management interface beyond power: virtual media (1.89,
+//! listed from 1.93), boot mode and secure boot (1.75, changed from 1.76), firmware
+//! components (1.86) and the inspected inventory (1.81).
+//!
+//! deployd's `fake` management interface keeps what it is told in the node (in
+//! `driver_internal_info`, as a fake BMC would remember it), so tools can be exercised
+//! against `fake-hardware` nodes. On real BMCs (`ipmitool`, `redfish`) deployd does not
+//! do these yet, and says so with a 400: never a silent success.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::http::error::{ApiError, parse};
+use super::http::gate::since;
+use super::node_access::{edit, find};
+use super::{App, State};
+use crate::node::NodeBody;
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route(
+            "/v1/nodes/{ident}/vmedia",
+            since(89, post(attach_vmedia).delete(detach_vmedia)).merge(since(93, get(vmedia))),
+        )
+        .route(
+            "/v1/nodes/{ident}/states/boot_mode",
+            since(76, put(set_boot_mode)),
+        )
+        .route(
+            "/v1/nodes/{ident}/states/secure_boot",
+            since(76, put(set_secure_boot)),
+        )
+        .route("/v1/nodes/{ident}/firmware", since(86, get(firmware)))
+        .route("/v1/nodes/{ident}/inventory", since(81, get(inventory)))
+}
+
+/// Where the fake management interface keeps the attached virtual media.
+const VMEDIA: &str = "vmedia";
+
+/// The devices Ironic attaches virtual media as.
+const DEVICES: &[&str] = &["cdrom", "floppy", "disk"];
+const SOURCES: &[&str] = &["http", "local", "swift"];
+
+/// Only the fake management interface does these; the others answer why not.
+fn fake_management(b: &NodeBody, what: &str) -> Result<(), ApiError> {
+    match b.interfaces.get("management").map(String::as_str) {
+        Some("fake") => Ok(()),
+        other => Err(ApiError::bad_request(format!(
+            "Node {}: the {} management interface of deployd does not support {what} (only fake-hardware's fake interface does).",
+            b.uuid,
+            other.unwrap_or("(none)")
+        ))),
+    }
+}
+
+fn attached(b: &NodeBody) -> Vec<Value> {
+    b.driver_internal_info
+        .get(VMEDIA)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn vmedia(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    fake_management(&node.body, "virtual media")?;
+    Ok(Json(json!({"vmedia": attached(&node.body)})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Attach {
+    device_type: String,
+    image_url: String,
+    image_download_source: Option<String>,
+}
+
+async fn attach_vmedia(
+    app: State,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let request: Attach = parse(&body)?;
+    if !DEVICES.contains(&request.device_type.as_str()) {
+        return Err(ApiError::bad_request(format!(
+            "'{}' is not one of {DEVICES:?}",
+            request.device_type
+        )));
+    }
+    let source = request.image_download_source.as_deref().unwrap_or("local");
+    if !SOURCES.contains(&source) {
+        return Err(ApiError::bad_request(format!(
+            "'{source}' is not one of {SOURCES:?}"
+        )));
+    }
+    edit(&app, &ident, |b| {
+        fake_management(b, "virtual media")?;
+        let mut list = attached(b);
+        list.retain(|m| m["device_type"] != json!(request.device_type));
+        list.push(json!({
+            "device_type": request.device_type,
+            "image_url": request.image_url,
+            "image_download_source": source,
+            "inserted": true,
+        }));
+        b.driver_internal_info
+            .insert(VMEDIA.into(), Value::Array(list));
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Detach {
+    /// Comma separated; all devices when absent.
+    device_types: Option<String>,
+}
+
+async fn detach_vmedia(
+    app: State,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let request: Detach = if body.is_empty() {
+        Detach::default()
+    } else {
+        parse(&body)?
+    };
+    let only: Option<Vec<String>> = request
+        .device_types
+        .map(|t| t.split(',').map(|d| d.trim().to_owned()).collect());
+    if let Some(bad) = only
+        .iter()
+        .flatten()
+        .find(|d| !DEVICES.contains(&d.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "'{bad}' is not one of {DEVICES:?}"
+        )));
+    }
+    edit(&app, &ident, |b| {
+        fake_management(b, "virtual media")?;
+        let mut list = attached(b);
+        list.retain(|m| {
+            only.as_ref().is_some_and(|o| {
+                !o.iter()
+                    .any(|d| m["device_type"].as_str() == Some(d.as_str()))
+            })
+        });
+        b.driver_internal_info
+            .insert(VMEDIA.into(), Value::Array(list));
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Target {
+    target: Value,
+}
+
+/// `PUT …/states/boot_mode` with `{"target": "uefi" | "bios"}`: 202, as in Ironic.
+async fn set_boot_mode(
+    app: State,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let Target { target } = parse(&body)?;
+    let mode = target
+        .as_str()
+        .filter(|m| ["uefi", "bios"].contains(m))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("Invalid boot mode {target}; expected uefi or bios"))
+        })?
+        .to_owned();
+    edit(&app, &ident, |b| {
+        fake_management(b, "changing the boot mode")?;
+        b.attrs.insert("boot_mode".into(), json!(mode));
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `PUT …/states/secure_boot` with `{"target": true | false}` (UEFI only).
+async fn set_secure_boot(
+    app: State,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let Target { target } = parse(&body)?;
+    let on = super::schema::parse_bool(&target).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "Invalid secure boot state {target}; expected a boolean"
+        ))
+    })?;
+    edit(&app, &ident, |b| {
+        fake_management(b, "changing secure boot")?;
+        if on && b.attrs.get("boot_mode") != Some(&json!("uefi")) {
+            return Err(ApiError::bad_request(format!(
+                "Node {}: secure boot needs the uefi boot mode.",
+                b.uuid
+            )));
+        }
+        b.attrs.insert("secure_boot".into(), json!(on));
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// deployd's firmware interfaces (`no-firmware`, `fake`) have no components to report.
+async fn firmware(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    find(&app, &ident)?;
+    Ok(Json(json!({"firmware": []})))
+}
+
+/// deployd does not inspect machines, so no node has an inventory.
+async fn inventory(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    Err(ApiError::not_found(format!(
+        "Node inventory for node {} could not be found (deployd does not inspect nodes).",
+        node.uuid()
+    )))
+}

@@ -1,0 +1,362 @@
+//! `GET /v1/nodes` and `GET /v1/nodes/detail`: filters, `fields`, pagination.
+//!
+//! A list is read, projected and written out one node at a time, on a blocking thread,
+//! and sent as it is written. Reading a page of whole nodes first and projecting after
+//! made `?fields=uuid` over 150 large nodes take 300 MB, and four `/detail` calls stalled
+//! the async workers (and every other request) for seconds. Now a list holds one node and
+//! a small buffer, whatever the fleet, and at most [`LISTS`] are worked on at once.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Query};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
+use uuid::Uuid;
+
+use super::http::error::ApiError;
+use super::http::version::Version;
+use super::{App, State, node_doc, schema, view};
+
+const DEFAULT_FIELDS: &[&str] = &[
+    "uuid",
+    "name",
+    "instance_uuid",
+    "power_state",
+    "provision_state",
+    "maintenance",
+    "links",
+];
+const MAX_LIMIT: usize = 1000;
+/// Lists worked on at once; more wait their turn (not holding a worker).
+pub const LISTS: usize = 2;
+/// How much of a list is written before it is sent on.
+const CHUNK: usize = 64 << 10;
+
+/// Bounds the lists worked on at once.
+pub fn permits() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(LISTS))
+}
+
+/// A list's query: Ironic's filters (booleans in any case, as Ironic parses them),
+/// `fields`, `detail`, pagination.
+#[derive(Default)]
+pub struct ListQuery {
+    /// `(field, value)`: the node's field (as the API shows it) must equal the value.
+    equal: Vec<(&'static str, Value)>,
+    associated: Option<bool>,
+    description_contains: Option<String>,
+    /// `sharded` (1.82): whether the node has a shard.
+    sharded: Option<bool>,
+    /// `parent_node` (1.83), as given; [`ListQuery::resolve`] makes it a uuid.
+    parent_node: Option<String>,
+    /// `include_children` (1.83): child nodes are listed only when asked for.
+    include_children: bool,
+    fields: Option<String>,
+    detail: Option<bool>,
+    limit: Option<usize>,
+    marker: Option<Uuid>,
+    /// The query as given, for `next` links.
+    raw: Vec<(String, String)>,
+}
+
+/// Filters that compare one field, and the microversion each came with.
+const EQUAL: &[(&str, u32, bool)] = &[
+    ("provision_state", 9, false),
+    ("driver", 16, false),
+    ("maintenance", 1, true),
+    ("resource_class", 21, false),
+    ("chassis_uuid", 1, false),
+    ("instance_uuid", 1, false),
+    ("conductor_group", 46, false),
+    ("fault", 42, false),
+    ("owner", 50, false),
+    ("lessee", 65, false),
+    ("retired", 61, true),
+    ("conductor", 49, false),
+    ("shard", 82, false),
+    ("instance_name", 104, false),
+];
+
+impl ListQuery {
+    pub fn parse(pairs: Vec<(String, String)>, version: Version) -> Result<ListQuery, ApiError> {
+        let mut q = ListQuery {
+            raw: pairs.clone(),
+            ..Default::default()
+        };
+        let boolean = |k: &str, v: &str| {
+            schema::parse_bool(&Value::String(v.to_owned())).ok_or_else(|| {
+                ApiError::bad_request(format!("Invalid value for {k}: {v}; expected a boolean"))
+            })
+        };
+        for (k, v) in pairs {
+            if let Some((name, since, is_bool)) = EQUAL.iter().find(|(n, ..)| *n == k) {
+                if !version.at_least(*since) {
+                    return Err(ApiError::not_acceptable(format!(
+                        "The filter \"{k}\" needs API version 1.{since} or newer."
+                    )));
+                }
+                let value = if *is_bool {
+                    Value::Bool(boolean(&k, &v)?)
+                } else {
+                    Value::String(v)
+                };
+                q.equal.push((name, value));
+                continue;
+            }
+            match k.as_str() {
+                "associated" => q.associated = Some(boolean(&k, &v)?),
+                "sharded" | "parent_node" | "include_children" => {
+                    let since = if k == "sharded" { 82 } else { 83 };
+                    if !version.at_least(since) {
+                        return Err(ApiError::not_acceptable(format!(
+                            "The filter \"{k}\" needs API version 1.{since} or newer."
+                        )));
+                    }
+                    match k.as_str() {
+                        "sharded" => q.sharded = Some(boolean(&k, &v)?),
+                        "parent_node" => q.parent_node = Some(v),
+                        _ => q.include_children = boolean(&k, &v)?,
+                    }
+                }
+                "description_contains" => q.description_contains = Some(v),
+                "fields" => q.fields = Some(v),
+                "detail" => q.detail = Some(boolean(&k, &v)?),
+                "limit" => {
+                    q.limit = Some(v.parse().map_err(|_| {
+                        ApiError::bad_request(format!(
+                            "Limit must be a non-negative integer, got '{v}'"
+                        ))
+                    })?)
+                }
+                "marker" => {
+                    q.marker = Some(Uuid::parse_str(&v).map_err(|_| {
+                        ApiError::bad_request(format!("Expected UUID for marker: {v}"))
+                    })?)
+                }
+                "sort_key" if v != "uuid" => {
+                    return Err(ApiError::bad_request(format!(
+                        "The sort_key value \"{v}\" is not supported; deployd sorts by uuid."
+                    )));
+                }
+                "sort_dir" if v != "asc" => {
+                    return Err(ApiError::bad_request("Only sort_dir=asc is supported."));
+                }
+                "sort_key" | "sort_dir" => {}
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "Unknown argument: \"{other}\""
+                    )));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// Names in the query that stand for nodes become their uuids; an unknown parent
+    /// matches nothing.
+    fn resolve(&mut self, app: &App) {
+        if let Some(parent) = self.parent_node.take() {
+            let uuid = app.conductor.store().find_node(&parent).map(|n| n.uuid());
+            self.parent_node = Some(uuid.map_or(parent, |u| u.to_string()));
+        }
+    }
+
+    /// Child nodes show only when asked for (`include_children`, or their `parent_node`).
+    /// This reads the stored node, so it holds at every version.
+    fn shows_child(&self, node: &crate::node::Node) -> bool {
+        self.include_children
+            || self.parent_node.is_some()
+            || node
+                .body
+                .attrs
+                .get("parent_node")
+                .is_none_or(Value::is_null)
+    }
+
+    fn matches(&self, doc: &Value) -> bool {
+        let field = |k: &str| doc.get(k).unwrap_or(&Value::Null);
+        self.equal.iter().all(|(k, v)| field(k) == v)
+            && self.sharded.is_none_or(|s| field("shard").is_null() != s)
+            && self
+                .parent_node
+                .as_deref()
+                .is_none_or(|p| field("parent_node").as_str() == Some(p))
+            && self
+                .associated
+                .is_none_or(|a| field("instance_uuid").is_null() != a)
+            && self
+                .description_contains
+                .as_deref()
+                .is_none_or(|d| field("description").as_str().is_some_and(|s| s.contains(d)))
+    }
+
+    /// The query string of a `next` link: everything but the marker.
+    fn next_query(&self, limit: usize, marker: Uuid) -> String {
+        let mut parts = vec![format!("limit={limit}"), format!("marker={marker}")];
+        for (k, v) in &self.raw {
+            if k != "limit" && k != "marker" {
+                parts.push(format!("{k}={}", v.replace(' ', "%20")));
+            }
+        }
+        parts.join("&")
+    }
+
+    fn limit(&self) -> usize {
+        match self.limit {
+            None | Some(0) => MAX_LIMIT,
+            Some(n) => n.min(MAX_LIMIT),
+        }
+    }
+}
+
+type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+pub async fn list(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
+    respond(app, version, query, false, "/v1/nodes").await
+}
+
+pub async fn detail(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
+    respond(app, version, query, true, "/v1/nodes/detail").await
+}
+
+async fn respond(
+    app: State,
+    version: Version,
+    query: Pairs,
+    detail: bool,
+    path: &'static str,
+) -> Response {
+    let q = match query {
+        Ok(Query(pairs)) => ListQuery::parse(pairs, version),
+        Err(e) => Err(ApiError::bad_request(e.body_text())),
+    };
+    let mut q = match q {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    q.resolve(&app);
+    let detail = detail || q.detail.unwrap_or(false);
+    let fields = match q
+        .fields
+        .as_deref()
+        .map(|f| node_doc::NODE.fields(f, version))
+        .transpose()
+    {
+        Ok(f) => f.map(|f| f.into_iter().map(str::to_owned).collect::<Vec<_>>()),
+        Err(e) => return e.into_response(),
+    };
+    if detail && fields.is_some() {
+        return ApiError::bad_request(
+            "Can not specify ?detail=True and fields in the same request.",
+        )
+        .into_response();
+    }
+    let permit = app
+        .lists
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the list semaphore is never closed");
+    let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    let app = app.0.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let shape = Shape {
+            version,
+            detail,
+            fields,
+            path,
+        };
+        if let Err(e) = write_list(&app, &q, &shape, &chunks) {
+            // The status is sent already: cut the body short, so the client sees an error.
+            let _ = chunks.blocking_send(Err(std::io::Error::other(e.message)));
+        }
+    });
+    let stream = stream_of(body);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// What each listed node looks like.
+struct Shape {
+    version: Version,
+    detail: bool,
+    fields: Option<Vec<String>>,
+    path: &'static str,
+}
+
+fn stream_of(
+    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Writes `{"nodes": [...], "next": ...}` into `chunks`, a node at a time.
+fn write_list(
+    app: &App,
+    q: &ListQuery,
+    shape: &Shape,
+    chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+) -> Result<(), ApiError> {
+    let limit = q.limit();
+    let fields: Option<Vec<&str>> = shape
+        .fields
+        .as_ref()
+        .map(|f| f.iter().map(String::as_str).collect());
+    let base = &app.public_url;
+    let mut buf = Vec::with_capacity(CHUNK + 4096);
+    buf.extend_from_slice(b"{\"nodes\": [");
+    let (mut count, mut last) = (0, None);
+    for node in app.conductor.store().nodes_after(q.marker) {
+        let node = node?;
+        if !q.shows_child(&node) {
+            continue;
+        }
+        let agent = app.conductor.agents().get(node.uuid());
+        let doc = view::node(base, &node, agent.as_ref(), shape.version);
+        if !q.matches(&doc) {
+            continue;
+        }
+        let doc = match (&fields, shape.detail) {
+            (Some(f), _) => view::fields(doc, f),
+            (None, true) => doc,
+            (None, false) => view::fields(doc, DEFAULT_FIELDS),
+        };
+        if count > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        serde_json::to_writer(&mut buf, &doc).expect("a document serialises");
+        count += 1;
+        last = Some(node.uuid());
+        if buf.len() >= CHUNK && !send(chunks, &mut buf) {
+            return Ok(()); // the client went away
+        }
+        if count == limit {
+            break;
+        }
+    }
+    buf.push(b']');
+    if let (true, Some(last)) = (count == limit, last) {
+        let next = format!("{base}{}?{}", shape.path, q.next_query(limit, last));
+        buf.extend_from_slice(b", \"next\": ");
+        serde_json::to_writer(&mut buf, &next).expect("a string serialises");
+    }
+    buf.push(b'}');
+    send(chunks, &mut buf);
+    Ok(())
+}
+
+/// Sends what is buffered; false if the client is gone.
+fn send(chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>, buf: &mut Vec<u8>) -> bool {
+    let chunk = Bytes::from(std::mem::take(buf));
+    buf.reserve(CHUNK + 4096);
+    chunks.blocking_send(Ok(chunk)).is_ok()
+}

@@ -1,0 +1,515 @@
+//! `/v1/nodes`: enroll, list, show, update, delete, and act on nodes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::http::error::{ApiError, parse};
+use super::http::version::Version;
+use super::listing::ShowQuery;
+use super::node_access::find;
+use super::node_doc;
+use super::portgroups::PORTGROUP;
+use super::volume::{VOLUME_CONNECTOR, VOLUME_TARGET};
+use super::{App, State, node_list, view};
+use crate::conductor::{Verb, allocations};
+use crate::driver_host::capability::bmc::PowerAction;
+use crate::hardware::Hardware;
+use crate::node::Node;
+use crate::state_machine::ProvisionState;
+use crate::store::Cascade;
+use deployd_wire::targets::{PowerTarget, ProvisionTarget};
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/v1/nodes", get(node_list::list).post(create))
+        .route("/v1/nodes/", get(node_list::list).post(create))
+        .route("/v1/nodes/detail", get(node_list::detail))
+        .route("/v1/nodes/{ident}", get(show).patch(update).delete(remove))
+        .route("/v1/nodes/{ident}/states", get(states))
+        .route("/v1/nodes/{ident}/states/provision", put(provision))
+        .route("/v1/nodes/{ident}/states/power", put(power))
+        .route("/v1/nodes/{ident}/validate", get(validate))
+}
+
+async fn create(
+    app: State,
+    Extension(version): Extension<Version>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let mut new = node_doc::new_node(&body, version, &Hardware::new(&app.conductor.registry()))?;
+    let given: Vec<String> = new.attrs.keys().cloned().collect();
+    settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given)?;
+    let node = app.conductor.enroll(new, !version.at_least(11))?;
+    let base = &app.public_url;
+    let location = format!("{base}/v1/nodes/{}", node.uuid());
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(view::node(base, &node, None, version)),
+    )
+        .into_response())
+}
+
+async fn show(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let agent = app.conductor.agents().get(node.uuid());
+    let doc = view::node(&app.public_url, &node, agent.as_ref(), version);
+    Ok(Json(match q.fields {
+        Some(f) => view::fields(doc, &node_doc::NODE.fields(&f, version)?),
+        None => doc,
+    }))
+}
+
+/// What a node's fields mean beyond themselves:
+/// - `parent_node` (1.83) names an existing node, other than this one, and is kept as
+///   its uuid;
+/// - `instance_name` (1.104) follows `instance_info.display_name` (as Nova sets it) while
+///   it has no value of its own, unless the same request sets it.
+fn settle(
+    app: &App,
+    me: Option<Uuid>,
+    attrs: &mut crate::node::JsonMap,
+    instance_info: &crate::node::JsonMap,
+    changed: &[String],
+) -> Result<(), ApiError> {
+    if let Some(parent) = attrs.get("parent_node").and_then(Value::as_str) {
+        let found = app
+            .conductor
+            .store()
+            .find_node(parent)
+            .map_err(|_| ApiError::bad_request(format!("Node {parent} could not be found.")))?;
+        if Some(found.uuid()) == me {
+            return Err(ApiError::bad_request("A node cannot be its own parent."));
+        }
+        attrs.insert("parent_node".into(), json!(found.uuid()));
+    }
+    let named = attrs.get("instance_name").is_some_and(|n| !n.is_null());
+    let explicit = changed.iter().any(|f| f == "instance_name");
+    if !named
+        && !explicit
+        && let Some(display) = instance_info.get("display_name").and_then(Value::as_str)
+    {
+        attrs.insert("instance_name".into(), json!(display));
+    }
+    if attrs.get("instance_name").and_then(Value::as_str) == Some("") {
+        return Err(ApiError::bad_request("'' is too short: instance_name"));
+    }
+    Ok(())
+}
+
+/// States in which a node may be changed although a flow targets another state.
+fn update_allowed(state: ProvisionState) -> bool {
+    use ProvisionState as S;
+    state.is_stable()
+        || matches!(
+            state,
+            S::DeployFailed
+                | S::InspectFailed
+                | S::InspectWait
+                | S::CleanFailed
+                | S::Verifying
+                | S::AdoptFailed
+                | S::RescueFailed
+                | S::UnrescueFailed
+                | S::ServiceFailed
+        )
+}
+
+async fn update(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ops: Value = parse(&body)?;
+    let before = find(&app, &ident)?;
+    let uuid = before.uuid();
+    let hardware = Hardware::new(&app.conductor.registry());
+    let patched = node_doc::patched_fields(&ops);
+    let updated = app.conductor.edit(uuid, |provision, b| {
+        if !update_allowed(provision.state) {
+            return Err(ApiError::conflict(format!(
+                "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
+                provision.state
+            )));
+        }
+        let mut doc = node_doc::editable(b);
+        node_doc::NODE.patch(&mut doc, &ops, version)?;
+        let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+        node_doc::write_back(b, doc, &patched, &hardware)?;
+        settle(&app, Some(uuid), &mut b.attrs, &b.instance_info, &patched)?;
+        // Removing the instance ends its allocation, as in Ironic.
+        if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
+            b.attrs.remove("allocation_uuid");
+        }
+        let retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+        if retired && !was_retired && provision.state == ProvisionState::Available {
+            return Err(ApiError::conflict(format!(
+                "The requested action \"retire\" can not be performed on node \"{uuid}\" while it is in state \"available\"."
+            )));
+        }
+        Ok(())
+    })
+    .await?;
+    let allocation = |n: &Node| {
+        n.body
+            .attrs
+            .get("allocation_uuid")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let ended = match (allocation(&before), allocation(&updated)) {
+        (Some(a), None) => Uuid::parse_str(&a).ok(),
+        _ => None,
+    };
+    if let Some(a) = ended {
+        let _ = app
+            .conductor
+            .delete_document(allocations::KIND, a, allocations::UNIQUE);
+    }
+    let agent = app.conductor.agents().get(updated.uuid());
+    Ok(Json(view::node(
+        &app.public_url,
+        &updated,
+        agent.as_ref(),
+        version,
+    )))
+}
+
+async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
+    let node = find(&app, &ident)?;
+    // What belonged to the node goes with it (as Ironic's cascade does).
+    let cascade = Cascade {
+        of_node: OF_NODE.to_vec(),
+        named_by: vec![("allocation_uuid", allocations::KIND, allocations::UNIQUE)],
+    };
+    app.conductor.delete(node.uuid(), &cascade).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn states(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let b = &node.body;
+    let p = &node.provision;
+    let mut doc = json!({
+        "console_enabled": false,
+        "last_error": b.last_error,
+        "power_state": b.power_state,
+        "provision_state": p.state,
+        "target_power_state": b.target_power_state,
+        "target_provision_state": p.target,
+        "provision_updated_at": p.updated_at.to_datetime(),
+        "raid_config": b.attrs.get("raid_config").cloned().unwrap_or(json!({})),
+        "target_raid_config": b.attrs.get("target_raid_config").cloned().unwrap_or(json!({})),
+    });
+    if version.at_least(75) {
+        for key in ["boot_mode", "secure_boot"] {
+            doc[key] = b.attrs.get(key).cloned().unwrap_or(Value::Null);
+        }
+    }
+    Ok(Json(doc))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProvisionRequest {
+    target: String,
+    configdrive: Option<Value>,
+    clean_steps: Option<Value>,
+    deploy_steps: Option<Value>,
+    service_steps: Option<Value>,
+    runbook: Option<String>,
+    rescue_password: Option<String>,
+    disable_ramdisk: Option<bool>,
+}
+
+impl ProvisionRequest {
+    /// The optional parameters, each with the microversion it came with and the targets
+    /// that take it (Ironic answers 406 below the version, 400 on another target).
+    fn check_parameters(&self, version: Version) -> Result<(), ApiError> {
+        let target = self.target.as_str();
+        let given: [(&str, bool, u32, &[&str]); 5] = [
+            (
+                "deploy_steps",
+                self.deploy_steps.is_some(),
+                69,
+                &["active", "deploy", "rebuild"],
+            ),
+            (
+                "disable_ramdisk",
+                self.disable_ramdisk.is_some(),
+                70,
+                &["clean", "service"],
+            ),
+            (
+                "service_steps",
+                self.service_steps.is_some(),
+                87,
+                &["service"],
+            ),
+            ("runbook", self.runbook.is_some(), 92, &["clean", "service"]),
+            ("clean_steps", self.clean_steps.is_some(), 15, &["clean"]),
+        ];
+        for (name, present, since, targets) in given {
+            if !present {
+                continue;
+            }
+            if !version.at_least(since) {
+                return Err(ApiError::not_acceptable(format!(
+                    "\"{name}\" needs API version 1.{since} or newer."
+                )));
+            }
+            if !targets.contains(&target) {
+                return Err(ApiError::bad_request(format!(
+                    "\"{name}\" is only valid when setting target provision state to {}",
+                    targets.join(" or ")
+                )));
+            }
+        }
+        if target == "service" && self.disable_ramdisk.is_some() && !version.at_least(108) {
+            return Err(ApiError::not_acceptable(
+                "\"disable_ramdisk\" for servicing needs API version 1.108 or newer.",
+            ));
+        }
+        if self.runbook.is_some() && (self.clean_steps.is_some() || self.service_steps.is_some()) {
+            return Err(ApiError::bad_request(
+                "\"runbook\" and explicit steps are mutually exclusive.",
+            ));
+        }
+        if let Some(steps) = &self.deploy_steps {
+            let empty = steps.as_array().is_some_and(Vec::is_empty);
+            if !empty {
+                return Err(ApiError::bad_request(format!(
+                    "deployd's drivers run a fixed deploy and take no extra deploy steps; got {steps}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The clean steps deployd's drivers run, through the agent both ironic-python-agent and
+/// deployd's agent have: erasing the disk's metadata (partition tables and signatures),
+/// and erasing the disk (deployd's agent: its metadata, or all of it with `{"full": true}`).
+const CLEAN_STEPS: &[(&str, &str)] = &[
+    ("deploy", "erase_devices_metadata"),
+    ("deploy", "erase_devices"),
+];
+
+/// Manual cleaning needs `clean_steps` (or a runbook's), a list of `{interface, step,
+/// args}` this engine knows, run in the order given; every one of them needs the ramdisk.
+/// Returns them as the driver receives them (`args` always an object).
+fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<Vec<Value>, ApiError> {
+    let steps = steps.and_then(Value::as_array).ok_or_else(|| {
+        ApiError::bad_request(
+            "\"clean_steps\" or \"runbook\" is required when setting target provision state to clean",
+        )
+    })?;
+    if steps.is_empty() {
+        return Err(ApiError::bad_request("\"clean_steps\" must not be empty"));
+    }
+    for step in steps {
+        let field = |k: &str| step.get(k).and_then(Value::as_str).unwrap_or("");
+        let (interface, name) = (field("interface"), field("step"));
+        if !CLEAN_STEPS.contains(&(interface, name)) {
+            return Err(ApiError::bad_request(format!(
+                "Clean step {step} is not supported; deployd runs: {}",
+                CLEAN_STEPS
+                    .iter()
+                    .map(|(i, s)| format!("{{\"interface\": \"{i}\", \"step\": \"{s}\"}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if disable_ramdisk {
+            return Err(ApiError::bad_request(format!(
+                "Clean step {interface}.{name} runs in the ramdisk; it cannot run with disable_ramdisk."
+            )));
+        }
+    }
+    steps
+        .iter()
+        .map(|step| {
+            let args = match step.get("args") {
+                None | Some(Value::Null) => json!({}),
+                Some(Value::Object(a)) => Value::Object(a.clone()),
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "A clean step's args must be an object, not {other}"
+                    )));
+                }
+            };
+            Ok(json!({"interface": step["interface"], "step": step["step"], "args": args}))
+        })
+        .collect()
+}
+
+async fn provision(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ProvisionRequest = parse(&body)?;
+    let _ = (&request.configdrive, &request.rescue_password);
+    request.check_parameters(version)?;
+    let node = find(&app, &ident)?;
+    let illegal = || {
+        ApiError::bad_request(format!(
+            "The requested action \"{}\" can not be performed on node \"{}\" while it is in state \"{}\".",
+            request.target,
+            node.uuid(),
+            node.state()
+        ))
+    };
+    let target: ProvisionTarget = request.target.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "\"{}\" is not a valid provision target.",
+            request.target
+        ))
+    })?;
+    if version < target.since() {
+        return Err(ApiError::not_acceptable(format!(
+            "The provision target \"{target}\" needs a newer API version than {version}."
+        )));
+    }
+    let mut clean_steps = None;
+    use ProvisionTarget as T;
+    let verb = match target {
+        T::Manage => Verb::Manage,
+        T::Provide => Verb::Provide,
+        T::Active | T::Deploy => Verb::Deploy,
+        T::Rebuild => Verb::Rebuild,
+        T::Deleted | T::Undeploy => Verb::Undeploy,
+        // Aborting a deploy in "wait call-back" came with 1.110.
+        T::Abort if node.state() == ProvisionState::WaitCallBack && !version.at_least(110) => {
+            return Err(illegal());
+        }
+        T::Abort => Verb::Abort,
+        T::Clean => {
+            let from_runbook = match &request.runbook {
+                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
+                None => None,
+            };
+            let steps = from_runbook.as_ref().or(request.clean_steps.as_ref());
+            let steps = check_clean_steps(steps, request.disable_ramdisk.unwrap_or(false))?;
+            clean_steps = Some(steps);
+            Verb::Clean
+        }
+        // deployd's nodes never hold, and its drivers have no service steps.
+        T::Unhold => return Err(illegal()),
+        T::Service => {
+            if node.state() != ProvisionState::Active {
+                return Err(illegal());
+            }
+            return Err(ApiError::bad_request(format!(
+                "Node {} cannot be serviced: its driver has no service steps.",
+                node.uuid()
+            )));
+        }
+        T::Inspect | T::Adopt | T::Rescue | T::Unrescue => {
+            return Err(ApiError::bad_request(format!(
+                "deployd does not support the provision target \"{target}\"."
+            )));
+        }
+    };
+    let started = match clean_steps {
+        Some(steps) => app.conductor.clean(node.uuid(), steps).await,
+        None => app.conductor.provision(node.uuid(), verb).await,
+    };
+    started.map_err(|e| match e {
+        crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(
+            "The requested action \"{}\" can not be performed on node \"{n}\" while it is in state \"{}\".",
+            request.target, source.state
+        )),
+        other => other.into(),
+    })?;
+    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowerRequest {
+    target: String,
+    timeout: Option<u64>,
+}
+
+async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+    let request: PowerRequest = parse(&body)?;
+    let _ = request.timeout;
+    let node = find(&app, &ident)?;
+    let target: PowerTarget = request.target.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "\"{}\" is not a valid power target.",
+            request.target
+        ))
+    })?;
+    let action = match target {
+        PowerTarget::On => PowerAction::On,
+        PowerTarget::Off | PowerTarget::SoftOff => PowerAction::Off,
+        PowerTarget::Reboot | PowerTarget::SoftReboot => PowerAction::Reboot,
+    };
+    if matches!(
+        node.state(),
+        ProvisionState::Cleaning | ProvisionState::CleanWait
+    ) {
+        return Err(ApiError::bad_request(format!(
+            "Node {} is in \"{}\"; power can not be changed now.",
+            node.uuid(),
+            node.state()
+        )));
+    }
+    app.conductor.power(node.uuid(), action).await?;
+    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
+}
+
+async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
+    let node = find(&app, &ident)?;
+    let (power, deploy) = app.conductor.validate(&node).await;
+    let result = |r: Result<(), String>| match r {
+        Ok(()) => json!({"result": true, "reason": null}),
+        Err(e) => json!({"result": false, "reason": e}),
+    };
+    let unsupported = json!({"result": null, "reason": "not supported by deployd"});
+    Ok(Json(json!({
+        "boot": {"result": true, "reason": null},
+        "deploy": result(deploy),
+        "power": result(power.clone()),
+        "management": result(power),
+        "network": {"result": true, "reason": null},
+        "console": unsupported,
+        "inspect": unsupported,
+        "raid": unsupported,
+        "rescue": unsupported,
+        "storage": unsupported,
+        "bios": unsupported,
+    })))
+}
+
+/// What goes with a node when it is deleted: (kind, unique fields).
+pub const OF_NODE: &[(&str, &[&str])] = &[
+    (PORTGROUP.kind, PORTGROUP.unique),
+    (VOLUME_CONNECTOR.kind, VOLUME_CONNECTOR.unique),
+    (VOLUME_TARGET.kind, VOLUME_TARGET.unique),
+];

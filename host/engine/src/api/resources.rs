@@ -1,0 +1,325 @@
+//! Ironic's stored-only resources, all served by the same handlers: create, list (with
+//! `fields`, `detail`, filters and pagination), show (by uuid or name), PATCH, DELETE.
+//!
+//! Each resource is a [`Resource`]: its path, its fields ([`Schema`]), its unique fields,
+//! the filters its list takes and a `check` that validates a document before it is
+//! written (a node reference exists, a MAC is a MAC, a trait is a trait). The documents
+//! live in the store's [`Documents`](crate::store::documents::Documents).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::http::error::{ApiError, parse};
+use super::http::version::Version;
+use super::listing::{Params, ShowQuery, keep};
+use super::schema::Schema;
+use super::{App, State, view};
+use crate::store::documents::Doc;
+
+/// Checks (and normalises) a document about to be written; `old` is None at create.
+/// The request's version is given, for checks that changed with it (a runbook's name).
+pub type Check = fn(&App, &mut Doc, Option<&Doc>, Version) -> Result<(), ApiError>;
+
+/// Refuses a delete, or undoes what the document did.
+pub type OnDelete = fn(&App, Uuid, &Doc) -> Result<(), ApiError>;
+
+pub struct Resource {
+    /// The kind in the store and in messages (`Chassis`, `Portgroup`).
+    pub kind: &'static str,
+    /// Under `/v1/`: `chassis`, `volume/connectors`.
+    pub path: &'static str,
+    /// The key of a list answer: `chassis`, `connectors`.
+    pub key: &'static str,
+    /// The microversion the resource came with; older requests get 404, as in Ironic.
+    pub since: u32,
+    /// The microversion from which PATCH is allowed.
+    pub patch_since: u32,
+    pub schema: Schema,
+    /// Unique fields (`a+b`: unique together); `name`, when listed, is also an identifier.
+    pub unique: &'static [&'static str],
+    /// The fields of a list without `detail`.
+    pub short: &'static [&'static str],
+    /// The list's filters (`node` takes a node's uuid or name) and their microversions.
+    pub filters: &'static [(&'static str, u32)],
+    /// Sub-resource links a document carries (`nodes` for a chassis: `/v1/chassis/{id}/nodes`).
+    pub sublinks: &'static [&'static str],
+    pub check: Check,
+    /// Work a new document starts (an allocation looks for a node).
+    pub on_create: Option<fn(Arc<App>, Uuid)>,
+    /// Refuses a delete, or undoes what the document did (an allocation frees its node).
+    pub on_delete: Option<OnDelete>,
+    /// Hides what a document keeps from view (a sensitive inspection rule's conditions).
+    pub shown: Option<fn(&mut Doc)>,
+}
+
+pub fn routes(resources: &'static [&'static Resource]) -> Router<Arc<App>> {
+    let mut router = Router::new();
+    for res in resources {
+        let r: &'static Resource = res;
+        let base = format!("/v1/{}", r.path);
+        router = router
+            .route(
+                &base,
+                get(move |a, v, q| list(r, a, v, q, false)).post(move |a, v, b| create(r, a, v, b)),
+            )
+            .route(
+                &format!("{base}/"),
+                get(move |a, v, q| list(r, a, v, q, false)),
+            )
+            .route(
+                &format!("{base}/detail"),
+                get(move |a, v, q| list(r, a, v, q, true)),
+            )
+            .route(
+                &format!("{base}/{{ident}}"),
+                get(move |a, v, p, q| show(r, a, v, p, q))
+                    .patch(move |a, v, p, b| update(r, a, v, p, b))
+                    .delete(move |a, v, p| remove(r, a, v, p)),
+            );
+    }
+    router
+}
+
+pub fn exists(r: &Resource, version: Version) -> Result<(), ApiError> {
+    if version.at_least(r.since) {
+        return Ok(());
+    }
+    Err(ApiError::not_found(format!(
+        "The resource could not be found. /v1/{} needs API version 1.{} or newer.",
+        r.path, r.since
+    )))
+}
+
+/// A document as the API shows it: every field (null if unset), links, version gates,
+/// and what the resource hides ([`Resource::shown`]) hidden.
+pub fn document(app: &App, r: &Resource, uuid: Uuid, doc: Doc, version: Version) -> Doc {
+    let mut doc = unmasked(app, r, uuid, doc, version);
+    if let Some(hide) = r.shown {
+        hide(&mut doc);
+    }
+    doc
+}
+
+/// A document with every field (a PATCH applies to this, so nothing hidden is lost).
+fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version) -> Doc {
+    for f in r.schema.fields {
+        doc.entry(f.name).or_insert(Value::Null);
+    }
+    doc.insert("uuid".into(), json!(uuid));
+    let id = uuid.to_string();
+    doc.insert("links".into(), view::links(&app.public_url, r.path, &id));
+    for sub in r.sublinks {
+        doc.insert(
+            (*sub).into(),
+            view::links(&app.public_url, r.path, &format!("{id}/{sub}")),
+        );
+    }
+    r.schema.show(&mut doc, version);
+    doc
+}
+
+fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
+    Ok(app.conductor.store().docs.find(r.kind, "name", ident)?)
+}
+
+async fn create(
+    r: &'static Resource,
+    app: State,
+    Extension(version): Extension<Version>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    exists(r, version)?;
+    let input: Map<String, Value> = parse(&body)?;
+    let mut doc = r.schema.create(input, version)?;
+    let uuid = match doc.remove("uuid") {
+        Some(Value::String(s)) => Uuid::parse_str(&s)
+            .map_err(|_| ApiError::bad_request(format!("Expected UUID for uuid: {s}")))?,
+        _ => Uuid::new_v4(),
+    };
+    (r.check)(&app, &mut doc, None, version)?;
+    let now = app.conductor.store().clock().now().to_datetime();
+    doc.insert("created_at".into(), json!(now));
+    doc.insert("updated_at".into(), Value::Null);
+    app.conductor
+        .create_document(r.kind, uuid, &doc, r.unique)?;
+    if let Some(start) = r.on_create {
+        start(app.0.clone(), uuid);
+    }
+    let location = format!("{}/v1/{}/{uuid}", app.public_url, r.path);
+    let shown = document(&app, r, uuid, doc, version);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(Value::Object(shown)),
+    )
+        .into_response())
+}
+
+type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+async fn list(
+    r: &'static Resource,
+    app: State,
+    Extension(version): Extension<Version>,
+    query: Pairs,
+    detail: bool,
+) -> Result<Json<Value>, ApiError> {
+    exists(r, version)?;
+    let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let params = Params::parse(pairs, &r.schema, r.filters, version, detail)?;
+    let node = match params.filter("node") {
+        Some(ident) => Some(json!(app.conductor.store().find_node(ident)?.uuid())),
+        None => None,
+    };
+    let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
+    for (k, v) in &params.filters {
+        if super::node_doc::NODE_FILTERS.contains(&k.as_str()) {
+            let these = super::node_doc::nodes_where(&app, k, v)?;
+            of_nodes = Some(match of_nodes {
+                Some(before) => before.intersection(&these).copied().collect(),
+                None => these,
+            });
+        }
+    }
+    let in_nodes = |d: &Doc| {
+        of_nodes.as_ref().is_none_or(|set| {
+            d.get("node_uuid")
+                .and_then(Value::as_str)
+                .and_then(|u| Uuid::parse_str(u).ok())
+                .is_some_and(|u| set.contains(&u))
+        })
+    };
+    let docs = app.conductor.store().docs.list(r.kind)?;
+    let matching = docs.into_iter().filter(|(_, d)| {
+        node.as_ref().is_none_or(|n| d.get("node_uuid") == Some(n))
+            && in_nodes(d)
+            && params
+                .filters
+                .iter()
+                .filter(|(k, _)| {
+                    k != "node" && !super::node_doc::NODE_FILTERS.contains(&k.as_str())
+                })
+                .all(|(k, v)| match d.get(k) {
+                    Some(Value::String(s)) => s.eq_ignore_ascii_case(v),
+                    Some(Value::Bool(b)) => super::schema::parse_bool(&json!(v)) == Some(*b),
+                    Some(Value::Number(n)) => v.parse::<i64>().ok() == n.as_i64(),
+                    Some(_) => false,
+                    None => false,
+                })
+    });
+    let shown = matching.map(|(u, d)| (u, document(&app, r, u, d, version)));
+    let next = format!("{}/v1/{}", app.public_url, r.path);
+    Ok(Json(params.render(r.key, shown, r.short, &next)))
+}
+
+async fn show(
+    r: &'static Resource,
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Json<Value>, ApiError> {
+    exists(r, version)?;
+    let (uuid, doc) = find(&app, r, &ident)?;
+    let doc = document(&app, r, uuid, doc, version);
+    Ok(Json(Value::Object(match q.fields {
+        Some(f) => keep(doc, r.schema.fields(&f, version)?),
+        None => doc,
+    })))
+}
+
+async fn update(
+    r: &'static Resource,
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    exists(r, version)?;
+    if !version.at_least(r.patch_since) {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "Updating a {} needs API version 1.{} or newer.",
+                r.kind, r.patch_since
+            ),
+        ));
+    }
+    let ops: Value = parse(&body)?;
+    let (uuid, _) = find(&app, r, &ident)?;
+    let now = app.conductor.store().clock().now().to_datetime();
+    let doc = app
+        .conductor
+        .update_document(r.kind, uuid, r.unique, |doc| {
+            let old = doc.clone();
+            let mut full = unmasked(&app, r, uuid, doc.clone(), version);
+            r.schema.patch(&mut full, &ops, version)?;
+            let mut next: Doc = full
+                .into_iter()
+                .filter(|(k, _)| r.schema.field(k).is_some() && k != "uuid")
+                .collect();
+            for (k, v) in &old {
+                if !r.schema.field(k).is_some_and(|f| version.at_least(f.since)) {
+                    next.insert(k.clone(), v.clone());
+                }
+            }
+            (r.check)(&app, &mut next, Some(&old), version)?;
+            next.insert("updated_at".into(), json!(now));
+            next.insert(
+                "created_at".into(),
+                old.get("created_at").cloned().unwrap_or(Value::Null),
+            );
+            *doc = next;
+            Ok::<(), ApiError>(())
+        })?;
+    Ok(Json(Value::Object(document(&app, r, uuid, doc, version))))
+}
+
+async fn remove(
+    r: &'static Resource,
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    exists(r, version)?;
+    let (uuid, doc) = find(&app, r, &ident)?;
+    if let Some(hook) = r.on_delete {
+        hook(&app, uuid, &doc)?;
+    }
+    app.conductor.delete_document(r.kind, uuid, r.unique)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) fn no_check(_: &App, _: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
+    Ok(())
+}
+
+pub(super) fn missing(field: &str) -> ApiError {
+    ApiError::bad_request(format!("Mandatory field missing: '{field}'"))
+}
+
+pub(super) fn text<'a>(doc: &'a Doc, field: &str) -> Option<&'a str> {
+    doc.get(field).and_then(Value::as_str)
+}
+
+/// `node_uuid` must name an existing node (400 otherwise, as Ironic answers).
+pub fn check_node(app: &App, doc: &mut Doc) -> Result<Uuid, ApiError> {
+    let ident = text(doc, "node_uuid").ok_or_else(|| missing("node_uuid"))?;
+    let node = app
+        .conductor
+        .store()
+        .find_node(ident)
+        .map_err(|_| ApiError::bad_request(format!("Node {ident} could not be found.")))?;
+    doc.insert("node_uuid".into(), json!(node.uuid()));
+    Ok(node.uuid())
+}

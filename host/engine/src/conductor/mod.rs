@@ -1,0 +1,571 @@
+//! The conductor: runs provisioning flows by calling each node's driver.
+//!
+//! - **One owner per node.** A flow step holds the node's reservation (in memory, like
+//!   Ironic's `reservation` column) for as long as it runs; an operator action on a busy
+//!   node waits for it as Ironic's lock retry does, then is refused with
+//!   [`ConductorError::Busy`] (HTTP 409), and a heartbeat that finds the node busy still
+//!   touches it but skips the driver call. The steps themselves are in [`steps`].
+//! - **Touch first.** A heartbeat of a waiting node touches its clock before anything else
+//!   can fail or wait, so a live agent always keeps its node alive. While a step runs on a
+//!   waiting node the engine touches it too: a node being worked on is not silent.
+//! - **Pinned versions.** A deploy records the hash of the driver version it started with
+//!   in `driver_internal_info.driver_hash`; every later step of that flow uses that
+//!   version, even after an operator loaded a new one. The pin goes when the flow ends.
+//! - **Failures are the node's, never the engine's.** A driver that returns `fail`, traps,
+//!   loops or runs out of memory fails that node with the reason in `last_error`, and its
+//!   clean-up runs; other nodes carry on.
+
+pub mod allocations;
+mod records;
+mod steps;
+
+pub use records::token_hash;
+use steps::Step;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::agent_sessions::AgentSessions;
+use crate::driver_host::capability::bmc::{self, PowerAction};
+use crate::driver_host::sandbox::{Export, Reply};
+use crate::driver_host::{LoadedDriver, PluginError, Registry};
+use crate::hardware::Hardware;
+use crate::images::{Images, STAGED_TOKEN};
+use crate::node::Node;
+use crate::reservations::{Claim, Held, Reservations};
+use crate::state_machine::{Event, ProvisionState};
+use crate::store::{Store, StoreError};
+
+pub use crate::node::{AGENT_TOKEN_HASH, CLEAN_STEPS, DRIVER_HASH};
+
+/// What an operator can ask of a node (the API's provision targets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Manage,
+    Provide,
+    Deploy,
+    Rebuild,
+    Undeploy,
+    /// Manual cleaning (from manageable): wipe the disk, back to manageable.
+    Clean,
+    Abort,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConductorError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "Node {node} is locked by host deployd for {by}, please retry after the current operation is completed."
+    )]
+    Busy { node: Uuid, by: &'static str },
+    #[error("driver {0:?} is not loaded")]
+    NoDriver(String),
+    /// The node's record cannot start this flow (e.g. its local image is unreadable).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<Held> for ConductorError {
+    fn from(h: Held) -> Self {
+        ConductorError::Busy {
+            node: h.node,
+            by: h.by,
+        }
+    }
+}
+
+/// A change to a node's record, seen under the node's lock with its provision state.
+pub trait NodeChange<E>:
+    Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>
+{
+}
+
+impl<E, F> NodeChange<E> for F where
+    F: Fn(&crate::node::Provision, &mut crate::node::NodeBody) -> Result<(), E>
+{
+}
+
+/// What a refused edit can say: the store's error or the conductor's (a busy node).
+pub trait EditError: From<StoreError> + From<ConductorError> {}
+
+impl<E: From<StoreError> + From<ConductorError>> EditError for E {}
+
+/// What the conductor takes from the engine's configuration (`[conductor]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
+    pub automated_clean: bool,
+    /// How long an operator's call waits for a node another task holds (Ironic's lock
+    /// retry: (attempts − 1) × interval).
+    pub lock_wait: Duration,
+}
+
+impl Default for Settings {
+    /// Ironic's defaults: automated cleaning on; 3 lock attempts 1 s apart.
+    fn default() -> Self {
+        Settings {
+            automated_clean: true,
+            lock_wait: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct Conductor {
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    agents: Arc<AgentSessions>,
+    reservations: Arc<Reservations>,
+    /// Where local images are staged for agents to download (none: no local images).
+    images: Option<Images>,
+    /// The [`steps::keep_alive`] task, started with the first step.
+    keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    settings: Settings,
+}
+
+impl Conductor {
+    pub fn new(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        agents: Arc<AgentSessions>,
+        images: Option<Images>,
+        settings: Settings,
+    ) -> Arc<Conductor> {
+        Arc::new(Conductor {
+            settings,
+            store,
+            registry,
+            agents,
+            reservations: Arc::default(),
+            images,
+            keep_alive: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The node for a task of the engine's own (a heartbeat's step): now or never, since
+    /// the agent heartbeats again soon.
+    fn claim(&self, node: Uuid, operation: &'static str) -> Result<Claim, ConductorError> {
+        Ok(self.reservations.try_claim(node, operation)?)
+    }
+
+    /// The node for an operator's call: it waits for a short task to end, as Ironic's lock
+    /// retry does, and is refused (409, naming the task) only past that.
+    async fn claim_for_operator(
+        &self,
+        node: Uuid,
+        operation: &'static str,
+    ) -> Result<Claim, ConductorError> {
+        let wait = self.settings.lock_wait;
+        Ok(self
+            .reservations
+            .claim_within(node, operation, wait)
+            .await?)
+    }
+
+    /// The store, for reads: every write goes through the conductor's own methods.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// What the engine knows of each node's running agent.
+    pub fn agents(&self) -> &Arc<AgentSessions> {
+        &self.agents
+    }
+
+    /// Whether a flow step (or an operator's change) is running on the node.
+    pub fn is_busy(&self, node: Uuid) -> bool {
+        self.reservations.holder(node).is_some()
+    }
+
+    /// Starts an operator action. The first transition happens before this returns (so an
+    /// illegal one is refused synchronously); the driver work runs in the background.
+    pub async fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
+        let claim = self.claim_for_operator(node, verb.operation()).await?;
+        let current = self.store.node(node)?;
+        let state = current.state();
+        match verb {
+            Verb::Manage => {
+                self.store
+                    .apply_event_from(node, state, Event::Manage, None)?;
+                self.spawn(claim, Step::Verify);
+            }
+            Verb::Provide if self.cleans(&current.body) => {
+                self.start_cleaning(claim, &current, Event::Provide, Vec::new())?
+            }
+            Verb::Provide => {
+                self.store
+                    .apply_event_from(node, state, Event::Provide, None)?;
+                self.spawn(claim, Step::Clean);
+            }
+            Verb::Deploy | Verb::Rebuild => {
+                let event = if verb == Verb::Deploy && state != ProvisionState::Active {
+                    Event::Deploy
+                } else {
+                    Event::Rebuild
+                };
+                self.start_flow(claim, &current, event, Step::Deploy)?;
+            }
+            // Cleaning boots the ramdisk again, so it is a flow of its own too.
+            Verb::Undeploy if self.cleans(&current.body) => {
+                self.start_cleaning(claim, &current, Event::Delete, Vec::new())?
+            }
+            Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::Release)?,
+            Verb::Clean => self.start_cleaning(claim, &current, Event::Clean, Vec::new())?,
+            Verb::Abort => {
+                let message = format!("Deploy aborted by the operator in \"{state}\"");
+                self.store
+                    .apply_event_from(node, state, Event::Abort, Some(message.clone()))?;
+                self.spawn(claim, Step::CleanUp(message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Manual cleaning (from manageable) with the operator's steps, kept where Ironic keeps
+    /// them (`driver_internal_info.clean_steps`) for the driver to run in order, until
+    /// the flow ends. No steps: the driver's default (erasing the disk's metadata).
+    pub async fn clean(
+        self: &Arc<Self>,
+        node: Uuid,
+        steps: Vec<Value>,
+    ) -> Result<(), ConductorError> {
+        let claim = self
+            .claim_for_operator(node, Verb::Clean.operation())
+            .await?;
+        let current = self.store.node(node)?;
+        self.start_cleaning(claim, &current, Event::Clean, steps)
+    }
+
+    /// Starts a cleaning (`event` from the node's state: provide, undeploy, clean) that
+    /// runs `steps`, or the driver's default with none. An illegal transition is refused
+    /// before the steps are written.
+    fn start_cleaning(
+        self: &Arc<Self>,
+        claim: Claim,
+        current: &Node,
+        event: Event,
+        steps: Vec<Value>,
+    ) -> Result<(), ConductorError> {
+        let node = current.uuid();
+        current
+            .state()
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        self.set_clean_steps(node, steps)?;
+        self.start_flow(claim, current, event, Step::TearDown)
+    }
+
+    /// Sets (or, with none, removes) the steps a cleaning runs.
+    fn set_clean_steps(&self, node: Uuid, steps: Vec<Value>) -> Result<(), StoreError> {
+        let present = self
+            .store
+            .node(node)?
+            .body
+            .driver_internal_info
+            .contains_key(CLEAN_STEPS);
+        if steps.is_empty() && !present {
+            return Ok(());
+        }
+        self.store.update_node(node, |b| {
+            match steps.is_empty() {
+                true => b.driver_internal_info.remove(CLEAN_STEPS),
+                false => b
+                    .driver_internal_info
+                    .insert(CLEAN_STEPS.into(), Value::Array(steps.clone())),
+            };
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Whether provide and undeploy clean this node: its own `automated_clean`, else the
+    /// engine's (Ironic's rule).
+    pub fn cleans(&self, node: &crate::node::NodeBody) -> bool {
+        node.attrs
+            .get("automated_clean")
+            .and_then(Value::as_bool)
+            .unwrap_or(self.settings.automated_clean)
+    }
+
+    /// Starts a flow that runs the driver over several steps (deploy, rebuild, undeploy,
+    /// clean): the transition must be legal, a local image is staged, the driver version
+    /// is pinned and the last boot's agent token wiped, then the first step runs.
+    fn start_flow(
+        self: &Arc<Self>,
+        claim: Claim,
+        current: &Node,
+        event: Event,
+        step: Step,
+    ) -> Result<(), ConductorError> {
+        let (node, state) = (current.uuid(), current.state());
+        let driver = self
+            .component(&current.body)
+            .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
+        state
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        if matches!(step, Step::Deploy) {
+            self.stage_image(current)?;
+        }
+        self.pin(node, Some(&driver.id))?;
+        self.store.apply_event_from(node, state, event, None)?;
+        self.spawn(claim, step);
+        Ok(())
+    }
+
+    /// A heartbeat from the node's agent, whose token the caller verified. Touches the node
+    /// first, then (in `wait call-back` or `clean wait`) lets the driver act unless a step is already running (then `Busy`, and
+    /// the agent retries soon, as IPA does on 409).
+    pub fn heartbeat(
+        self: &Arc<Self>,
+        node: Uuid,
+        token: &str,
+        url: &crate::agent_sessions::CallbackUrl,
+        version: &str,
+        ca: Option<rustls::pki_types::CertificateDer<'static>>,
+        report: crate::agent_sessions::AgentReport,
+    ) -> Result<(), ConductorError> {
+        // Claimed before the touch: the node the touch reads is then the one the step
+        // sees, since no other step can write it meanwhile. Claimed after, a step that
+        // ended in between would hand this one a node from before its writes (a pxe
+        // deploy started its image write twice that way).
+        let claim = self.claim(node, "heartbeat");
+        let touched = match self.store.touch(node, report.fingerprint()) {
+            Ok(p) => Some(p),
+            // Heartbeats in other states are only recorded (Ironic's record-only states).
+            Err(StoreError::NotWaiting { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let now = self.store.clock().now();
+        // Recorded, report included, before the driver's step is spawned: the step sees
+        // this heartbeat's report.
+        let heard = self
+            .agents
+            .heartbeat(node, token, url, version, ca, report, now);
+        if heard.first {
+            let note = format!("First heartbeat from agent {version} at {}", url.as_str());
+            self.store.milestone(node, note)?;
+        }
+        if let Some(note) = heard.transfer {
+            self.store.milestone(node, note)?;
+        }
+        let Some(touched) = touched else {
+            return Ok(());
+        };
+        if !matches!(
+            touched.provision.state,
+            ProvisionState::WaitCallBack | ProvisionState::CleanWait
+        ) {
+            return Ok(());
+        }
+        self.spawn(claim?, Step::Heartbeat(touched));
+        Ok(())
+    }
+
+    /// Makes a local `image_source` downloadable for this deploy (see [`crate::images`]),
+    /// on the record as it is under the node's lock.
+    fn stage_image(&self, node: &Node) -> Result<(), ConductorError> {
+        let Some(images) = self.images.as_ref() else {
+            return Ok(());
+        };
+        let uuid = node.uuid();
+        if !images.needs_staging(uuid, &node.body.instance_info) {
+            return Ok(());
+        }
+        self.store.edit_node(uuid, |_, b| {
+            images
+                .stage(uuid, &mut b.instance_info, &mut b.driver_internal_info)
+                .map_err(ConductorError::Invalid)
+        })?;
+        Ok(())
+    }
+
+    /// An operator's change to a node's record (`PATCH`). It holds the node's claim, so
+    /// no flow step starts or writes meanwhile, and `change` sees the record as it is
+    /// under the node's lock, so nothing written since an earlier read is undone.
+    pub async fn edit<E: EditError>(
+        &self,
+        node: Uuid,
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        let claim = self.claim_for_operator(node, "update").await;
+        self.edit_claimed(claim?, change)
+    }
+
+    /// [`Conductor::edit`] that does not wait: a busy node is refused at once. The
+    /// allocation pass tries the next candidate instead (as Ironic's allocator does).
+    pub fn edit_if_free<E: EditError>(
+        &self,
+        node: Uuid,
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        self.edit_claimed(self.claim(node, "update")?, change)
+    }
+
+    fn edit_claimed<E: EditError>(
+        &self,
+        claim: Claim,
+        change: impl NodeChange<E>,
+    ) -> Result<Node, E> {
+        self.store.edit_node(claim.node(), change)
+    }
+
+    /// The driver version a node's flow uses: the pinned one if any, else the active one.
+    pub fn driver_for(&self, node: &Node) -> Result<Arc<LoadedDriver>, PluginError> {
+        match node
+            .body
+            .driver_internal_info
+            .get(DRIVER_HASH)
+            .and_then(Value::as_str)
+        {
+            Some(hash) => self.registry.version(hash).ok_or_else(|| {
+                PluginError::NotLoaded(format!(
+                    "{} (version {hash}, which this node started with)",
+                    node.body.driver
+                ))
+            }),
+            None => self
+                .component(&node.body)
+                .ok_or_else(|| PluginError::NotLoaded(node.body.driver.clone())),
+        }
+    }
+
+    /// The active version of the component that runs a node's flows, chosen by its
+    /// hardware type and interfaces (see [`crate::hardware`]).
+    pub fn component(&self, body: &crate::node::NodeBody) -> Option<Arc<LoadedDriver>> {
+        let name = Hardware::new(&self.registry).component(&body.driver, &body.interfaces)?;
+        self.registry.get(&name)
+    }
+
+    /// Starts (`Some(hash)`: the driver version to pin) or ends (`None`) a node's flow.
+    /// Either way the agent token of the previous boot is wiped, as Ironic's
+    /// `wipe_token_and_url` does: the next boot of the ramdisk looks up afresh.
+    /// A flow's end also ends its image staging: the staged url stops being served.
+    fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
+        let current = self.store.node(node)?;
+        let info = &current.body.driver_internal_info;
+        let pinned = info.get(DRIVER_HASH).and_then(Value::as_str);
+        let staged = hash.is_none() && info.contains_key(STAGED_TOKEN);
+        let steps = hash.is_none() && info.contains_key(CLEAN_STEPS);
+        if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) && !staged && !steps {
+            return Ok(());
+        }
+        self.store.update_node(node, |b| {
+            match hash {
+                Some(h) => b.driver_internal_info.insert(DRIVER_HASH.into(), h.into()),
+                None => b.driver_internal_info.remove(DRIVER_HASH),
+            };
+            b.driver_internal_info.remove(AGENT_TOKEN_HASH);
+            if hash.is_none() {
+                b.driver_internal_info.remove(CLEAN_STEPS);
+            }
+            if let (None, Some(images)) = (hash, self.images.as_ref()) {
+                images.unstage(node, &mut b.instance_info, &mut b.driver_internal_info);
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Carries out an operator's power action through the node's driver's BMC backend.
+    pub async fn power(
+        self: &Arc<Self>,
+        node: Uuid,
+        action: PowerAction,
+    ) -> Result<(), ConductorError> {
+        let record = self.store.node(node)?;
+        let driver = self
+            .driver_for(&record)
+            .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
+        let claim = self.claim_for_operator(node, "power").await?;
+        let target = match action {
+            PowerAction::Off => "power off",
+            PowerAction::On | PowerAction::Reboot => "power on",
+        };
+        self.store.update_node(node, |b| {
+            b.target_power_state = Some(target.into());
+            Ok(())
+        })?;
+        let me = self.clone();
+        tokio::spawn(async move {
+            let services = me.registry.services().clone();
+            if let Err(e) = bmc::act(&services, node, &driver.description.power, action).await {
+                let _ = me.store.update_node(node, |b| {
+                    b.target_power_state = None;
+                    b.last_error =
+                        Some(format!("Failed to change power state to \"{target}\": {e}"));
+                    Ok(())
+                });
+            }
+            drop(claim);
+        });
+        Ok(())
+    }
+
+    /// Validates a node for its driver: (power/management, deploy).
+    pub async fn validate(&self, node: &Node) -> (Result<(), String>, Result<(), String>) {
+        let driver = match self.driver_for(node) {
+            Ok(d) => d,
+            Err(e) => return (Err(e.to_string()), Err(e.to_string())),
+        };
+        let services = self.registry.services().clone();
+        let power = bmc::check(&services, node.uuid(), &driver.description.power);
+        let deploy = match self
+            .registry
+            .call(&driver, node.uuid(), Export::Validate)
+            .await
+        {
+            Ok(Reply::Valid(r)) => r,
+            Ok(other) => Err(format!("driver answered validate with {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        (power, deploy)
+    }
+
+    /// How many nodes are mid-flow on a driver (pinned to one of its versions).
+    pub fn nodes_pinned_to(&self, name: &str) -> Result<usize, StoreError> {
+        let mut count = 0;
+        let mut marker = None;
+        loop {
+            let page = self.store.list_nodes(marker, 1000)?;
+            let Some(last) = page.last() else {
+                return Ok(count);
+            };
+            marker = Some(last.uuid());
+            count += page
+                .iter()
+                .filter(|n| {
+                    let hash = n
+                        .body
+                        .driver_internal_info
+                        .get(DRIVER_HASH)
+                        .and_then(Value::as_str);
+                    hash.and_then(|h| self.registry.version(h))
+                        .is_some_and(|d| d.description.name == name)
+                })
+                .count();
+        }
+    }
+}
+
+impl Verb {
+    /// What a reservation taken for this verb says it is doing.
+    fn operation(self) -> &'static str {
+        match self {
+            Verb::Manage => "manage",
+            Verb::Provide => "provide",
+            Verb::Deploy => "deploy",
+            Verb::Rebuild => "rebuild",
+            Verb::Undeploy => "undeploy",
+            Verb::Clean => "clean",
+            Verb::Abort => "abort",
+        }
+    }
+}

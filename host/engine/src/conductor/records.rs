@@ -1,0 +1,120 @@
+//! The operator's writes that start no flow: enrolling a node, its delete with what goes
+//! with it, the agent token a lookup issues, ports, and the stored-only documents. They go
+//! through the conductor like every write, so the API never writes around it (the
+//! architecture test checks that `api/` calls no store write).
+
+use base64::Engine as _;
+use rand::RngCore;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::{AGENT_TOKEN_HASH, Conductor, ConductorError};
+use crate::node::{NewNode, Node, Port};
+use crate::store::documents::Doc;
+use crate::store::{Cascade, StoreError};
+
+/// The hex sha256 an agent token is kept as (the token itself is never stored).
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+impl Conductor {
+    /// Enrolls a node; before API 1.11 it starts in `available`, as Ironic's did.
+    pub fn enroll(&self, new: NewNode, available: bool) -> Result<Node, StoreError> {
+        let node = self.store.create_node(new)?;
+        match available {
+            true => self.store.set_initial_available(node.uuid()),
+            false => Ok(node),
+        }
+    }
+
+    /// Deletes a node (`DELETE`), holding its claim: never while a flow step runs. Its
+    /// ports and what `cascade` names go with it, in one store transaction.
+    pub async fn delete(&self, node: Uuid, cascade: &Cascade) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "delete").await?;
+        self.store.delete_node_with(node, cascade)?;
+        self.agents.forget(node);
+        Ok(())
+    }
+
+    /// The token a lookup hands the agent: a fresh one if none was issued for this boot,
+    /// else `"******"`. A repeat lookup is a read: agents retry lookups in a loop, and a
+    /// write (and flush) per call let a lookup flood cut the engine's throughput by two
+    /// thirds. The write, when there is one, only inserts if absent, so two racing first
+    /// lookups still issue exactly one token.
+    pub fn issue_agent_token(&self, node: &Node) -> Result<String, StoreError> {
+        if node
+            .body
+            .driver_internal_info
+            .contains_key(AGENT_TOKEN_HASH)
+        {
+            return Ok("******".into());
+        }
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let digest = token_hash(&token);
+        let updated = self.store.update_node(node.uuid(), |b| {
+            b.driver_internal_info
+                .entry(AGENT_TOKEN_HASH)
+                .or_insert_with(|| json!(digest));
+            Ok(())
+        })?;
+        if updated.body.driver_internal_info.get(AGENT_TOKEN_HASH) != Some(&json!(digest)) {
+            return Ok("******".into());
+        }
+        self.agents.issued(node.uuid(), token.clone());
+        let note = "Ramdisk agent looked the node up; agent token issued";
+        self.store.milestone(node.uuid(), note.into())?;
+        Ok(token)
+    }
+
+    pub fn create_port(&self, port: Port) -> Result<Port, StoreError> {
+        self.store.insert_port(port)
+    }
+
+    /// Changes a port; `change` may refuse with the caller's error.
+    pub fn update_port<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl FnOnce(&mut Port) -> Result<(), E>,
+    ) -> Result<Port, E> {
+        self.store.update_port(uuid, change)
+    }
+
+    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        self.store.delete_port(uuid)
+    }
+
+    /// Adds a stored-only document (chassis, port group, allocation, …).
+    pub fn create_document(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        doc: &Doc,
+        unique: &[&'static str],
+    ) -> Result<(), StoreError> {
+        self.store.docs.insert(kind, uuid, doc, unique)
+    }
+
+    /// Changes a stored-only document; `change` may refuse with the caller's error.
+    pub fn update_document<E: From<StoreError>>(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        unique: &[&'static str],
+        change: impl FnOnce(&mut Doc) -> Result<(), E>,
+    ) -> Result<Doc, E> {
+        self.store.docs.update(kind, uuid, unique, change)
+    }
+
+    pub fn delete_document(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        unique: &[&'static str],
+    ) -> Result<(), StoreError> {
+        self.store.docs.delete(kind, uuid, unique)
+    }
+}

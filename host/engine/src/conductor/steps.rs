@@ -1,0 +1,266 @@
+//! Flow steps: what runs, in the background and holding the node's claim, after an
+//! operator's action or an agent's heartbeat started it, and what the sweeper's timeout
+//! runs. A step calls the node's driver and moves the node on by its outcome.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::{Conductor, ConductorError};
+use crate::driver_host::PluginError;
+use crate::driver_host::capability::bindings::Outcome;
+use crate::driver_host::sandbox::{Export, Reply};
+use crate::node::Node;
+use crate::reservations::Claim;
+use crate::state_machine::{Event, ProvisionState};
+use crate::store::TimedOut;
+use crate::sweeper::TimeoutHook;
+
+impl Conductor {
+    /// Runs `step` in the background; the node's claim goes with it and is let go when
+    /// the step ends, however it ends.
+    pub(super) fn spawn(self: &Arc<Self>, claim: Claim, step: Step) {
+        let me = self.clone();
+        self.keep_alive
+            .get_or_init(|| tokio::spawn(keep_alive(Arc::downgrade(self))));
+        tokio::spawn(async move {
+            let node = claim.node();
+            if let Err(e) = me.run(node, step).await {
+                tracing::error!(%node, "flow step failed in the engine: {e}");
+            }
+            drop(claim);
+        });
+    }
+
+    async fn run(&self, node: Uuid, step: Step) -> Result<(), ConductorError> {
+        match step {
+            Step::Verify => {
+                let outcome = match self.call(node, Export::Validate).await {
+                    Ok(Reply::Valid(Ok(()))) => Ok(()),
+                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
+                    Ok(other) => Err(format!("driver answered validate with {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                };
+                match outcome {
+                    Ok(()) => self.store.apply_event(node, Event::Done, None)?,
+                    Err(e) => self.store.apply_event(node, Event::Fail, Some(e))?,
+                };
+            }
+            // Provide without cleaning: the node goes straight on (Ironic with
+            // `automated_clean = False`).
+            Step::Clean => {
+                self.store.apply_event(node, Event::Done, None)?;
+            }
+            // Undeploy without cleaning: the driver's clean-up powers the instance off
+            // and drops its step state; no ramdisk boots, the disk is left as it is.
+            Step::Release => {
+                self.agents.forget(node);
+                let reason = "undeployed without cleaning (automated_clean is off)";
+                if let Err(e) = self.call(node, Export::CleanUp(reason.into())).await {
+                    tracing::warn!(%node, "driver clean-up failed: {e}");
+                }
+                self.store.apply_event(node, Event::Clean, None)?;
+                self.cleaned(node)?;
+            }
+            Step::Deploy => {
+                let valid = match self.call(node, Export::Validate).await {
+                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => Ok(()),
+                };
+                let outcome = match valid {
+                    Ok(()) => self.outcome(node, Export::Deploy).await,
+                    Err(e) => Outcome::Fail(e),
+                };
+                self.after_step(node, ProvisionState::Deploying, outcome)
+                    .await?;
+            }
+            Step::Heartbeat(touched) => {
+                // The node as the touch read it. It may have moved on since (a timeout):
+                // the transitions below only apply from the state the driver saw.
+                let record = touched.node()?;
+                let state = record.state();
+                if matches!(
+                    state,
+                    ProvisionState::WaitCallBack | ProvisionState::CleanWait
+                ) {
+                    let outcome = self.outcome_on(record, Export::Heartbeat).await;
+                    self.after_step(node, state, outcome).await?;
+                }
+            }
+            // Undeploy (from deleting) and manual clean (from cleaning): the driver powers
+            // the instance off and may boot the ramdisk to wipe the disk (`wait`).
+            Step::TearDown => {
+                self.agents.forget(node);
+                let outcome = self.outcome(node, Export::TearDown).await;
+                let state = self.store.node(node)?.state();
+                match (state, outcome) {
+                    (ProvisionState::Deleting, Outcome::Fail(e)) => {
+                        self.store.apply_event(
+                            node,
+                            Event::Fail,
+                            Some(format!("Tear down failed: {e}")),
+                        )?;
+                        self.flow_ended(node)?;
+                    }
+                    (ProvisionState::Deleting, outcome) => {
+                        self.store.apply_event(node, Event::Clean, None)?;
+                        self.after_step(node, ProvisionState::Cleaning, outcome)
+                            .await?;
+                    }
+                    (state, outcome) => self.after_step(node, state, outcome).await?,
+                }
+            }
+            Step::CleanUp(reason) => self.clean_up(node, reason).await?,
+        }
+        Ok(())
+    }
+
+    /// Moves a flow on after the driver answered in `state`: deploying or wait call-back
+    /// (a deploy), cleaning or clean wait (an undeploy's or a manual cleaning).
+    async fn after_step(
+        &self,
+        node: Uuid,
+        state: ProvisionState,
+        outcome: Outcome,
+    ) -> Result<(), ConductorError> {
+        use ProvisionState as S;
+        match (state, outcome) {
+            (_, Outcome::Fail(reason)) => {
+                self.store
+                    .apply_event_from(node, state, Event::Fail, Some(reason.clone()))?;
+                self.clean_up(node, reason).await?;
+            }
+            (S::Deploying | S::Cleaning, Outcome::Wait) => {
+                self.store
+                    .apply_event_from(node, state, Event::Wait, None)?;
+            }
+            (S::Deploying, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Done, None)?;
+                self.flow_ended(node)?;
+            }
+            (S::WaitCallBack, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Resume, None)?;
+                self.store
+                    .apply_event_from(node, S::Deploying, Event::Done, None)?;
+                self.flow_ended(node)?;
+            }
+            (S::CleanWait, Outcome::Done) => {
+                self.store
+                    .apply_event_from(node, state, Event::Resume, None)?;
+                self.cleaned(node)?;
+            }
+            (S::Cleaning, Outcome::Done) => self.cleaned(node)?,
+            (_, Outcome::Wait | Outcome::Done) => {}
+        }
+        Ok(())
+    }
+
+    /// Cleaning finished: on to available (undeploy) or back to manageable (manual).
+    fn cleaned(&self, node: Uuid) -> Result<(), ConductorError> {
+        let target = self.store.node(node)?.provision.target;
+        let event = if target == Some(ProvisionState::Manageable) {
+            Event::Manage
+        } else {
+            Event::Done
+        };
+        self.store
+            .apply_event_from(node, ProvisionState::Cleaning, event, None)?;
+        self.flow_ended(node)
+    }
+
+    /// Runs the driver's clean-up after a failure or timeout, then ends the flow.
+    async fn clean_up(&self, node: Uuid, reason: String) -> Result<(), ConductorError> {
+        if let Err(e) = self.call(node, Export::CleanUp(reason)).await {
+            tracing::warn!(%node, "driver clean-up failed: {e}");
+        }
+        self.flow_ended(node)
+    }
+
+    fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
+        self.agents.forget(node);
+        Ok(self.pin(node, None)?)
+    }
+
+    /// Calls an export that returns an outcome; a driver failure is a `fail` outcome.
+    async fn outcome(&self, node: Uuid, export: Export) -> Outcome {
+        match self.store.node(node) {
+            Ok(record) => self.outcome_on(record, export).await,
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    }
+
+    /// [`Conductor::outcome`] on the record the caller just read.
+    async fn outcome_on(&self, record: Node, export: Export) -> Outcome {
+        match self.call_on(record, export).await {
+            Ok(Reply::Outcome(o)) => o,
+            Ok(other) => Outcome::Fail(format!("driver answered with {other:?}")),
+            Err(e) => Outcome::Fail(e.to_string()),
+        }
+    }
+
+    async fn call(&self, node: Uuid, export: Export) -> Result<Reply, PluginError> {
+        let record = self.store.node(node).map_err(|e| PluginError::Host {
+            driver: "?".into(),
+            message: e.to_string(),
+        })?;
+        self.call_on(record, export).await
+    }
+
+    async fn call_on(&self, record: Node, export: Export) -> Result<Reply, PluginError> {
+        let driver = self.driver_for(&record)?;
+        self.registry.call_on(&driver, record, export).await
+    }
+}
+
+/// Every half second, touches the waiting nodes a step is running on: such a node is not
+/// silent, its engine is working on it (booting it through a slow BMC, say, after its
+/// agent powered off). Ironic's sweeper skips reserved nodes for the same reason. A step
+/// is bounded by its driver's deadline, so this cannot keep a node alive for ever. One
+/// task for all nodes (not a timer per step: heartbeats are hot); it ends with the
+/// conductor.
+async fn keep_alive(conductor: std::sync::Weak<Conductor>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Some(conductor) = conductor.upgrade() else {
+            return;
+        };
+        for node in conductor.reservations.held() {
+            // Only nodes in wait states can be touched; the others say so, harmlessly.
+            let _ = conductor.store.touch_provisioning(node);
+        }
+    }
+}
+
+pub(super) enum Step {
+    Verify,
+    Clean,
+    Deploy,
+    Heartbeat(crate::store::Touched),
+    /// Undeploy with cleaning, or cleaning (provide, manual): the driver's tear-down.
+    TearDown,
+    /// Undeploy without cleaning.
+    Release,
+    CleanUp(String),
+}
+/// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
+impl TimeoutHook for Arc<Conductor> {
+    fn progress(&self, node: Uuid) -> Option<String> {
+        self.agents.get(node)?.status_message
+    }
+
+    fn timed_out(&self, event: TimedOut) {
+        tracing::warn!(node = %event.node, "{}", event.last_error);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let node = event.node;
+            let claim = me.reservations.claim(node, "timeout clean-up").await;
+            if let Err(e) = me.clean_up(node, event.last_error).await {
+                tracing::error!(%node, "clean-up after timeout failed: {e}");
+            }
+            drop(claim);
+        });
+    }
+}

@@ -1,0 +1,25 @@
+//! The WebAssembly driver host: where drivers are compiled, kept and called.
+//!
+//! - [`runtime`]: one wasmtime `Engine` (pooling allocator, epoch interruption, a ticker).
+//! - [`driver`]: a loaded driver version and the limits its calls run under.
+//! - [`imports`]: a component's imports, checked before it is compiled.
+//! - [`sandbox`]: one driver call = a fresh `Store` with limits, a fresh instance from
+//!   the driver's `InstancePre`, captured stderr; failures become [`PluginError`]s.
+//! - [`registry`]: drivers loaded, replaced and unloaded at runtime, by content hash, with
+//!   compiled artifacts cached on disk.
+//!
+//! - [`capability`]: what a driver may do to the world, one module per import of the
+//!   driver world, and the world's bindings.
+//! - [`error`]: why a driver could not be loaded, or a call failed.
+
+pub mod capability;
+pub mod driver;
+pub mod error;
+pub mod imports;
+pub mod registry;
+pub mod runtime;
+pub mod sandbox;
+
+pub use driver::{Limits, LoadedDriver};
+pub use error::{LoadError, PluginError};
+pub use registry::Registry;

@@ -1,0 +1,174 @@
+//! The engine as `deployd serve` runs it: the store opened and recovered, the drivers
+//! loaded, the conductor, the sweeper and the HTTP API running. Tests start the same
+//! thing on an ephemeral port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::agent_sessions::AgentSessions;
+use crate::api::{self, App, http::auth::Auth};
+use crate::clock::Clock;
+use crate::conductor::Conductor;
+use crate::config::{AuthStrategy, Config};
+use crate::driver_host::capability::Services;
+use crate::driver_host::{Limits, Registry};
+use crate::images::Images;
+use crate::store::{Recovery, Store};
+use crate::sweeper::Sweeper;
+
+pub struct Engine {
+    pub store: Arc<Store>,
+    pub conductor: Arc<Conductor>,
+    pub recovery: Recovery,
+    /// Where the API listens (the configured address, with the port the OS gave for :0).
+    pub addr: SocketAddr,
+    sweeper: Sweeper,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+impl Engine {
+    /// Opens the store under `config.data_dir`, loads drivers, and starts serving.
+    pub async fn start(config: &Config, clock: Clock) -> anyhow::Result<Engine> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        let (store, recovery) = Store::open(
+            &config.data_dir.join("store"),
+            &config.store(),
+            config.timeouts(),
+            clock,
+        )
+        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        let store = Arc::new(store);
+        let agents = Arc::new(AgentSessions::default());
+        let calls = config.plugins.max_concurrent_calls;
+        let services = Services::new(store.clone(), agents.clone(), calls);
+        let registry = Arc::new(Registry::new(
+            services,
+            Some(config.data_dir.join("compiled")),
+            calls,
+        )?);
+        load_drivers(config, &registry).await?;
+
+        let auth = match config.api.auth_strategy {
+            AuthStrategy::Noauth => Auth::NoAuth,
+            AuthStrategy::HttpBasic => {
+                let file = config
+                    .api
+                    .http_basic_auth_user_file
+                    .as_ref()
+                    .context("http_basic needs http_basic_auth_user_file")?;
+                Auth::http_basic(file).map_err(anyhow::Error::msg)?
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let public_url = match &config.api.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                if addr.ip().is_unspecified() {
+                    tracing::warn!(
+                        "listening on {addr} without public_url: links and image urls will name {addr}, which clients cannot reach; set api.public_url"
+                    );
+                }
+                format!("http://{addr}")
+            }
+        };
+        let images = Images::new(
+            config.images_dir(),
+            public_url.clone(),
+            &config.api.file_url_allowed_paths,
+        )
+        .map_err(anyhow::Error::msg)?;
+        let conductor = Conductor::new(
+            store.clone(),
+            registry,
+            agents,
+            Some(images.clone()),
+            config.conductor(),
+        );
+        let sweeper = Sweeper::spawn(store.clone(), config.sweeper(), Arc::new(conductor.clone()));
+        let app = Arc::new(App::new(
+            conductor.clone(),
+            auth,
+            config.api.ramdisk_heartbeat_timeout,
+            Some(config.plugins_dir()),
+            public_url,
+        ));
+        let (stop, mut stopped) = watch::channel(false);
+        // Outside the API's layers: downloads are long and need no API version or auth
+        // (as Ironic's image HTTP server); staged images are gated by their own token.
+        let router =
+            api::router(app).merge(crate::image_server::router(images.clone(), store.clone()));
+        let mut limits = config.connection_limits();
+        limits.max_connections =
+            api::http::listener::fit_to_descriptor_limit(limits.max_connections);
+        let server = tokio::spawn(api::http::listener::serve(
+            listener,
+            router,
+            limits,
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        Ok(Engine {
+            store,
+            conductor,
+            recovery,
+            addr,
+            sweeper,
+            stop,
+            server,
+        })
+    }
+
+    /// Stops accepting requests, lets those in flight finish, stops the sweeper, flushes.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.send_replace(true);
+        let _ = self.server.await;
+        self.sweeper.shutdown().await;
+        self.store.flush()?;
+        Ok(())
+    }
+}
+
+/// The bundled drivers, then every `*.wasm` in the plugins directory (which may replace a
+/// bundled one of the same name). A file that fails to load is reported and skipped.
+async fn load_drivers(config: &Config, registry: &Registry) -> anyhow::Result<()> {
+    if config.plugins.bundled {
+        for (name, bytes) in deployd_artifacts::BUNDLED {
+            registry
+                .load(bytes, Limits::default())
+                .await
+                .with_context(|| format!("loading the bundled driver {name}"))?;
+        }
+    }
+    let dir = config.plugins_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let mut paths: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let bytes = std::fs::read(&path)?;
+        match registry.load(&bytes, Limits::default()).await {
+            Ok(d) => {
+                tracing::info!(path = %path.display(), name = %d.description.name, "loaded driver")
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), "skipping a driver that does not load: {e}")
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! deployd: a bare-metal deploy engine whose drivers are sandboxed WebAssembly components.
+//!
+//! Layout, from the bottom up:
+//!
+//! - [`clock`]: wall-clock timestamps driven by tokio's clock (pausable in tests).
+//! - [`state_machine`]: Ironic's provision states and events, a pure table.
+//! - [`node`]: what a node and a port are.
+//! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
+//! - [`metrics`]: counters and driver-call latencies for `GET /metrics`.
+//! - [`sweeper`]: the task that fails nodes whose agent went silent.
+//! - [`agent_sessions`]: what the engine knows of each node's running agent (its url, its
+//!   token for this boot, its last report).
+//! - [`agent_pinning`]: HTTPS to an agent, pinned to the certificate it sent (auto-TLS).
+//! - [`driver_host`]: the wasmtime host that runs drivers, and what they may do
+//!   (`driver_host::capability`, one module per host interface).
+//! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
+//! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
+//! - [`reservations`]: which task holds each node, and for what.
+//! - [`conductor`]: owns every node transition and every write, one task per node at a time.
+//! - [`api`]: the HTTP API, thin handlers over the conductor.
+//! - [`config`]: the TOML file, environment and flags.
+//! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
+//!
+//! Beside it, under `host/`: `deployd` (the binary: the CLI, `serve`, the demo),
+//! `deployd-wire` (what crosses the wire, checksums included), `deployd-client`,
+//! `deployd-agent` (the ramdisk agent), `deployd-lab` (simulated machines, which need the
+//! agent, not the engine), `deployd-bench`, the driver components, bundled
+//! (`deployd-artifacts`) and test-only (`deployd-fixtures`), and `deployd-test-support`.
+
+pub mod agent_pinning;
+pub mod agent_sessions;
+pub mod api;
+pub mod clock;
+pub mod conductor;
+pub mod config;
+pub mod driver_host;
+pub mod engine;
+pub mod hardware;
+pub mod image_server;
+pub mod images;
+pub mod metrics;
+pub mod node;
+pub mod reservations;
+pub mod state_machine;
+pub mod store;
+pub mod sweeper;

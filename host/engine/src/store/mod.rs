@@ -1,0 +1,621 @@
+//! Durable node state on sled.
+//!
+//! Trees:
+//!
+//! | tree         | key                    | value                                  |
+//! |--------------|------------------------|----------------------------------------|
+//! | `nodes`      | node uuid              | provision record ‖ [`NodeBody`] JSON   |
+//! | `names`      | node name              | node uuid                              |
+//! | `ports`      | port uuid              | [`Port`] as JSON                       |
+//! | `macs`       | normalised MAC         | port uuid                              |
+//! | `port_names` | port name              | port uuid (rebuilt at open; see `ports`)|
+//! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |
+//! | `deadlines`  | deadline ‖ node uuid   | (empty)                                |
+//!
+//! A node is one value: its fixed-size provision record (state, target, clock, deadline;
+//! see `record`), then its body as JSON. Every write to a node is one insert of that value,
+//! made under the node's lock (`locks`), so it is atomic on disk and ordered with every
+//! other write to the node without a sled transaction. The record is the truth about a
+//! node's state, clock and deadline. The deadline index holds one entry per waiting node,
+//! at or before its deadline (`Provision::indexed`): a heartbeat's touch moves only the
+//! record, and the sweeper re-files an entry that comes due early. Transactions are used
+//! only where several nodes' keys meet: the name and MAC indexes (create, rename, delete).
+//!
+//! Durability: operator-visible changes (create, update, delete, every state transition)
+//! are flushed to disk before the call returns. A touch is not flushed by itself: sled
+//! flushes its log every `flush_every_ms` (default 500 ms), so a crash can lose at most that
+//! much of the touches, and a node can come back at most `flush_every_ms` older than it
+//! was — it times out at worst that much early, never late, and never in a busy state.
+
+pub mod documents;
+mod expiry;
+pub mod history;
+mod last_error;
+mod locks;
+mod ports;
+mod record;
+mod recovery;
+mod touches;
+mod transitions;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use uuid::Uuid;
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
+use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
+
+pub use documents::Cascade;
+pub use expiry::{SweeperWaker, TimedOut};
+pub use recovery::Recovery;
+pub use touches::{Touched, progress_fingerprint};
+
+/// Why a store operation did not happen. Each variant changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("node {0} could not be found")]
+    NodeNotFound(String),
+    #[error("port {0} could not be found")]
+    PortNotFound(String),
+    #[error("a node named {0:?} already exists")]
+    NameTaken(String),
+    #[error("a node with uuid {0} already exists")]
+    UuidTaken(Uuid),
+    #[error("MAC address {mac} is already used by port {port}")]
+    MacTaken { mac: String, port: Uuid },
+    #[error("A port with name {name} already exists (port {port}).")]
+    PortNameTaken { name: String, port: Uuid },
+    #[error(transparent)]
+    Invalid(#[from] InvalidField),
+    #[error("node {node}: {source}")]
+    IllegalTransition {
+        node: Uuid,
+        source: IllegalTransition,
+    },
+    #[error(
+        "node {node} is in provision state \"{state}\"; only a node waiting for a callback (wait call-back, clean wait, service wait, rescue wait) can be touched"
+    )]
+    NotWaiting { node: Uuid, state: ProvisionState },
+    #[error(
+        "node {node} cannot be deleted in provision state \"{state}\"; delete it from enroll, manageable, available or adopt failed, or set maintenance first"
+    )]
+    DeleteRefused { node: Uuid, state: ProvisionState },
+    #[error("node {node} is no longer in provision state \"{expected}\" (it is in \"{actual}\")")]
+    StateChanged {
+        node: Uuid,
+        expected: ProvisionState,
+        actual: ProvisionState,
+    },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error(
+        "the store in {0} is in use by another process (another deployd on the same data dir?)"
+    )]
+    Locked(std::path::PathBuf),
+    #[error(
+        "the store in {path} has format {found}; this deployd reads formats {FORMAT_READABLE} and {FORMAT} only (written by another version of deployd?)"
+    )]
+    Format {
+        path: std::path::PathBuf,
+        found: u32,
+    },
+    #[error("{kind} {ident} could not be found")]
+    DocumentNotFound { kind: &'static str, ident: String },
+    #[error("a {kind} with {field} {value} already exists")]
+    DocumentTaken {
+        kind: &'static str,
+        field: &'static str,
+        value: String,
+    },
+    #[error("storage error: {0}")]
+    Db(#[from] sled::Error),
+}
+
+impl From<TransactionError<StoreError>> for StoreError {
+    fn from(e: TransactionError<StoreError>) -> Self {
+        match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => StoreError::Db(e),
+        }
+    }
+}
+
+type TxResult<T> = Result<T, ConflictableTransactionError<StoreError>>;
+
+fn abort<T>(e: StoreError) -> TxResult<T> {
+    Err(ConflictableTransactionError::Abort(e))
+}
+
+/// How the store talks to sled.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// How often sled flushes its log in the background; bounds what a crash can lose of
+    /// touches (transitions are flushed before they are acknowledged).
+    pub flush_every_ms: u64,
+    /// sled's page cache, in bytes.
+    pub cache_capacity: u64,
+    /// Whether state changes are recorded in the nodes' history (Ironic's
+    /// `[conductor]node_history`): one small write per transition.
+    pub node_history: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            flush_every_ms: 500,
+            cache_capacity: 256 * 1024 * 1024,
+            node_history: true,
+        }
+    }
+}
+
+/// The node store. Cheap to share behind an `Arc`; every method is safe to call from many
+/// threads at once.
+pub struct Store {
+    db: sled::Db,
+    nodes: sled::Tree,
+    names: sled::Tree,
+    ports: sled::Tree,
+    macs: sled::Tree,
+    port_names: sled::Tree,
+    node_ports: sled::Tree,
+    deadlines: sled::Tree,
+    /// Chassis, port groups, allocations and the other stored-only resources.
+    pub docs: documents::Documents,
+    /// Each node's provision state changes, for `/v1/nodes/{node}/history`.
+    pub history: history::History,
+    locks: locks::NodeLocks,
+    timeouts: Timeouts,
+    clock: Clock,
+    waker: Arc<SweeperWaker>,
+    metrics: Arc<Metrics>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path` and recovers it: nodes left in busy states
+    /// are failed, deadlines are re-derived for the timeouts now configured.
+    pub fn open(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let db = open_db(path, config)?;
+        check_format(&db, path)?;
+        let tree = |name: &str| db.open_tree(name);
+        let store = Store {
+            nodes: tree("nodes")?,
+            names: tree("names")?,
+            ports: tree("ports")?,
+            macs: tree("macs")?,
+            port_names: tree("port_names")?,
+            node_ports: tree("node_ports")?,
+            deadlines: tree("deadlines")?,
+            docs: documents::Documents::open(&db)?,
+            history: history::History::open(&db, config.node_history)?,
+            db,
+            locks: locks::NodeLocks::new(),
+            timeouts,
+            clock,
+            waker: Arc::new(SweeperWaker::default()),
+            metrics: Arc::default(),
+        };
+        store.index_port_names()?;
+        let recovery = store.recover()?;
+        Ok((store, recovery))
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// This engine's counters (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Flushes everything written so far to disk.
+    ///
+    /// On a worker of a multi-threaded tokio runtime the wait for the disk goes through
+    /// `block_in_place`: the tasks queued on this worker move to another one instead of
+    /// stalling behind an fsync, and concurrent flushes share sled's one write to disk
+    /// (group commit), so durable writes from many requests cost about one fsync.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        flush(&self.db)
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on).
+    pub fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        let node = self.insert_node(new)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Enrolls many nodes with one flush at the end. Each node is all-or-nothing; the
+    /// result says which ones were refused and why.
+    pub fn create_nodes(
+        &self,
+        new: Vec<NewNode>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        let results = new.into_iter().map(|n| self.insert_node(n)).collect();
+        self.flush()?;
+        Ok(results)
+    }
+
+    fn insert_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        if let Some(name) = &new.name {
+            node::validate_name(name)?;
+        }
+        let now = self.clock.now();
+        let body = NodeBody {
+            uuid: new.uuid.unwrap_or_else(Uuid::new_v4),
+            name: new.name,
+            driver: new.driver,
+            driver_info: new.driver_info,
+            instance_info: new.instance_info,
+            properties: new.properties,
+            driver_internal_info: Default::default(),
+            extra: new.extra,
+            last_error: None,
+            power_state: None,
+            target_power_state: None,
+            maintenance: false,
+            maintenance_reason: None,
+            reservation: None,
+            interfaces: new.interfaces,
+            attrs: new.attrs,
+            created_at: now,
+            updated_at: None,
+        };
+        let provision = Provision {
+            state: ProvisionState::Enroll,
+            target: None,
+            updated_at: now,
+            deadline: None,
+            indexed: None,
+            progress_at: now,
+            progress: 0,
+        };
+        let uuid = body.uuid;
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        node::check_sizes(&body, json.len(), None)?;
+        let value = record::join(&provision, &json);
+        let _owner = self.locks.lock(uuid);
+        (&self.nodes, &self.names).transaction(|(nodes, names)| {
+            if nodes.get(uuid.as_bytes())?.is_some() {
+                return abort(StoreError::UuidTaken(uuid));
+            }
+            claim_name(names, body.name.as_deref(), uuid)?;
+            nodes.insert(uuid.as_bytes(), value.as_slice())?;
+            Ok(())
+        })?;
+        Ok(Node { body, provision })
+    }
+
+    /// A node by uuid.
+    pub fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        let value = self.value(uuid)?;
+        parse_node(uuid, &value)
+    }
+
+    /// Only a node's provision record (state, clock, deadline): no JSON is parsed.
+    pub fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+        let value = self.value(uuid)?;
+        Ok(record::split(uuid, &value)?.0)
+    }
+
+    /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
+    pub fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
+        let uuid = match Uuid::parse_str(ident) {
+            Ok(uuid) => uuid,
+            Err(_) => self
+                .names
+                .get(ident.as_bytes())?
+                .map(|v| uuid_from(&v))
+                .transpose()?
+                .ok_or_else(|| StoreError::NodeNotFound(ident.to_owned()))?,
+        };
+        self.node(uuid).map_err(|e| match e {
+            StoreError::NodeNotFound(_) => StoreError::NodeNotFound(ident.to_owned()),
+            e => e,
+        })
+    }
+
+    /// Up to `limit` nodes in uuid order, starting after `marker`.
+    pub fn list_nodes(&self, marker: Option<Uuid>, limit: usize) -> Result<Vec<Node>, StoreError> {
+        self.nodes_after(marker).take(limit).collect()
+    }
+
+    /// Every node in uuid order after `marker`, read and parsed one at a time: a caller
+    /// that looks at each and lets it go holds one node in memory, not the fleet.
+    pub fn nodes_after(
+        &self,
+        marker: Option<Uuid>,
+    ) -> impl Iterator<Item = Result<Node, StoreError>> + '_ {
+        let start = match marker {
+            Some(m) => std::ops::Bound::Excluded(m.as_bytes().to_vec()),
+            None => std::ops::Bound::Unbounded,
+        };
+        self.nodes
+            .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
+            .map(|item| {
+                let (key, value) = item?;
+                parse_node(uuid_from(&key)?, &value)
+            })
+    }
+
+    /// How many nodes are enrolled.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Changes a node's body (never its provision state: that is what events are for).
+    /// `change` may refuse; then nothing is written.
+    pub fn update_node(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
+    ) -> Result<Node, StoreError> {
+        self.edit_node(uuid, |_, body| change(body))
+    }
+
+    /// [`Store::update_node`] where `change` also sees the node's provision state, both
+    /// read under the node's lock, and may refuse with an error of the caller's.
+    pub fn edit_node<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
+    ) -> Result<Node, E> {
+        let _owner = self.locks.lock(uuid);
+        let Node {
+            body: old,
+            provision,
+        } = self.node(uuid)?;
+        let mut body = old.clone();
+        change(&provision, &mut body)?;
+        body.uuid = uuid;
+        if let Some(name) = &body.name {
+            node::validate_name(name).map_err(StoreError::from)?;
+        }
+        body.updated_at = Some(self.clock.now());
+        let json = serde_json::to_vec(&body).expect("a node body serialises");
+        node::check_sizes(&body, json.len(), Some(&old)).map_err(StoreError::from)?;
+        let value = record::join(&provision, &json);
+        (&self.nodes, &self.names)
+            .transaction(|(nodes, names)| {
+                if old.name != body.name {
+                    claim_name(names, body.name.as_deref(), uuid)?;
+                    if let Some(name) = &old.name {
+                        names.remove(name.as_bytes())?;
+                    }
+                }
+                nodes.insert(uuid.as_bytes(), value.as_slice())?;
+                Ok(())
+            })
+            .map_err(StoreError::from)?;
+        // The disk wait happens outside the node's lock ("critical sections never wait").
+        drop(_owner);
+        self.flush()?;
+        Ok(Node { body, provision })
+    }
+
+    /// Deletes a node and its ports, in the states where Ironic allows it.
+    pub fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+        self.delete_node_with(uuid, &Cascade::default())
+    }
+
+    /// Deletes a node, its ports and the documents that go with it (`cascade`: Ironic's
+    /// cascade of port groups, volume records and the node's allocation) in one sled
+    /// transaction: a crash leaves all of them or none.
+    pub fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
+        use ProvisionState as S;
+        let _owner = self.locks.lock(uuid);
+        let Node { body, provision } = self.node(uuid)?;
+        let deletable = matches!(
+            provision.state,
+            S::Enroll | S::Manageable | S::Available | S::AdoptFailed
+        );
+        if !deletable && !body.maintenance {
+            return Err(StoreError::DeleteRefused {
+                node: uuid,
+                state: provision.state,
+            });
+        }
+        let port_uuids = self.port_uuids_of(uuid)?;
+        let _docs = self.docs.lock();
+        let attached = self.docs.attached(uuid, &body, cascade)?;
+        let trees = (
+            &self.nodes,
+            &self.names,
+            &self.deadlines,
+            &self.ports,
+            &self.macs,
+            &self.port_names,
+            &self.node_ports,
+            &self.docs.docs,
+            &self.docs.index,
+        );
+        trees.transaction(
+            |(nodes, names, deadlines, ports, macs, port_names, node_ports, docs, index)| {
+                for doc in &attached {
+                    documents::remove_in(docs, index, doc)?;
+                }
+                nodes.remove(uuid.as_bytes())?;
+                if let Some(name) = &body.name {
+                    names.remove(name.as_bytes())?;
+                }
+                if let Some(d) = provision.deadline {
+                    deadlines.remove(&record::deadline_key(d, uuid))?;
+                }
+                for port in &port_uuids {
+                    if let Some(json) = ports.remove(port.as_bytes())? {
+                        ports::unindex_port(macs, port_names, &json)?;
+                    }
+                    node_ports.remove(&pair_key(uuid, *port))?;
+                }
+                Ok(())
+            },
+        )?;
+        self.history.forget(uuid)?;
+        self.flush()
+    }
+
+    /// Puts a node just enrolled straight into `available`, as Ironic does for clients
+    /// older than API 1.11 (before `enroll` existed).
+    pub fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if old.state != ProvisionState::Enroll {
+            return Err(StoreError::StateChanged {
+                node: uuid,
+                expected: ProvisionState::Enroll,
+                actual: old.state,
+            });
+        }
+        let new = Provision {
+            state: ProvisionState::Available,
+            ..old
+        };
+        self.write_node(uuid, &old, &new, json)?;
+        self.flush()?;
+        self.node(uuid)
+    }
+
+    fn value(&self, uuid: Uuid) -> Result<sled::IVec, StoreError> {
+        self.nodes
+            .get(uuid.as_bytes())?
+            .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))
+    }
+}
+
+/// [`Store::flush`], for the parts of the store that hold the database.
+fn flush(db: &sled::Db) -> Result<(), StoreError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let on_worker =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(|| db.flush())?;
+    } else {
+        db.flush()?;
+    }
+    Ok(())
+}
+
+/// Takes `name` for `uuid` in the name index, inside a transaction; refuses a taken name.
+fn claim_name(
+    names: &sled::transaction::TransactionalTree,
+    name: Option<&str>,
+    uuid: Uuid,
+) -> TxResult<()> {
+    if let Some(name) = name
+        && names.insert(name.as_bytes(), uuid.as_bytes())?.is_some()
+    {
+        return abort(StoreError::NameTaken(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// How long `open` waits for the store's file lock (about 2 s): a restarted engine whose predecessor
+/// is still exiting (or a test reopening in-process, where sled releases the lock from a
+/// background thread just after the drop) gets it; a second engine on the same data dir
+/// gets a clear error.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+const LOCK_POLLS: u32 = 200;
+
+/// The layout of the store's trees and values (see [`record`]). It is kept in sled's
+/// default tree, so a store written by a deployd with another layout is refused with a
+/// clear error instead of being misread. Format 3 added the progress fields of the
+/// provision record; a format 2 store is read as it is (its records are rewritten as they
+/// change) and marked 3, so an older deployd will not misread it afterwards.
+pub const FORMAT: u32 = 3;
+/// The older format this deployd still reads.
+const FORMAT_READABLE: u32 = 2;
+const FORMAT_KEY: &[u8] = b"deployd.format";
+
+fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
+    match db.get(FORMAT_KEY)? {
+        // A new store, or one written before the format was recorded (the same layout).
+        None => {
+            db.insert(FORMAT_KEY, &FORMAT.to_be_bytes())?;
+            Ok(())
+        }
+        Some(v) => {
+            let found = <[u8; 4]>::try_from(v.as_ref())
+                .map(u32::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt(format!("store format {v:02x?}")))?;
+            if found == FORMAT {
+                Ok(())
+            } else if found == FORMAT_READABLE {
+                db.insert(FORMAT_KEY, &FORMAT.to_be_bytes())?;
+                Ok(())
+            } else {
+                Err(StoreError::Format {
+                    path: path.to_path_buf(),
+                    found,
+                })
+            }
+        }
+    }
+}
+
+fn open_db(path: &Path, config: &StoreConfig) -> Result<sled::Db, StoreError> {
+    for _ in 0..LOCK_POLLS {
+        let opened = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+            .cache_capacity(config.cache_capacity)
+            .mode(sled::Mode::HighThroughput)
+            .open();
+        match opened {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(LOCK_POLL)
+            }
+            other => return Ok(other?),
+        }
+    }
+    Err(StoreError::Locked(path.to_path_buf()))
+}
+
+fn pair_key(a: Uuid, b: Uuid) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(a.as_bytes());
+    key[16..].copy_from_slice(b.as_bytes());
+    key
+}
+
+fn uuid_from(bytes: &[u8]) -> Result<Uuid, StoreError> {
+    Uuid::from_slice(bytes).map_err(|_| StoreError::Corrupt(format!("uuid {bytes:02x?}")))
+}
+
+fn parse_body(uuid: Uuid, json: &[u8]) -> Result<NodeBody, StoreError> {
+    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("node {uuid}: {e}")))
+}
+
+fn parse_node(uuid: Uuid, value: &[u8]) -> Result<Node, StoreError> {
+    let (provision, json) = record::split(uuid, value)?;
+    Ok(Node {
+        body: parse_body(uuid, json)?,
+        provision,
+    })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+//! Provision-state transitions: an event applied through the state machine, under the
+//! node's lock, so transitions are totally ordered with every other write to the node.
+//!
+//! A transition stamps `provision_updated_at`, derives the new deadline and files the
+//! node's index entry at it; the caller flushes before it tells anyone. Index writes go
+//! around the node's write in a fixed order (new entry, node, old entry out), so a crash in
+//! between leaves at worst a stale entry, which the sweeper and recovery drop; never a
+//! waiting node without one.
+
+use uuid::Uuid;
+
+use super::{Store, StoreError, history, parse_body, record};
+use crate::clock::Timestamp;
+use crate::node::{Node, Provision};
+use crate::state_machine::{Event, ProvisionState};
+
+impl Store {
+    /// Applies `event` to a node, flushed to disk before it returns. `last_error` replaces
+    /// the node's: a failure sets it, an operator's new action clears it with `None`.
+    pub fn apply_event(
+        &self,
+        uuid: Uuid,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let node = self.transition(uuid, None, event, last_error)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Like [`Store::apply_event`], but only if the node is still in `expected`; this is
+    /// how a caller that decided on an old read avoids acting on a node that moved on.
+    pub fn apply_event_from(
+        &self,
+        uuid: Uuid,
+        expected: ProvisionState,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let node = self.transition(uuid, Some(expected), event, last_error)?;
+        self.flush()?;
+        Ok(node)
+    }
+
+    /// Applies many events with one flush at the end. Each event is all-or-nothing.
+    pub fn apply_events(
+        &self,
+        events: impl IntoIterator<Item = (Uuid, Event)>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        let results = events
+            .into_iter()
+            .map(|(uuid, e)| self.transition(uuid, None, e, None))
+            .collect();
+        self.flush()?;
+        Ok(results)
+    }
+
+    /// Writes a node whose record goes from `old` to `new`, moving its index entry from
+    /// `old.indexed` to `new.indexed`: new entry, then the node (one atomic insert), then the
+    /// old entry out. The caller holds the node's lock.
+    pub(super) fn write_node(
+        &self,
+        uuid: Uuid,
+        old: &Provision,
+        new: &Provision,
+        json: &[u8],
+    ) -> Result<(), StoreError> {
+        if let Some(d) = new.indexed.filter(|&d| Some(d) != old.indexed) {
+            self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
+            self.waker.deadline_added(d);
+        }
+        self.nodes
+            .insert(uuid.as_bytes(), record::join(new, json))?;
+        if let Some(d) = old.indexed.filter(|&d| Some(d) != new.indexed) {
+            self.deadlines.remove(record::deadline_key(d, uuid))?;
+        }
+        Ok(())
+    }
+
+    /// One transition, not yet flushed.
+    pub(super) fn transition(
+        &self,
+        uuid: Uuid,
+        expected: Option<ProvisionState>,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        let _owner = self.locks.lock(uuid);
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if let Some(expected) = expected.filter(|&e| e != old.state) {
+            return Err(StoreError::StateChanged {
+                node: uuid,
+                expected,
+                actual: old.state,
+            });
+        }
+        self.transition_locked(uuid, old, json, event, last_error, self.clock.now())
+    }
+
+    /// The transition itself; the caller holds the node's lock and has read `old` and
+    /// the body's `json`.
+    pub(super) fn transition_locked(
+        &self,
+        uuid: Uuid,
+        old: Provision,
+        json: &[u8],
+        event: Event,
+        last_error: Option<String>,
+        now: Timestamp,
+    ) -> Result<Node, StoreError> {
+        let to = old
+            .state
+            .next(event)
+            .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
+        let new = Provision {
+            state: to,
+            target: target(old, event, to),
+            updated_at: now,
+            deadline: self.timeouts.deadline(to, now, now).map(|(d, _)| d),
+            indexed: None,
+            // A new state is progress; its agent's reports start afresh.
+            progress_at: now,
+            progress: 0,
+        };
+        let new = Provision {
+            indexed: new.deadline,
+            ..new
+        };
+        let mut body = parse_body(uuid, json)?;
+        let change = history::Change {
+            from: old.state.to_string(),
+            to: to.to_string(),
+            event: event.to_string(),
+            target: new.target.map(|t| t.to_string()),
+            error: last_error.clone().filter(|_| to.is_failed()),
+            seconds: now.since(old.updated_at).as_secs_f64(),
+            note: None,
+        };
+        if body.last_error == last_error {
+            self.write_node(uuid, &old, &new, json)?;
+        } else {
+            body.last_error = last_error;
+            body.updated_at = Some(now);
+            let json = serde_json::to_vec(&body).expect("a node body serialises");
+            self.write_node(uuid, &old, &new, &json)?;
+        }
+        self.history.record(uuid, now, &change)?;
+        if matches!(event, Event::Done | Event::Fail) && (to.is_stable() || to.is_failed()) {
+            self.metrics.flow(&body.driver, to.as_str());
+        }
+        Ok(Node {
+            body,
+            provision: new,
+        })
+    }
+}
+
+/// Where the flow is heading after `old --event--> to`. Mostly the state's own target (a
+/// failed state keeps its flow's, as Ironic's does); manual cleaning, which shares its
+/// states with an undeploy's, heads back to manageable from start to end.
+fn target(old: Provision, event: Event, to: ProvisionState) -> Option<ProvisionState> {
+    use ProvisionState as S;
+    let cleaning = matches!(
+        to,
+        S::Cleaning | S::CleanWait | S::CleanHold | S::CleanFailed
+    );
+    match (old.state, event) {
+        (S::Manageable, Event::Clean) => Some(S::Manageable),
+        (S::Cleaning | S::CleanWait | S::CleanHold, _)
+            if cleaning && old.target == Some(S::Manageable) =>
+        {
+            Some(S::Manageable)
+        }
+        _ => to.target(),
+    }
+}

@@ -1,0 +1,301 @@
+//! The bundled hardware drivers, each through its whole deploy against real peers on
+//! loopback: the real BMC emulators (sushy-tools' Redfish, pyghmi's IPMI fakebmc driven by
+//! the real ipmitool), deployd's agent command API writing to a disk file, and an image
+//! server. Heartbeats come from the test, as an agent's would.
+
+use deployd_test_support as common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::emulators::{self, Process};
+use common::lab::{Lab, lab};
+use deployd_agent::{CommandApi, DiskTarget};
+use deployd_engine::conductor::{ConductorError, Verb};
+use deployd_engine::driver_host::Limits;
+use deployd_engine::state_machine::ProvisionState;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+const IMAGE_BYTES: usize = 6 << 20;
+
+/// An image file served over HTTP, and its sha256.
+struct Image {
+    _dir: tempfile::TempDir,
+    url: String,
+    sha256: String,
+}
+
+async fn image() -> Image {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = vec![0u8; IMAGE_BYTES];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(2654435761) >> 13) as u8;
+    }
+    std::fs::write(dir.path().join("disk.raw"), &bytes).unwrap();
+    let addr = emulators::serve(deployd_engine::image_server::files(
+        dir.path().to_path_buf(),
+    ))
+    .await;
+    Image {
+        url: format!("http://{addr}/images/disk.raw"),
+        sha256: hex::encode(Sha256::digest(&bytes)),
+        _dir: dir,
+    }
+}
+
+/// deployd's agent command API on loopback, writing to a disk file at 3 MiB/s (so a write
+/// spans several heartbeats).
+async fn agent(dir: &tempfile::TempDir) -> (Arc<CommandApi>, String, String) {
+    let port = emulators::free_tcp_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let disk = DiskTarget {
+        path: dir.path().join("node-disk.img"),
+        throttle: Some(3 << 20),
+    };
+    let api = CommandApi::new(disk, url.clone());
+    let token = "x".repeat(43);
+    api.set_token(token.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let router = deployd_agent::server::router(api.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (api, url, token)
+}
+
+/// Heartbeats as the node's agent until the node leaves `waiting`; returns how many.
+async fn heartbeat_until_not(
+    lab: &Lab,
+    uuid: Uuid,
+    waiting: ProvisionState,
+    agent: &str,
+    token: &str,
+) -> usize {
+    let mut heartbeats = 0;
+    while lab.store.node(uuid).unwrap().state() == waiting {
+        assert!(
+            heartbeats < 600,
+            "still {waiting} after {heartbeats} heartbeats"
+        );
+        let agent = deployd_engine::agent_sessions::CallbackUrl::parse(agent).unwrap();
+        match lab
+            .conductor
+            .heartbeat(uuid, token, &agent, "13.0.0", None, Default::default())
+        {
+            Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
+            Err(e) => panic!("heartbeat refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    heartbeats
+}
+
+/// Deploys a node of `driver` with this BMC driver_info, heartbeating as its agent until
+/// it is active; returns the node, the agent and its url.
+async fn deploy(
+    lab: &Lab,
+    driver: &str,
+    path: &str,
+    bmc: Value,
+) -> (Uuid, Arc<CommandApi>, String) {
+    lab.load(path, Limits::default()).await;
+    // The in-process agent cannot power its machine off: give it a second, then force.
+    let mut bmc = bmc;
+    bmc["soft_power_off_timeout"] = json!(1);
+    let image = image().await;
+    let instance = json!({
+        "image_source": image.url,
+        "image_os_hash_algo": "sha256",
+        "image_os_hash_value": image.sha256,
+    });
+    let uuid = lab.node_with(driver, bmc, instance).await;
+    let (api, agent_url, token) = agent(&lab.dir).await;
+    lab.deploy(uuid, ProvisionState::WaitCallBack).await;
+
+    let heartbeats =
+        heartbeat_until_not(lab, uuid, ProvisionState::WaitCallBack, &agent_url, &token).await;
+    lab.settle(uuid, ProvisionState::Active).await;
+    assert!(
+        heartbeats >= 3,
+        "the write spanned several heartbeats ({heartbeats})"
+    );
+    let written = std::fs::read(&api.disk.path).unwrap();
+    assert_eq!(written.len(), IMAGE_BYTES);
+    assert_eq!(
+        hex::encode(Sha256::digest(&written)),
+        image.sha256,
+        "{driver}: the disk holds the image"
+    );
+    let node = lab.settle(uuid, ProvisionState::Active).await;
+    assert_eq!(node.body.power_state.as_deref(), Some("power on"));
+    (uuid, api, agent_url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_redfish_deploys_through_sushy_tools() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_sushy, base, system): (Process, String, String) = emulators::sushy().await;
+    let info = json!({"redfish_address": base, "redfish_system_id": system});
+    let system_url = format!("{base}/redfish/v1/Systems/{system}");
+    // Watch the BMC: when did the machine last go from On to Off?
+    let offs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watch = {
+        let (url, offs) = (format!("{base}/redfish/v1/Systems/{system}"), offs.clone());
+        tokio::spawn(async move {
+            let mut was_on = false;
+            loop {
+                let system: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+                let on = system["PowerState"] == "On";
+                if was_on && !on {
+                    offs.lock().unwrap().push(tokio::time::Instant::now());
+                }
+                was_on = on;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let (uuid, api, _) = deploy(&lab, "agent_redfish", deployd_fixtures::AGENT_REDFISH, info).await;
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    assert_eq!(commands, ["prepare_image", "sync", "power_off"]);
+    watch.abort();
+    let forced_off = *offs
+        .lock()
+        .unwrap()
+        .last()
+        .expect("the machine was powered off");
+    let synced = api.finished_at("sync").expect("the agent synced");
+    assert!(
+        synced < forced_off,
+        "the disk was flushed before the machine was forced off"
+    );
+    let system: Value = reqwest::get(format!("{base}/redfish/v1/Systems/{system}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(system["PowerState"], "On");
+    assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Hdd");
+    assert_eq!(system["Boot"]["BootSourceOverrideEnabled"], "Continuous");
+
+    // Undeploy with automated_clean off: powered off, no ramdisk, the disk left as it is.
+    lab.store
+        .edit_node(uuid, |_, b| {
+            b.attrs.insert("automated_clean".into(), json!(false));
+            Ok::<(), deployd_engine::store::StoreError>(())
+        })
+        .unwrap();
+    let image = std::fs::read(&api.disk.path).unwrap();
+    lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
+    lab.settle(uuid, ProvisionState::Available).await;
+    let system: Value = reqwest::get(&system_url)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(system["PowerState"], "Off");
+    assert_eq!(api.list().len(), 3, "no agent command: no ramdisk booted");
+    assert!(
+        std::fs::read(&api.disk.path).unwrap() == image,
+        "the disk is not wiped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
+    let (uuid, api, agent_url) = deploy(
+        &lab,
+        "agent_ipmitool",
+        deployd_fixtures::AGENT_IPMITOOL,
+        info,
+    )
+    .await;
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is on"), "{status}");
+    // Undeploy boots the ramdisk through the BMC; its agent erases the disk; then off.
+    lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
+    lab.settle(uuid, ProvisionState::CleanWait).await;
+    let token = "x".repeat(43);
+    heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
+    lab.settle(uuid, ProvisionState::Available).await;
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is off"), "{status}");
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    // Cleaning speaks only the clean-step protocol both agents have.
+    assert_eq!(
+        commands[3..],
+        ["get_clean_steps", "execute_clean_step", "sync", "power_off"]
+    );
+    let disk = std::fs::read(&api.disk.path).unwrap();
+    assert!(
+        disk[..1 << 20].iter().all(|&b| b == 0),
+        "the disk's first MiB is wiped"
+    );
+
+    // Manual cleaning with the operator's steps, in their order: the metadata, then the
+    // whole disk (deployd's agent's erase_devices with {"full": true}).
+    std::fs::write(&api.disk.path, vec![0xab; IMAGE_BYTES]).unwrap();
+    lab.conductor.provision(uuid, Verb::Manage).await.unwrap();
+    lab.settle(uuid, ProvisionState::Manageable).await;
+    let steps = vec![
+        json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}}),
+        json!({"interface": "deploy", "step": "erase_devices", "args": {"full": true}}),
+    ];
+    lab.conductor.clean(uuid, steps).await.unwrap();
+    lab.settle(uuid, ProvisionState::CleanWait).await;
+    heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
+    let node = lab.settle(uuid, ProvisionState::Manageable).await;
+    assert_eq!(node.body.last_error, None);
+    assert!(
+        !node.body.driver_internal_info.contains_key("clean_steps"),
+        "the steps leave with the flow"
+    );
+    let steps: Vec<String> = api
+        .list()
+        .into_iter()
+        .skip(7)
+        .filter(|c| c.command_name == "execute_clean_step")
+        .map(|c| c.command_result.unwrap()["clean_step"]["step"].to_string())
+        .collect();
+    assert_eq!(steps, ["\"erase_devices_metadata\"", "\"erase_devices\""]);
+    let disk = std::fs::read(&api.disk.path).unwrap();
+    assert!(disk.iter().all(|&b| b == 0), "the whole disk is zeroed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pxe_ipmitool_has_the_engine_write_the_image_over_the_agents_disk() {
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
+    let (_, api, _) = deploy(&lab, "pxe_ipmitool", deployd_fixtures::PXE_IPMITOOL, info).await;
+    let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
+    assert_eq!(
+        commands,
+        ["expose_disk", "sync", "power_off"],
+        "the agent never downloaded anything itself"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_with_wrong_credentials_fails_the_deploy_with_the_bmcs_words() {
+    let lab = lab(Duration::from_secs(60)).await;
+    lab.load(deployd_fixtures::AGENT_IPMITOOL, Limits::default())
+        .await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "wrong"});
+    let instance =
+        json!({"image_source": "http://127.0.0.1:9/x.raw", "image_checksum": "a".repeat(64)});
+    let uuid = lab.node_with("agent_ipmitool", info, instance).await;
+    let node = lab.deploy(uuid, ProvisionState::DeployFailed).await;
+    let error = node.body.last_error.unwrap();
+    assert!(
+        error.contains("could not boot the node into its ramdisk") && error.contains("ipmitool"),
+        "{error}"
+    );
+}

@@ -1,0 +1,161 @@
+//! A heartbeat's touch and the sweeper landing on the same deadline, on real threads.
+//!
+//! Node *i* has the deadline `D + i µs`; in iteration *i* the manual clock reads exactly
+//! that, one thread touches node *i* and two threads sweep, released together by a barrier.
+//! Whatever the interleaving:
+//! - a touch that succeeded means the node was not failed for that deadline;
+//! - a touch that was refused means exactly one sweeper failed the node;
+//! - no node is failed twice, and afterwards the index holds exactly one entry for every
+//!   node still waiting, where its record says (at or before its deadline), and none for a
+//!   failed one.
+
+use deployd_test_support as common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use common::store::*;
+use deployd_engine::clock::Clock;
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::store::{Store, StoreError};
+use uuid::Uuid;
+
+const ITERATIONS: usize = 4000;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn fleet(store: &Store, clock: &Clock) -> Vec<Uuid> {
+    let new = (0..ITERATIONS).map(|_| fake_node()).collect();
+    let uuids: Vec<Uuid> = store
+        .create_nodes(new)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.unwrap().uuid())
+        .collect();
+    for event in &TO_WAIT_CALL_BACK[..5] {
+        assert!(
+            store
+                .apply_events(uuids.iter().map(|&u| (u, *event)))
+                .unwrap()
+                .iter()
+                .all(Result::is_ok)
+        );
+    }
+    // Node i enters wait call-back at T0 + i µs.
+    let entered = store
+        .apply_events(uuids.iter().enumerate().map(|(i, &u)| {
+            if i > 0 {
+                clock.advance(Duration::from_micros(1));
+            }
+            (u, Event::Wait)
+        }))
+        .unwrap();
+    assert!(entered.iter().all(Result::is_ok));
+    uuids
+}
+
+#[test]
+fn a_touch_and_two_sweeps_at_the_same_deadline_never_lose_a_live_node_or_fail_one_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual(T0);
+    let (store, _) = open(&dir, Timeouts::uniform(TIMEOUT), &clock);
+    let store = Arc::new(store);
+    let uuids = Arc::new(fleet(&store, &clock));
+    // Iteration 0 runs at node 0's deadline.
+    clock.advance(TIMEOUT - Duration::from_micros(ITERATIONS as u64 - 1));
+    assert_eq!(
+        store.node(uuids[0]).unwrap().provision.deadline,
+        Some(clock.now())
+    );
+
+    let barrier = Arc::new(Barrier::new(3));
+    let touches = Arc::new(Mutex::new(Vec::new()));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for &uuid in uuids.iter() {
+                barrier.wait();
+                let result = store.touch_provisioning(uuid);
+                touches.lock().unwrap().push((uuid, result));
+                barrier.wait();
+            }
+        });
+        for sweeper in 0..2 {
+            let (barrier, store, clock, failures) = (&barrier, &store, &clock, &failures);
+            s.spawn(move || {
+                for _ in 0..ITERATIONS {
+                    barrier.wait();
+                    let failed = store.fail_expired(clock.now(), 16).unwrap();
+                    failures
+                        .lock()
+                        .unwrap()
+                        .extend(failed.into_iter().map(|t| t.node));
+                    barrier.wait();
+                    // One thread moves the clock on to the next node's deadline; nobody
+                    // passes the next barrier before it has.
+                    if sweeper == 0 {
+                        clock.advance(Duration::from_micros(1));
+                    }
+                }
+            });
+        }
+    });
+
+    let mut failed_count: HashMap<Uuid, usize> = HashMap::new();
+    for uuid in failures.lock().unwrap().iter() {
+        *failed_count.entry(*uuid).or_default() += 1;
+    }
+    let index: Vec<_> = store.deadline_index().unwrap();
+    let (mut survived, mut timed_out) = (0, 0);
+    for (uuid, touch) in touches.lock().unwrap().iter() {
+        let node = store.node(*uuid).unwrap();
+        let entries: Vec<_> = index
+            .iter()
+            .filter(|(_, u)| u == uuid)
+            .map(|(d, _)| *d)
+            .collect();
+        match touch {
+            Ok(p) => {
+                survived += 1;
+                assert_eq!(
+                    failed_count.get(uuid),
+                    None,
+                    "node {uuid} was touched and still failed"
+                );
+                assert_eq!(node.state(), ProvisionState::WaitCallBack);
+                let record = node.provision;
+                assert_eq!(
+                    (record.updated_at, record.deadline),
+                    (p.updated_at, p.deadline)
+                );
+                let indexed = record.indexed.unwrap();
+                assert_eq!(entries, vec![indexed], "node {uuid}: index {entries:?}");
+                assert!(
+                    indexed <= p.deadline.unwrap(),
+                    "the entry is never after the deadline"
+                );
+            }
+            Err(StoreError::NotWaiting {
+                state: ProvisionState::DeployFailed,
+                ..
+            }) => {
+                timed_out += 1;
+                assert_eq!(failed_count.get(uuid), Some(&1), "node {uuid} failed once");
+                assert_eq!(node.state(), ProvisionState::DeployFailed);
+                assert!(
+                    entries.is_empty(),
+                    "a failed node keeps no deadline: {entries:?}"
+                );
+            }
+            Err(e) => panic!("unexpected touch error: {e}"),
+        }
+    }
+    assert_eq!(survived + timed_out, ITERATIONS);
+    assert_eq!(
+        failed_count.values().sum::<usize>(),
+        timed_out,
+        "no node failed twice or without its touch losing"
+    );
+    assert_eq!(index.len(), survived, "no stale entries left: {index:?}");
+    println!("{survived} touches won, {timed_out} sweeps won");
+}

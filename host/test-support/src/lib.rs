@@ -1,0 +1,16 @@
+//! What the tests share, in one crate so that the engine's integration tests
+//! (`host/engine/tests`) and the end-to-end tests (`tests/`) use one copy.
+//!
+//! | module | what it holds | used by |
+//! |---|---|---|
+//! | [`store`] | a store in a temporary directory, walks through the state machine, a timeout recorder | engine tests |
+//! | [`lab`] | a conductor, registry and sweeper in process, with drivers loaded from `plugins/` | engine tests |
+//! | [`server`] | an engine served on loopback, and its answers | engine tests |
+//! | [`emulators`] | sushy-tools, pyghmi's `fakebmc`, in-process peers, the test virtualenv | both |
+//! | [`processes`] | the real `deployd` binary as `serve` and `lab` processes, and calls to them | end-to-end tests |
+
+pub mod emulators;
+pub mod lab;
+pub mod processes;
+pub mod server;
+pub mod store;
