@@ -359,6 +359,73 @@ fn clean_wait_times_out_to_clean_failed() {
 }
 
 #[test]
+fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir, 60);
+    let node = store.create_node(new_node(Some("owner"))).unwrap().uuid();
+    let other = store.create_node(new_node(Some("other"))).unwrap().uuid();
+    const UNIQUE: &[&str] = &["name"];
+    let doc = |name: &str, of: Uuid| -> documents::Doc {
+        serde_json::from_value(serde_json::json!({"name": name, "node_uuid": of.to_string()}))
+            .unwrap()
+    };
+    let (mine, theirs, allocation) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    store
+        .docs
+        .insert("Portgroup", mine, &doc("pg-mine", node), UNIQUE)
+        .unwrap();
+    store
+        .docs
+        .insert("Portgroup", theirs, &doc("pg-theirs", other), UNIQUE)
+        .unwrap();
+    store
+        .docs
+        .insert("Allocation", allocation, &doc("alloc", node), UNIQUE)
+        .unwrap();
+    store
+        .update_node(node, |b| {
+            b.attrs
+                .insert("allocation_uuid".into(), serde_json::json!(allocation));
+            Ok(())
+        })
+        .unwrap();
+    let cascade = Cascade {
+        of_node: vec![("Portgroup", UNIQUE)],
+        named_by: vec![("allocation_uuid", "Allocation", UNIQUE)],
+    };
+    store.delete_node_with(node, &cascade).unwrap();
+    assert!(matches!(store.node(node), Err(StoreError::NodeNotFound(_))));
+    for (kind, gone) in [("Portgroup", mine), ("Allocation", allocation)] {
+        let err = store.docs.get(kind, gone).unwrap_err();
+        assert!(matches!(err, StoreError::DocumentNotFound { .. }), "{err}");
+    }
+    assert_eq!(
+        store.docs.get("Portgroup", theirs).unwrap()["name"],
+        "pg-theirs"
+    );
+    // Their unique names are free again: the index entries went with them.
+    store
+        .docs
+        .insert("Portgroup", Uuid::new_v4(), &doc("pg-mine", other), UNIQUE)
+        .unwrap();
+    store
+        .docs
+        .insert("Allocation", Uuid::new_v4(), &doc("alloc", other), UNIQUE)
+        .unwrap();
+
+    // A refused delete takes nothing with it.
+    let busy = store.create_node(new_node(None)).unwrap().uuid();
+    let kept = Uuid::new_v4();
+    store
+        .docs
+        .insert("Portgroup", kept, &doc("pg-busy", busy), UNIQUE)
+        .unwrap();
+    to_wait_call_back(&store, busy);
+    assert!(store.delete_node_with(busy, &cascade).is_err());
+    assert!(store.docs.get("Portgroup", kept).is_ok());
+}
+
+#[test]
 fn deleting_follows_ironic_state_rules_and_frees_name_and_macs() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
