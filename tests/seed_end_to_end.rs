@@ -374,6 +374,10 @@ fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
     );
     let bystander_uuid = bystander["uuid"].as_str().unwrap().to_owned();
     make_available(&engine.url, &bystander_uuid);
+    // The flow's driver pin goes in its last write, just after the node shows available.
+    wait_node(&engine.url, &bystander_uuid, 10, |n| {
+        n["driver_internal_info"].get("driver_hash").is_none()
+    });
     let (_, before) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
     for n in &nodes {
         provision(&engine.url, n, "active");
