@@ -8,3 +8,4 @@ mod deployd_cli;
 mod real_ipa;
 mod seed_end_to_end;
 mod serve;
+mod vm;

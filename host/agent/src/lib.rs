@@ -7,11 +7,13 @@
 //! - [`clean`]: the clean steps (`clean.get_clean_steps`, `clean.execute_clean_step`).
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
+//! - [`root_disk`]: the disk an image goes to when none is named, as IPA picks it.
 //! - [`runner`]: the process: lookup, then heartbeats until power-off.
 
 pub mod clean;
 pub mod commands;
 pub mod disk;
+pub mod root_disk;
 pub mod runner;
 pub mod server;
 pub mod signal;

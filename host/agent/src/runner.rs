@@ -37,15 +37,22 @@ pub struct AgentArgs {
     /// Look the node up by uuid too (IPA's `ipa-node-uuid`).
     #[arg(long)]
     pub node_uuid: Option<Uuid>,
-    /// The target disk: a file or a block device.
+    /// The target disk: a file or a block device. Without it, the smallest disk of at
+    /// least 4 GiB in `/sys/block`, as ironic-python-agent picks it.
     #[arg(long)]
-    pub disk: PathBuf,
+    pub disk: Option<PathBuf>,
     /// Where the command API listens.
     #[arg(long, default_value = "127.0.0.1:9999")]
     pub listen: SocketAddr,
     /// The url the engine should call back on, if not `http://<listen>`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "advertise_host")]
     pub advertise_url: Option<String>,
+    /// The host the engine should call back on (IPA's `ipa-advertise-host`), with the
+    /// scheme the engine's version decides and `--advertise-port` (default: listen's port).
+    #[arg(long)]
+    pub advertise_host: Option<String>,
+    #[arg(long, requires = "advertise_host")]
+    pub advertise_port: Option<u16>,
     /// Write at most this many bytes per second (suffixes K, M, G): for demos and tests.
     #[arg(long, value_parser = parse_rate)]
     pub throttle: Option<u64>,
@@ -145,12 +152,21 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
     let engine = discover(&args.api_url).await;
     let tls = args.tls.serves_https(engine.version);
     let scheme = if tls { "https" } else { "http" };
-    let advertise = args
-        .advertise_url
-        .clone()
-        .unwrap_or_else(|| format!("{scheme}://{addr}"));
+    let advertise = match (&args.advertise_url, &args.advertise_host) {
+        (Some(url), _) => url.clone(),
+        (None, Some(host)) => {
+            let port = args.advertise_port.unwrap_or(addr.port());
+            format!("{scheme}://{host}:{port}")
+        }
+        (None, None) => format!("{scheme}://{addr}"),
+    };
+    let path = match &args.disk {
+        Some(path) => path.clone(),
+        None => crate::root_disk::choose(std::path::Path::new("/sys/block"))
+            .map_err(anyhow::Error::msg)?,
+    };
     let disk = DiskTarget {
-        path: args.disk.clone(),
+        path,
         throttle: args.throttle,
     };
     let api = CommandApi::new(disk, advertise.clone());
@@ -168,7 +184,7 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
                 .context("the command API stopped"),
         }
     };
-    tracing::info!(%advertise, disk = %args.disk.display(), tls, "agent command API is up");
+    tracing::info!(%advertise, disk = %api.disk.path.display(), tls, "agent command API is up");
     let pem = identity.as_ref().map(|i| i.pem.clone());
     tokio::select! {
         r = server => r,

@@ -53,10 +53,52 @@ enum Command {
     Demo(crate::demo::DemoArgs),
     /// Simulated machines behind a Redfish BMC, whose power-on boots `deployd agent`.
     Lab(deployd_lab::LabArgs),
+    /// Carries one connection of a lab VM to the engine (QEMU runs it per connection).
+    #[command(hide = true)]
+    LabRelay { addr: std::net::SocketAddr },
+    /// The deploy kernel and ramdisk machines network-boot into.
+    #[command(subcommand)]
+    Ramdisk(Ramdisk),
     /// Measure the engine (in a build with `--features bench`).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(bench::Bench),
+}
+
+#[derive(Subcommand)]
+enum Ramdisk {
+    /// Builds `deploy_kernel` and `deploy_ramdisk` around a static deployd-agent.
+    Build(deployd_ramdisk::BuildArgs),
+}
+
+fn ramdisk_build(args: &deployd_ramdisk::BuildArgs) -> anyhow::Result<()> {
+    let built = deployd_ramdisk::build(args)?;
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    println!(
+        "deploy_kernel  {} ({:.1} MB, Linux {})",
+        built.kernel.display(),
+        size(&built.kernel) as f64 / 1e6,
+        built.kernel_version
+    );
+    println!(
+        "deploy_ramdisk {} ({:.1} MB, {} drivers: {})",
+        built.ramdisk.display(),
+        size(&built.ramdisk) as f64 / 1e6,
+        built.modules.len(),
+        built.modules.join(" ")
+    );
+    if !built.missing.is_empty() {
+        println!(
+            "not in this kernel (neither a module nor built in): {}",
+            built.missing.join(" ")
+        );
+    }
+    println!(
+        "set them on a node: driver_info.deploy_kernel={} driver_info.deploy_ramdisk={}",
+        built.kernel.display(),
+        built.ramdisk.display()
+    );
+    Ok(())
 }
 
 /// mimalloc instead of glibc's malloc: a heartbeat allocates and frees many small
@@ -97,6 +139,8 @@ fn main() -> anyhow::Result<()> {
         Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
         Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),
+        Command::Ramdisk(Ramdisk::Build(args)) => ramdisk_build(&args),
+        Command::LabRelay { addr } => Ok(deployd_lab::vm::relay(addr)?),
         #[cfg(feature = "bench")]
         Command::Bench(which) => bench::run(which),
     }

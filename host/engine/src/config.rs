@@ -35,6 +35,11 @@
 //! file_url_allowed_paths = []        # directories local image_source files may be in
 //!                                    # (besides the images directory)
 //!
+//! [pxe]
+//! kernel_append_params = "nofb nomodeset vga=normal"   # a ramdisk's kernel parameters
+//!                                    # after ipa-api-url and BOOTIF, for nodes without
+//!                                    # driver_info.kernel_append_params (Ironic's default)
+//!
 //! [plugins]
 //! dir = "deployd-data/plugins"       # *.wasm loaded at start; uploads are kept here
 //! bundled = true                     # load the drivers built into the binary
@@ -60,7 +65,23 @@ pub struct Config {
     pub conductor: Conductor,
     pub store: Store,
     pub api: Api,
+    pub pxe: Pxe,
     pub plugins: Plugins,
+}
+
+/// Network boot (`/boot/ipxe…`, see [`crate::boot_server`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Pxe {
+    pub kernel_append_params: String,
+}
+
+impl Default for Pxe {
+    fn default() -> Self {
+        Pxe {
+            kernel_append_params: crate::boot_server::DEFAULT_APPEND.into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -170,6 +191,7 @@ impl Default for Config {
             conductor: Conductor::default(),
             store: Store::default(),
             api: Api::default(),
+            pxe: Pxe::default(),
             plugins: Plugins::default(),
         }
     }
@@ -367,6 +389,29 @@ impl Config {
         }
     }
 
+    /// Callback timeouts that would fail healthy flows: shorter than the longest interval
+    /// agents are told to keep between heartbeats (`ramdisk_heartbeat_timeout` × 0.6, the
+    /// top of IPA's 0.3–0.6 jitter), so a live agent can be silent past them.
+    pub fn timeout_warnings(&self) -> Vec<String> {
+        let c = &self.conductor;
+        let longest = self.api.ramdisk_heartbeat_timeout as f64 * 0.6;
+        [
+            ("deploy_callback_timeout", c.deploy_callback_timeout),
+            ("clean_callback_timeout", c.clean_callback_timeout),
+            ("service_callback_timeout", c.service_callback_timeout),
+            ("rescue_callback_timeout", c.rescue_callback_timeout),
+        ]
+        .into_iter()
+        .filter(|&(_, t)| t > 0 && (t as f64) < longest)
+        .map(|(name, t)| {
+            format!(
+                "[conductor] {name} = {t} s is shorter than the {longest:.0} s agents may wait between heartbeats (ramdisk_heartbeat_timeout = {} × 0.6): healthy flows will time out",
+                self.api.ramdisk_heartbeat_timeout
+            )
+        })
+        .collect()
+    }
+
     pub fn store(&self) -> StoreConfig {
         StoreConfig {
             flush_every_ms: self.store.flush_every_ms,
@@ -444,6 +489,22 @@ mod tests {
                 .timeouts()
                 .for_state(crate::state_machine::ProvisionState::WaitCallBack),
             None
+        );
+    }
+
+    /// A callback timeout a live agent's heartbeat interval can exceed is warned of; 0
+    /// (off) and a timeout at or past the longest interval are not.
+    #[test]
+    fn callback_timeouts_shorter_than_the_heartbeat_interval_are_warned_of() {
+        assert!(Config::default().timeout_warnings().is_empty());
+        let toml = "[conductor]\ndeploy_callback_timeout = 100\nclean_callback_timeout = 0\nrescue_callback_timeout = 180\n[api]\nramdisk_heartbeat_timeout = 300\n";
+        let config: Config = toml::from_str(toml).unwrap();
+        let warnings = config.timeout_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("deploy_callback_timeout = 100 s")
+                && warnings[0].contains("180 s"),
+            "{warnings:?}"
         );
     }
 

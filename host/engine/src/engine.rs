@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::agent_sessions::AgentSessions;
 use crate::api::{self, App, http::auth::Auth};
+use crate::boot_server::BootServer;
 use crate::clock::Clock;
 use crate::conductor::Conductor;
 use crate::config::{AuthStrategy, Config};
@@ -34,6 +35,9 @@ pub struct Engine {
 impl Engine {
     /// Opens the store under `config.data_dir`, loads drivers, and starts serving.
     pub async fn start(config: &Config, clock: Clock) -> anyhow::Result<Engine> {
+        for warning in config.timeout_warnings() {
+            tracing::warn!("{warning}");
+        }
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
         let (store, recovery) = Store::open(
@@ -104,8 +108,14 @@ impl Engine {
         let (stop, mut stopped) = watch::channel(false);
         // Outside the API's layers: downloads are long and need no API version or auth
         // (as Ironic's image HTTP server); staged images are gated by their own token.
-        let router =
-            api::router(app).merge(crate::image_server::router(images.clone(), store.clone()));
+        let boot = Arc::new(BootServer {
+            store: store.clone(),
+            images: images.clone(),
+            kernel_append_params: config.pxe.kernel_append_params.clone(),
+        });
+        let router = api::router(app)
+            .merge(crate::image_server::router(images.clone(), store.clone()))
+            .merge(crate::boot_server::router(boot));
         let mut limits = config.connection_limits();
         limits.max_connections =
             api::http::listener::fit_to_descriptor_limit(limits.max_connections);

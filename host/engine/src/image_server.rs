@@ -120,7 +120,7 @@ fn range(value: &str, len: u64) -> Option<(u64, u64)> {
 }
 
 /// Streams a regular file, whole or the asked range.
-async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Response {
+pub(crate) async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Response {
     let len = match file.metadata().await {
         Ok(m) if m.is_file() => m.len(),
         _ => return not_found(),

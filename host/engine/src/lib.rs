@@ -15,6 +15,7 @@
 //!   (`driver_host::capability`, one module per host interface).
 //! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
 //! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
+//! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
 //! - [`api`]: the HTTP API, thin handlers over the conductor.
@@ -30,6 +31,7 @@
 pub mod agent_pinning;
 pub mod agent_sessions;
 pub mod api;
+pub mod boot_server;
 pub mod clock;
 pub mod conductor;
 pub mod config;

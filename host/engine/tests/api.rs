@@ -900,3 +900,6 @@ mod wire;
 
 #[path = "api/metrics.rs"]
 mod metrics;
+
+#[path = "api/boot.rs"]
+mod boot;

@@ -5,12 +5,15 @@
 //!   runs while the machine is on and network-booted.
 //! - [`redfish`]: the BMC all machines share, Redfish-compatible, so the bundled
 //!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones.
+//! - [`vm`]: machines as QEMU virtual machines that network-boot the engine's ramdisk and
+//!   then boot their deployed disk (`--vm`).
 //! - [`operator`]: enrolling them into an engine and walking them through its states
 //!   over the HTTP API (the demo's and the fleet bench's operator).
 
 pub mod machine;
 pub mod operator;
 pub mod redfish;
+pub mod vm;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use deployd_agent::TlsMode;
 pub use machine::{AgentMode, Machine, MachineView};
+pub use vm::VmConfig;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct LabArgs {
@@ -50,6 +54,43 @@ pub struct LabArgs {
     /// that the engine pins (`deployd agent --tls`): `auto` from API 1.68, as IPA does.
     #[arg(long, value_enum, default_value_t = deployd_agent::TlsMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub agent_tls: deployd_agent::TlsMode,
+    #[command(flatten)]
+    pub vm: VmArgs,
+}
+
+/// The machines as QEMU virtual machines (`--vm`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct VmArgs {
+    /// Machines are QEMU virtual machines that really boot (see `deployd ramdisk build`):
+    /// start the engine with `--public-url http://10.0.2.100:<its port>`, where guests
+    /// reach it.
+    #[arg(long = "vm")]
+    pub enabled: bool,
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    pub qemu: PathBuf,
+    /// QEMU's accelerator: `tcg` (software, always works) or `kvm`.
+    #[arg(long, default_value = "tcg")]
+    pub accel: String,
+    /// Each VM's memory.
+    #[arg(long, default_value_t = 512)]
+    pub vm_memory_mb: u32,
+    /// Each machine's disk size in bytes (a sparse file); a VM's agent deploys to the
+    /// smallest disk of at least 4 GiB, as ironic-python-agent does.
+    #[arg(long, default_value_t = 0)]
+    pub disk_size: u64,
+}
+
+impl Default for VmArgs {
+    /// Simulated machines, as without `--vm`.
+    fn default() -> Self {
+        VmArgs {
+            enabled: false,
+            qemu: "qemu-system-x86_64".into(),
+            accel: "tcg".into(),
+            vm_memory_mb: 512,
+            disk_size: 0,
+        }
+    }
 }
 
 /// What a caller needs to enroll a machine: its name, MAC and BMC address.
@@ -60,10 +101,19 @@ pub struct Enrollment {
     pub disk: PathBuf,
     pub redfish_address: String,
     pub redfish_system_id: String,
+    /// For a VM: the kernel parameters its ramdisk needs (`driver_info.kernel_append_params`):
+    /// the serial console, and where the engine reaches its agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_append_params: Option<String>,
+    /// A VM's serial console log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<PathBuf>,
 }
 
 pub struct Lab {
     pub addr: SocketAddr,
+    /// Whether the machines are VMs.
+    pub vm: bool,
     pub machines: redfish::Machines,
     server: tokio::task::JoinHandle<()>,
 }
@@ -77,9 +127,11 @@ impl Lab {
             api_url: args.api_url.clone(),
             macs: vec![],
             node_uuid: None,
-            disk: PathBuf::new(),
+            disk: None,
             listen: "127.0.0.1:0".parse().expect("an address"),
             advertise_url: None,
+            advertise_host: None,
+            advertise_port: None,
             throttle: args.throttle,
             heartbeat_interval: args.heartbeat_interval,
             tls: args.agent_tls,
@@ -91,8 +143,10 @@ impl Lab {
             let name = format!("machine-{i:03}");
             let mac = format!("52:54:00:{lab_id:02x}:{:02x}:{:02x}", i >> 8, i & 0xff);
             let machine = Machine::new(name.clone(), mac, &args.dir, agent.clone(), mode.clone());
-            std::fs::File::create(&machine.disk)
+            let disk = std::fs::File::create(&machine.disk)
                 .with_context(|| format!("creating {}", machine.disk.display()))?;
+            disk.set_len(args.vm.disk_size)
+                .with_context(|| format!("sizing {}", machine.disk.display()))?;
             machines.insert(name, machine);
         }
         let machines = Arc::new(machines);
@@ -105,6 +159,7 @@ impl Lab {
             let _ = axum::serve(listener, router).await;
         });
         Ok(Lab {
+            vm: matches!(mode, AgentMode::Vm(_)),
             addr,
             machines,
             server,
@@ -120,6 +175,13 @@ impl Lab {
                 disk: m.disk.clone(),
                 redfish_address: format!("http://{}", self.addr),
                 redfish_system_id: format!("/redfish/v1/Systems/{}", m.name),
+                kernel_append_params: self.vm.then(|| {
+                    format!(
+                        "console=ttyS0 ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
+                        m.agent_port
+                    )
+                }),
+                console: self.vm.then(|| m.console.clone()),
             })
             .collect()
     }
@@ -142,10 +204,25 @@ impl Drop for Lab {
 /// `deployd lab`: prints the machines as JSON lines on stdout, then runs until Ctrl-C or
 /// SIGTERM, and powers everything off.
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
-    let mode = if args.agent_tasks {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mode = if args.vm.enabled {
+        let engine = engine_addr(&args.api_url)?;
+        let config = vm::VmConfig {
+            qemu: args.vm.qemu.clone(),
+            engine,
+            relay: exe,
+            memory_mb: args.vm.vm_memory_mb,
+            accel: args.vm.accel.clone(),
+        };
+        tracing::info!(
+            public_url = %config.guest_api_url(),
+            "VMs reach the engine here: start it with this --public-url"
+        );
+        AgentMode::Vm(Arc::new(config))
+    } else if args.agent_tasks {
         AgentMode::Task
     } else {
-        AgentMode::Process(std::env::current_exe().context("finding this executable")?)
+        AgentMode::Process(exe)
     };
     let lab = Lab::start(&args, mode).await?;
     for e in lab.enrollments() {
@@ -157,6 +234,20 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     deployd_agent::signal::shutdown().await;
     lab.stop();
     Ok(())
+}
+
+/// The engine's address on this host, from its url (`http://127.0.0.1:6385`).
+fn engine_addr(api_url: &str) -> anyhow::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let rest = api_url
+        .strip_prefix("http://")
+        .with_context(|| format!("VMs reach the engine over plain http: {api_url}"))?;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority
+        .to_socket_addrs()
+        .with_context(|| format!("the engine's address in {api_url}"))?
+        .next()
+        .with_context(|| format!("{api_url} names no address"))
 }
 
 /// The sha256 of a machine's disk, for checking a deploy.

@@ -21,6 +21,9 @@ pub enum AgentMode {
     Process(PathBuf),
     /// A task in this process (a thousand machines on one host).
     Task,
+    /// A QEMU virtual machine that really boots: its firmware network-boots the engine's
+    /// ramdisk, or boots its disk ([`crate::vm`]).
+    Vm(Arc<crate::vm::VmConfig>),
 }
 
 /// Where a machine boots from, as Redfish's `BootSourceOverrideTarget` names it.
@@ -44,6 +47,8 @@ pub struct MachineView {
     pub agent_running: bool,
     /// Times the machine powered on into its agent.
     pub agent_boots: u32,
+    /// A VM's serial console log (firmware, iPXE, kernel, the deployed OS).
+    pub console: PathBuf,
 }
 
 enum Running {
@@ -65,6 +70,9 @@ pub struct Machine {
     pub name: String,
     pub mac: String,
     pub disk: PathBuf,
+    pub console: PathBuf,
+    /// The host port a VM's agent command API is forwarded from.
+    pub agent_port: u16,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
@@ -80,11 +88,17 @@ impl Machine {
         mode: AgentMode,
     ) -> Arc<Machine> {
         let disk = dir.join(format!("{name}.disk"));
+        let agent_port = match mode {
+            AgentMode::Vm(_) => free_port(),
+            _ => 0,
+        };
         Arc::new(Machine {
+            console: dir.join(format!("{name}.console.log")),
+            agent_port,
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],
-                disk: disk.clone(),
+                disk: Some(disk.clone()),
                 ..args
             },
             name,
@@ -126,6 +140,7 @@ impl Machine {
             },
             agent_running: running,
             agent_boots: s.boots,
+            console: self.console.clone(),
         }
     }
 
@@ -148,10 +163,11 @@ impl Machine {
             s.boot = Boot::Hdd;
             s.once = None;
         }
-        if boot == Boot::Pxe {
-            s.boots += 1;
+        let vm = matches!(self.mode, AgentMode::Vm(_));
+        if boot == Boot::Pxe || vm {
+            s.boots += u32::from(boot == Boot::Pxe);
             let generation = s.generation;
-            s.agent = Some(self.start_agent(generation)?);
+            s.agent = Some(self.start_agent(generation, boot)?);
         }
         Ok(())
     }
@@ -172,8 +188,32 @@ impl Machine {
         had
     }
 
-    fn start_agent(self: &Arc<Self>, generation: u64) -> std::io::Result<Running> {
+    fn start_agent(self: &Arc<Self>, generation: u64, boot: Boot) -> std::io::Result<Running> {
         match &self.mode {
+            AgentMode::Vm(config) => {
+                let dir = self.disk.parent().unwrap_or(std::path::Path::new("."));
+                let sercon = crate::vm::sercon_file(dir)?;
+                let vm = crate::vm::VmMachine {
+                    mac: &self.mac,
+                    disk: &self.disk,
+                    console: &self.console,
+                    agent_port: self.agent_port,
+                    network_boot: boot == Boot::Pxe,
+                };
+                let log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.log)?;
+                let child = tokio::process::Command::new(&config.qemu)
+                    .args(config.args(&vm, &sercon))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(log.try_clone()?)
+                    .stderr(log)
+                    .kill_on_drop(true)
+                    .spawn()?;
+                self.watch_process(generation);
+                Ok(Running::Process(child))
+            }
             AgentMode::Process(exe) => {
                 let mut command = tokio::process::Command::new(exe);
                 command
@@ -234,7 +274,10 @@ impl Machine {
                 };
                 if let Some(status) = status {
                     drop(s);
-                    me.agent_exited(generation, status.success());
+                    // A VM whose QEMU ended is off, however it ended (the guest powered
+                    // off, or QEMU failed: its log says).
+                    let off = status.success() || matches!(me.mode, AgentMode::Vm(_));
+                    me.agent_exited(generation, off);
                     return;
                 }
             }
@@ -249,6 +292,12 @@ impl Machine {
             s.agent = None;
         }
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
 }
 
 fn stop(agent: Option<Running>) {

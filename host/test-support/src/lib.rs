@@ -7,6 +7,7 @@
 //! | [`lab`] | a conductor, registry and sweeper in process, with drivers loaded from `plugins/` | engine tests |
 //! | [`server`] | an engine served on loopback, and its answers | engine tests |
 //! | [`emulators`] | sushy-tools, pyghmi's `fakebmc`, in-process peers, the test virtualenv | both |
+//! | [`vm`] | the musl agent, a ramdisk, a bootable test OS image, console logs | end-to-end tests |
 //! | [`processes`] | the real `deployd` binary as `serve` and `lab` processes, and calls to them | end-to-end tests |
 
 pub mod emulators;
@@ -14,3 +15,4 @@ pub mod lab;
 pub mod processes;
 pub mod server;
 pub mod store;
+pub mod vm;

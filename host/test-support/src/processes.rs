@@ -175,18 +175,27 @@ pub struct Lab {
 
 impl Lab {
     pub fn start(dir: &Path, machines: usize, api_url: &str, throttle: &str) -> Lab {
+        Lab::start_with(dir, machines, api_url, &["--throttle", throttle])
+    }
+
+    /// One QEMU virtual machine with a 4 GiB disk (`deployd lab --vm`); the engine at
+    /// `api_url` must serve guests at `--public-url http://10.0.2.100:<its port>`.
+    pub fn start_vm(dir: &Path, api_url: &str) -> Lab {
+        Lab::start_with(
+            dir,
+            1,
+            api_url,
+            &["--vm", "--disk-size", &(4u64 << 30).to_string()],
+        )
+    }
+
+    pub fn start_with(dir: &Path, machines: usize, api_url: &str, extra: &[&str]) -> Lab {
         use std::io::BufRead;
         let mut child = Command::new(&*BIN)
             .args(["lab", "--machines", &machines.to_string(), "--dir"])
             .arg(dir)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--api-url",
-                api_url,
-                "--throttle",
-                throttle,
-            ])
+            .args(["--listen", "127.0.0.1:0", "--api-url", api_url])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.with_extension("lab.log")).unwrap())
             .spawn()

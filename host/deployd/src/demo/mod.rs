@@ -102,6 +102,7 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             agent_tasks: false,
             // The agents' command APIs are HTTPS, pinned to each boot's certificate.
             agent_tls: deployd_agent::TlsMode::On,
+            vm: deployd_lab::VmArgs::default(),
         },
         AgentMode::Process(std::env::current_exe().context("finding this executable")?),
     )

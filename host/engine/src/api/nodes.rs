@@ -247,7 +247,19 @@ impl ProvisionRequest {
     /// that take it (Ironic answers 406 below the version, 400 on another target).
     fn check_parameters(&self, version: Version) -> Result<(), ApiError> {
         let target = self.target.as_str();
-        let given: [(&str, bool, u32, &[&str]); 5] = [
+        let given: [(&str, bool, u32, &[&str]); 7] = [
+            (
+                "configdrive",
+                self.configdrive.is_some(),
+                1,
+                &["active", "deploy", "rebuild"],
+            ),
+            (
+                "rescue_password",
+                self.rescue_password.is_some(),
+                38,
+                &["rescue"],
+            ),
             (
                 "deploy_steps",
                 self.deploy_steps.is_some(),
@@ -288,6 +300,16 @@ impl ProvisionRequest {
         if target == "service" && self.disable_ramdisk.is_some() && !version.at_least(108) {
             return Err(ApiError::not_acceptable(
                 "\"disable_ramdisk\" for servicing needs API version 1.108 or newer.",
+            ));
+        }
+        if target == "rebuild" && self.configdrive.is_some() && !version.at_least(35) {
+            return Err(ApiError::not_acceptable(
+                "A config drive for \"rebuild\" needs API version 1.35 or newer.",
+            ));
+        }
+        if self.configdrive.as_ref().is_some_and(Value::is_object) && !version.at_least(56) {
+            return Err(ApiError::not_acceptable(
+                "A config drive given as a dict needs API version 1.56 or newer.",
             ));
         }
         if self.runbook.is_some() && (self.clean_steps.is_some() || self.service_steps.is_some()) {
@@ -370,9 +392,16 @@ async fn provision(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ProvisionRequest = parse(&body)?;
-    let _ = (&request.configdrive, &request.rescue_password);
     request.check_parameters(version)?;
     let node = find(&app, &ident)?;
+    // No driver of deployd writes a config drive yet: a deploy without the instance's
+    // hostname, keys and network data is refused, never run with them dropped.
+    if request.configdrive.is_some() {
+        return Err(ApiError::bad_request(format!(
+            "Node {} cannot be deployed with a config drive: no deployd driver writes one yet, so the deploy is refused rather than run without it.",
+            node.uuid()
+        )));
+    }
     let illegal = || {
         ApiError::bad_request(format!(
             "The requested action \"{}\" can not be performed on node \"{}\" while it is in state \"{}\".",

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::{Conductor, ConductorError};
 use crate::driver_host::PluginError;
 use crate::driver_host::capability::bindings::Outcome;
+use crate::driver_host::capability::bmc;
 use crate::driver_host::sandbox::{Export, Reply};
 use crate::node::Node;
 use crate::reservations::Claim;
@@ -32,15 +33,22 @@ impl Conductor {
         });
     }
 
+    /// Whether the node's BMC is configured for its driver's power backend.
+    fn verify(&self, node: Uuid) -> Result<(), String> {
+        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let services = self.registry.services();
+        bmc::check(services, node, &driver.description.power)
+            .map_err(|e| format!("Failed to validate power and management for node {node}: {e}"))
+    }
+
     async fn run(&self, node: Uuid, step: Step) -> Result<(), ConductorError> {
         match step {
+            // As Ironic's verify: the power and management interfaces only. The deploy
+            // interface (the image, its checksum) is the deploy's to validate, so the
+            // install guide's order works: enroll, manage, provide, set the image, deploy.
             Step::Verify => {
-                let outcome = match self.call(node, Export::Validate).await {
-                    Ok(Reply::Valid(Ok(()))) => Ok(()),
-                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
-                    Ok(other) => Err(format!("driver answered validate with {other:?}")),
-                    Err(e) => Err(e.to_string()),
-                };
+                let outcome = self.verify(node);
                 match outcome {
                     Ok(()) => self.store.apply_event(node, Event::Done, None)?,
                     Err(e) => self.store.apply_event(node, Event::Fail, Some(e))?,

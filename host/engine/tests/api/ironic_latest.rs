@@ -726,6 +726,72 @@ async fn provision_parameters_and_verbs_follow_their_versions() {
     );
 }
 
+/// Ironic's verify checks power and management only, so the install guide's order works:
+/// enroll, manage and provide without an image, set the image later. A node whose BMC is
+/// not configured still fails to manage, saying what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manage_verifies_power_and_management_not_the_image() {
+    let s = start(|_| {}).await;
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": {
+            "redfish_address": "http://127.0.0.1:9", "redfish_system_id": "/redfish/v1/Systems/1"}}))
+        .await;
+    s.walk(&node, &[("manage", "manageable")]).await;
+    let bare = s.node(json!({"driver": "redfish"})).await;
+    assert_eq!(s.provision(&bare, "manage").await.status, 202);
+    let mut failed = json!(null);
+    for _ in 0..200 {
+        failed = s.get(&format!("/v1/nodes/{bare}")).await.body;
+        if failed["last_error"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(failed["provision_state"], "enroll", "{failed}");
+    let error = failed["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("power and management") && error.contains("driver_info.redfish_address"),
+        "{failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_drive_or_rescue_password_is_refused_never_dropped() {
+    let s = start(|_| {}).await;
+    let node = s.test_driver_node("", "wait").await;
+    let path = format!("/v1/nodes/{node}/states/provision");
+    let put = |version: &'static str, body: Value| {
+        let (s, path) = (&s, path.clone());
+        async move {
+            let a = s.at(Method::PUT, &path, version, Some(body)).await;
+            (a.status.as_u16(), a.fault())
+        }
+    };
+    let drive = json!({"meta_data": {"hostname": "web-1"}});
+    let (status, fault) = put("1.56", json!({"target": "active", "configdrive": drive})).await;
+    assert_eq!(status, 400);
+    assert!(
+        fault.contains("config drive") && fault.contains("refused"),
+        "{fault}"
+    );
+    let (status, _) = put("1.55", json!({"target": "active", "configdrive": drive})).await;
+    assert_eq!(status, 406, "the dict form came with 1.56");
+    let (status, _) = put("1.34", json!({"target": "rebuild", "configdrive": "H4sI"})).await;
+    assert_eq!(status, 406, "a rebuild's config drive came with 1.35");
+    let (status, fault) = put("1.56", json!({"target": "provide", "configdrive": "H4sI"})).await;
+    assert_eq!(status, 400);
+    assert!(
+        fault.contains("only valid when setting target provision state to active"),
+        "{fault}"
+    );
+    let (status, fault) = put("1.38", json!({"target": "active", "rescue_password": "x"})).await;
+    assert_eq!(status, 400);
+    assert!(fault.contains("rescue"), "{fault}");
+    // Nothing started: the node is where it was.
+    let shown = s.get(&format!("/v1/nodes/{node}")).await.body;
+    assert_eq!(shown["provision_state"], "available", "{shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn later_port_portgroup_and_driver_fields() {
     let s = start(|_| {}).await;

@@ -31,7 +31,7 @@ pub fn since(minor: u32, routes: MethodRouter<Arc<App>>) -> MethodRouter<Arc<App
 }
 
 /// The answer to a request older than its route: 404, as Ironic answers it.
-pub fn too_old(minor: u32) -> ApiError {
+fn too_old(minor: u32) -> ApiError {
     ApiError::not_found(format!(
         "The resource could not be found; it needs API version 1.{minor} or newer."
     ))

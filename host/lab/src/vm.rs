@@ -1,0 +1,199 @@
+//! Machines as QEMU virtual machines (`deployd lab --vm`): a virtio disk (the machine's
+//! disk file) and a virtio NIC whose iPXE ROM boots from the network, under software
+//! emulation (TCG) unless told `--accel kvm`: `/dev/kvm` may be a nested hypervisor that
+//! cannot run a guest kernel, so KVM is never assumed.
+//!
+//! Networking is QEMU's user mode with `restrict=on`: the guest reaches nothing but what
+//! is forwarded. Its DHCP hands out the engine's boot script as an http url; the engine
+//! is at [`GUEST_ENGINE`] inside the guest, each connection there relayed to the engine
+//! on the host's loopback by `deployd lab-relay` (a `guestfwd` with a fixed target opens
+//! one connection for the VM's whole life); the agent's command API is forwarded from a
+//! loopback port of the host, which the agent advertises
+//! (`ipa-advertise-host`/`-port`, passed in the node's `kernel_append_params`).
+//!
+//! The firmware, iPXE, the kernel and the deployed OS all write to the serial console,
+//! kept per machine in `<name>.console.log` (appended across boots).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The engine's address as guests see it: what `--public-url` must name.
+pub const GUEST_ENGINE: &str = "10.0.2.100";
+
+/// Where the guest's agent listens, forwarded from a host port.
+pub const AGENT_PORT: u16 = 9999;
+
+/// What every VM of a lab shares.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    pub qemu: PathBuf,
+    /// The engine on the host's loopback, which guests reach at [`GUEST_ENGINE`].
+    pub engine: SocketAddr,
+    /// This executable, whose `lab-relay` subcommand carries one guest connection.
+    pub relay: PathBuf,
+    pub memory_mb: u32,
+    /// `tcg`, or `kvm` where the operator knows it runs guests.
+    pub accel: String,
+}
+
+/// One machine's part: its NIC, disk, console and forwarded agent port.
+pub struct VmMachine<'a> {
+    pub mac: &'a str,
+    pub disk: &'a Path,
+    pub console: &'a Path,
+    pub agent_port: u16,
+    /// Boot from the network (`n`) or from the disk (`c`).
+    pub network_boot: bool,
+}
+
+impl VmConfig {
+    /// The url the guest's DHCP names as its boot file: the engine's entry script.
+    pub fn boot_url(&self) -> String {
+        format!("http://{GUEST_ENGINE}:{}/boot/ipxe", self.engine.port())
+    }
+
+    /// The engine's url as guests reach it (the engine's `--public-url`).
+    pub fn guest_api_url(&self) -> String {
+        format!("http://{GUEST_ENGINE}:{}", self.engine.port())
+    }
+
+    /// QEMU's arguments for one boot of `m`.
+    pub fn args(&self, m: &VmMachine, sercon: &Path) -> Vec<String> {
+        // A comma inside a QEMU option value is written twice.
+        let q = |s: &str| s.replace(',', ",,");
+        let relay = format!(
+            "cmd:{} lab-relay {}",
+            q(&self.relay.display().to_string()),
+            self.engine
+        );
+        let netdev = format!(
+            "user,id=net0,restrict=on,bootfile={},guestfwd=tcp:{GUEST_ENGINE}:{}-{relay},hostfwd=tcp:127.0.0.1:{}-:{AGENT_PORT}",
+            q(&self.boot_url()),
+            self.engine.port(),
+            m.agent_port,
+        );
+        [
+            "-accel",
+            &self.accel,
+            "-m",
+            &self.memory_mb.to_string(),
+            "-smp",
+            "1",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-nodefaults",
+            "-chardev",
+            &format!(
+                "file,id=console,path={},append=on",
+                q(&m.console.display().to_string())
+            ),
+            "-serial",
+            "chardev:console",
+            // Without this the firmware's and iPXE's text never reaches the serial port.
+            "-fw_cfg",
+            &format!(
+                "name=etc/sercon-port,file={}",
+                q(&sercon.display().to_string())
+            ),
+            "-drive",
+            &format!(
+                "file={},format=raw,if=virtio,cache=unsafe",
+                q(&m.disk.display().to_string())
+            ),
+            "-netdev",
+            &netdev,
+            "-device",
+            &format!("virtio-net-pci,netdev=net0,mac={}", m.mac),
+            "-device",
+            "virtio-rng-pci",
+            "-boot",
+            if m.network_boot { "order=n" } else { "order=c" },
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+/// The file `-fw_cfg etc/sercon-port` reads: the serial port 0x3f8, little-endian.
+pub fn sercon_file(dir: &Path) -> std::io::Result<PathBuf> {
+    let path = dir.join("sercon-port");
+    std::fs::write(&path, [0xf8, 0x03])?;
+    Ok(path)
+}
+
+/// `deployd lab-relay ADDR`: one guest connection (QEMU's stdin and stdout) to `addr`.
+pub fn relay(addr: SocketAddr) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let stream = std::net::TcpStream::connect(addr)?;
+    let mut upstream = stream.try_clone()?;
+    let mut downstream = stream;
+    let to_engine = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut upstream);
+        let _ = upstream.shutdown(std::net::Shutdown::Write);
+    });
+    // Every chunk is flushed at once: stdout buffers by line, and a kept-alive HTTP
+    // connection never ends to flush a response's tail.
+    let mut out = std::io::stdout().lock();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = downstream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&chunk[..n])?;
+        out.flush()?;
+    }
+    let _ = to_engine.join();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vm_reaches_only_what_is_forwarded() {
+        let config = VmConfig {
+            qemu: "qemu-system-x86_64".into(),
+            engine: "127.0.0.1:6385".parse().unwrap(),
+            relay: "/opt/deployd,1/deployd".into(),
+            memory_mb: 512,
+            accel: "tcg".into(),
+        };
+        let m = VmMachine {
+            mac: "52:54:00:00:00:01",
+            disk: Path::new("/tmp/m.disk"),
+            console: Path::new("/tmp/m.console.log"),
+            agent_port: 40001,
+            network_boot: true,
+        };
+        let args = config.args(&m, Path::new("/tmp/sercon"));
+        let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
+        assert!(netdev.contains("restrict=on"), "{netdev}");
+        assert!(
+            netdev.contains("bootfile=http://10.0.2.100:6385/boot/ipxe"),
+            "{netdev}"
+        );
+        assert!(
+            netdev.contains(
+                "guestfwd=tcp:10.0.2.100:6385-cmd:/opt/deployd,,1/deployd lab-relay 127.0.0.1:6385"
+            ),
+            "{netdev}"
+        );
+        assert!(
+            netdev.contains("hostfwd=tcp:127.0.0.1:40001-:9999"),
+            "{netdev}"
+        );
+        assert!(args.ends_with(&["-boot".into(), "order=n".into()]));
+        let disk_boot = VmMachine {
+            network_boot: false,
+            ..m
+        };
+        assert!(
+            config
+                .args(&disk_boot, Path::new("/s"))
+                .ends_with(&["-boot".into(), "order=c".into()])
+        );
+    }
+}

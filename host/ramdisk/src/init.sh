@@ -1,0 +1,59 @@
+#!/bin/busybox sh
+# deployd's ramdisk init: the drivers, the network by DHCP on the interface the machine
+# booted from (BOOTIF), then the agent until it powers the machine off.
+/bin/busybox mkdir -p /proc /sys /dev /tmp /run /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "deployd ramdisk: up; loading drivers"
+while read -r module; do
+    insmod "/lib/modules/$module.ko" 2>/dev/null
+done < /etc/modules.order
+
+api="" bootif="" host="" port=""
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        ipa-api-url=*) api="${arg#*=}" ;;
+        BOOTIF=*) bootif="${arg#*=}" ;;
+        ipa-advertise-host=*) host="${arg#*=}" ;;
+        ipa-advertise-port=*) port="${arg#*=}" ;;
+    esac
+done
+mac=$(echo "${bootif#01-}" | tr '-' ':' | tr 'A-F' 'a-f')
+[ -n "$api" ] || echo "deployd ramdisk: no ipa-api-url on the kernel command line"
+
+# The interface with the boot MAC (the first one that is not lo without BOOTIF).
+iface=""
+tries=0
+while [ -z "$iface" ] && [ $tries -lt 50 ]; do
+    for dev in /sys/class/net/*; do
+        name="${dev##*/}"
+        [ "$name" = lo ] && continue
+        if [ -z "$mac" ] || [ "$(cat "$dev/address")" = "$mac" ]; then
+            iface="$name"
+            break
+        fi
+    done
+    [ -n "$iface" ] || { tries=$((tries + 1)); sleep 0.2; }
+done
+ip link set lo up
+echo "deployd ramdisk: DHCP on ${iface:-no interface} ($mac)"
+ip link set "$iface" up
+until udhcpc -i "$iface" -s /etc/udhcpc.script -q -n -t 5 -T 2; do
+    sleep 1
+done
+
+set -- --api-url "$api" --listen 0.0.0.0:9999
+[ -n "$mac" ] && set -- "$@" --mac "$mac"
+[ -n "$host" ] && set -- "$@" --advertise-host "$host"
+[ -n "$port" ] && set -- "$@" --advertise-port "$port"
+echo "deployd ramdisk: starting the agent"
+# The agent exits 0 when told to power off; anything else is a crash, restarted.
+until /bin/deployd-agent "$@"; do
+    echo "deployd ramdisk: the agent stopped; starting it again"
+    sleep 5
+done
+echo "deployd ramdisk: powering off"
+sync
+poweroff -f
