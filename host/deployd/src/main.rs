@@ -4,6 +4,7 @@
 mod bench;
 mod cli;
 mod demo;
+mod dnsmasq;
 mod driver_test;
 
 use clap::{Parser, Subcommand};
@@ -53,6 +54,9 @@ enum Command {
     Demo(crate::demo::DemoArgs),
     /// Simulated machines behind a Redfish BMC, whose power-on boots `deployd agent`.
     Lab(deployd_lab::LabArgs),
+    /// Network boot: the configuration of the operator's DHCP server for the boot chain.
+    #[command(subcommand)]
+    Boot(Boot),
     /// Carries one connection of a lab VM to the engine (QEMU runs it per connection).
     #[command(hide = true)]
     LabRelay { addr: std::net::SocketAddr },
@@ -63,6 +67,12 @@ enum Command {
     #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(bench::Bench),
+}
+
+#[derive(Subcommand)]
+enum Boot {
+    /// Prints the dnsmasq configuration that hands machines deployd's boot chain.
+    DnsmasqConfig(dnsmasq::DnsmasqArgs),
 }
 
 #[derive(Subcommand)]
@@ -140,6 +150,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
         Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),
         Command::Ramdisk(Ramdisk::Build(args)) => ramdisk_build(&args),
+        Command::Boot(Boot::DnsmasqConfig(args)) => {
+            print!("{}", dnsmasq::config(&args));
+            Ok(())
+        }
         Command::LabRelay { addr } => Ok(deployd_lab::vm::relay(addr)?),
         #[cfg(feature = "bench")]
         Command::Bench(which) => bench::run(which),

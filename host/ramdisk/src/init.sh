@@ -11,13 +11,14 @@ while read -r module; do
     insmod "/lib/modules/$module.ko" 2>/dev/null
 done < /etc/modules.order
 
-api="" bootif="" host="" port=""
+api="" bootif="" host="" port="" throttle=""
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         ipa-api-url=*) api="${arg#*=}" ;;
         BOOTIF=*) bootif="${arg#*=}" ;;
         ipa-advertise-host=*) host="${arg#*=}" ;;
         ipa-advertise-port=*) port="${arg#*=}" ;;
+        deployd-agent-throttle=*) throttle="${arg#*=}" ;;
     esac
 done
 mac=$(echo "${bootif#01-}" | tr '-' ':' | tr 'A-F' 'a-f')
@@ -48,6 +49,7 @@ set -- --api-url "$api" --listen 0.0.0.0:9999
 [ -n "$mac" ] && set -- "$@" --mac "$mac"
 [ -n "$host" ] && set -- "$@" --advertise-host "$host"
 [ -n "$port" ] && set -- "$@" --advertise-port "$port"
+[ -n "$throttle" ] && set -- "$@" --throttle "$throttle"
 echo "deployd ramdisk: starting the agent"
 # The agent exits 0 when told to power off; anything else is a crash, restarted.
 until /bin/deployd-agent "$@"; do

@@ -6,10 +6,11 @@
 //! - [`initramfs`]: the gzip-compressed `newc` cpio archive.
 //!
 //! The init (`init.sh`, busybox's shell) loads the drivers, brings up by DHCP the
-//! interface whose MAC is `BOOTIF`, and runs the agent with `ipa-api-url` (and
-//! `ipa-advertise-host`/`-port` when the engine reaches the agent through a forward) from
-//! the kernel command line, as Ironic's boot interfaces pass them; when the agent exits
-//! after `standby.power_off`, it syncs and powers the machine off.
+//! interface whose MAC is `BOOTIF`, and runs the agent with what the kernel command line
+//! says, as Ironic's boot interfaces pass it: `ipa-api-url`, `ipa-advertise-host` and
+//! `-port` when the engine reaches the agent through a forward, and
+//! `deployd-agent-throttle` for slow-write tests. When the agent exits after
+//! `standby.power_off`, it syncs and powers the machine off.
 
 pub mod initramfs;
 pub mod kernel;
