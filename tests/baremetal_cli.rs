@@ -102,3 +102,78 @@ fn the_baremetal_cli_enrolls_deploys_undeploys_and_deletes_a_node() {
     assert!(!baremetal(&engine, &["node", "list"]).contains(&uuid));
     engine.stop();
 }
+
+/// The install guide's order, with the real CLI and a lab machine behind its Redfish
+/// BMC: enroll with the BMC and the port, manage and provide (cleaning through the agent)
+/// with no image, then set the image and deploy. The disk ends holding the image.
+#[test]
+fn the_install_guides_order_enroll_manage_provide_then_set_the_image_and_deploy() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = format!("--file-url-allowed-path={}", dir.path().display());
+    let engine = Engine::start(
+        &dir.path().join("data"),
+        &[&allowed, "--ramdisk-heartbeat-timeout", "1"],
+    );
+    let lab = support::Lab::start(&dir.path().join("lab"), 1, &engine.url, "100M");
+    let m = &lab.machines[0];
+    let info = |k: &str| format!("{k}={}", m[k].as_str().unwrap());
+    baremetal(
+        &engine,
+        &[
+            "node",
+            "create",
+            "--driver",
+            "redfish",
+            "--deploy-interface",
+            "direct",
+            "--name",
+            "guide-1",
+            "--driver-info",
+            &info("redfish_address"),
+            "--driver-info",
+            &info("redfish_system_id"),
+        ],
+    );
+    let uuid = show(&engine, "guide-1", &["uuid"]).remove(0);
+    baremetal(
+        &engine,
+        &[
+            "port",
+            "create",
+            m["mac"].as_str().unwrap(),
+            "--node",
+            &uuid,
+        ],
+    );
+    baremetal(&engine, &["node", "manage", "guide-1", "--wait", "60"]);
+    baremetal(&engine, &["node", "provide", "guide-1", "--wait", "120"]);
+    assert_eq!(
+        show(&engine, "guide-1", &["provision_state"]),
+        ["available"]
+    );
+
+    let image = dir.path().join("os.img");
+    let sha = support::image(&image, 3 << 20);
+    baremetal(
+        &engine,
+        &[
+            "node",
+            "set",
+            "guide-1",
+            "--instance-info",
+            &format!("image_source={}", image.display()),
+            "--instance-info",
+            "image_os_hash_algo=sha256",
+            "--instance-info",
+            &format!("image_os_hash_value={sha}"),
+        ],
+    );
+    baremetal(&engine, &["node", "deploy", "guide-1", "--wait", "120"]);
+    assert_eq!(show(&engine, "guide-1", &["provision_state"]), ["active"]);
+    let disk = std::path::Path::new(m["disk"].as_str().unwrap());
+    assert_eq!(
+        support::sha256_of(disk),
+        sha,
+        "the machine's disk holds the image"
+    );
+}
