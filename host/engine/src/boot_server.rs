@@ -31,7 +31,7 @@ use uuid::Uuid;
 use crate::image_server::send;
 use crate::images::Images;
 use crate::node::{Node, normalize_mac};
-use crate::state_machine::ProvisionState;
+use crate::state_machine::{ProvisionState, runs_ramdisk};
 use crate::store::Store;
 
 /// The kernel parameters every ramdisk gets before the node's own, unless the engine's
@@ -101,7 +101,7 @@ pub fn boot_script(server: &BootServer, mac: &str) -> String {
             boot.unwrap_or("unset")
         ));
     }
-    if boots_ramdisk(node.state()) {
+    if runs_ramdisk(node.state()) {
         return ramdisk_script(server, &node, &mac);
     }
     if node.state() == ProvisionState::Active {
@@ -117,24 +117,6 @@ pub fn boot_script(server: &BootServer, mac: &str) -> String {
         node.uuid(),
         node.state()
     ))
-}
-
-/// The states in which a node runs its ramdisk.
-pub fn boots_ramdisk(state: ProvisionState) -> bool {
-    use ProvisionState as S;
-    matches!(
-        state,
-        S::Deploying
-            | S::WaitCallBack
-            | S::Cleaning
-            | S::CleanWait
-            | S::Rescuing
-            | S::RescueWait
-            | S::Inspecting
-            | S::InspectWait
-            | S::Servicing
-            | S::ServiceWait
-    )
 }
 
 /// `01-52-54-00-12-34-56`: a MAC as PXELINUX and ironic-python-agent read `BOOTIF`.
@@ -154,9 +136,12 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
         if given.starts_with("http://") || given.starts_with("https://") {
             return Ok(given.to_owned());
         }
-        match server.images.resolve(given) {
+        match server
+            .images
+            .resolve_field(&format!("driver_info.{which}"), given)
+        {
             Some(Ok(_)) => Ok(format!("{base}/boot/{}/{which}", node.uuid())),
-            Some(Err(e)) => Err(e.replace("image_source", &format!("driver_info.{which}"))),
+            Some(Err(e)) => Err(e),
             None => Err(format!(
                 "driver_info.{which} {given:?} is neither a url nor a path"
             )),
@@ -222,28 +207,5 @@ mod tests {
     #[test]
     fn bootif_is_pxelinux_style() {
         assert_eq!(bootif("52:54:00:12:34:56"), "01-52-54-00-12-34-56");
-    }
-
-    #[test]
-    fn the_ramdisk_boots_in_the_flows_that_need_the_agent_only() {
-        use ProvisionState as S;
-        for s in [
-            S::Deploying,
-            S::WaitCallBack,
-            S::Cleaning,
-            S::CleanWait,
-            S::RescueWait,
-        ] {
-            assert!(boots_ramdisk(s), "{s}");
-        }
-        for s in [
-            S::Enroll,
-            S::Manageable,
-            S::Available,
-            S::Active,
-            S::DeployFailed,
-        ] {
-            assert!(!boots_ramdisk(s), "{s}");
-        }
     }
 }

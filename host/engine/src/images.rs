@@ -76,8 +76,14 @@ impl Images {
     /// The file a local `image_source` names, if it may be served: `None` for a url
     /// source, else the canonical path or why it is refused.
     pub fn resolve(&self, source: &str) -> Option<Result<PathBuf, String>> {
+        self.resolve_field("image_source", source)
+    }
+
+    /// [`Images::resolve`] for a local path in another field (`driver_info.deploy_kernel`),
+    /// which its refusal names.
+    pub fn resolve_field(&self, field: &str, source: &str) -> Option<Result<PathBuf, String>> {
         let path = local_path(source)?;
-        let refused = |why: String| Some(Err(format!("image_source {}: {why}", path.display())));
+        let refused = |why: String| Some(Err(format!("{field} {}: {why}", path.display())));
         let real = match std::fs::canonicalize(path) {
             Ok(p) => p,
             Err(e) => return refused(e.to_string()),

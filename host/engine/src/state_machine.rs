@@ -8,6 +8,24 @@ pub use deployd_wire::state_machine::*;
 
 use crate::clock::Timestamp;
 
+/// The states in which a node runs its ramdisk: its agent may look it up (Ironic's
+/// `LOOKUP_ALLOWED_STATES`), and a network boot loads the deploy kernel and ramdisk.
+pub fn runs_ramdisk(state: ProvisionState) -> bool {
+    use ProvisionState as S;
+    matches!(
+        state,
+        S::Deploying
+            | S::WaitCallBack
+            | S::Cleaning
+            | S::CleanWait
+            | S::Inspecting
+            | S::InspectWait
+            | S::Rescuing
+            | S::RescueWait
+            | S::ServiceWait
+    )
+}
+
 /// Timeouts of the wait states. `Duration::ZERO` disables a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {

@@ -26,7 +26,7 @@ use super::http::version::Version;
 use super::{App, State, view};
 use crate::agent_sessions::{AgentReport, CallbackUrl};
 use crate::conductor::{AGENT_TOKEN_HASH, token_hash};
-use crate::state_machine::ProvisionState;
+use crate::state_machine::runs_ramdisk;
 use crate::store::StoreError;
 use deployd_wire::agent::Heartbeat;
 
@@ -35,22 +35,6 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/lookup", since(22, get(lookup)))
         .route("/v1/lookup/", since(22, get(lookup)))
         .route("/v1/heartbeat/{ident}", since(22, post(heartbeat)))
-}
-
-fn lookup_allowed(state: ProvisionState) -> bool {
-    use ProvisionState as S;
-    matches!(
-        state,
-        S::Deploying
-            | S::WaitCallBack
-            | S::Cleaning
-            | S::CleanWait
-            | S::Inspecting
-            | S::InspectWait
-            | S::Rescuing
-            | S::RescueWait
-            | S::ServiceWait
-    )
 }
 
 #[derive(Deserialize, Default)]
@@ -86,7 +70,7 @@ async fn lookup(
         None => store.node_by_macs(macs.iter().copied())?,
     };
     let node = match found.map(|u| store.node(u)) {
-        Some(Ok(n)) if lookup_allowed(n.state()) => n,
+        Some(Ok(n)) if runs_ramdisk(n.state()) => n,
         _ => return Err(not_found()),
     };
     let token = if version.at_least(62) {
