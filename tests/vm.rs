@@ -2,14 +2,15 @@
 //! `restrict=on`) network-boots the ramdisk `deployd ramdisk build` made through the
 //! engine's iPXE scripts, is deployed with a bootable image by the real agent inside it,
 //! boots that image from its disk (its console shows the image's own line), and is
-//! cleaned: the ramdisk boots again and erases the disk's metadata. And the seed in a VM:
-//! a write longer than `deploy_callback_timeout` ends active; a VM killed mid-write
-//! times out.
+//! cleaned: the ramdisk boots again and erases the disk's metadata. The same through the
+//! real dnsmasq on a tap in a network namespace. And the seed in VMs, by `deployd demo
+//! --vm`: a write longer than `deploy_callback_timeout` ends active; a VM killed
+//! mid-write times out.
 
 use std::io::Read;
 use std::path::Path;
 
-use deployd_test_support::{emulators, processes as support, vm};
+use deployd_test_support::{emulators, netns, processes as support, vm};
 use serde_json::{Value, json};
 use support::{
     Engine, Lab, call, make_available_without_cleaning, provision, sha256_of, wait_node,
@@ -29,12 +30,23 @@ fn head(path: &Path, len: u64) -> Vec<u8> {
     bytes
 }
 
-/// An engine serving guests at 10.0.2.100, a lab with one VM, and its node enrolled
-/// (ipxe boot, the ramdisk, the image), available without cleaning.
+/// How a test VM's NIC is networked.
+#[derive(PartialEq)]
+enum Network {
+    /// QEMU's user mode with `restrict=on`: the guest reaches the engine at 10.0.2.100.
+    User,
+    /// A tap in a network namespace the test makes, where the real dnsmasq, configured
+    /// by `deployd boot dnsmasq-config`, answers DHCP; the engine and the lab run there.
+    Tap,
+}
+
+/// An engine, a lab with one VM, and its node enrolled (ipxe boot, the ramdisk, the
+/// image), available without cleaning.
 struct VmLab {
-    // Dropped in this order: the lab (its VM) before the engine.
+    // Dropped in this order: the lab (its VM) before the engine, the namespace last.
     lab: Lab,
     engine: Engine,
+    _provisioning: Option<(netns::Dnsmasq, netns::Netns)>,
     node: String,
     image: std::path::PathBuf,
     disk: std::path::PathBuf,
@@ -43,41 +55,50 @@ struct VmLab {
 }
 
 impl VmLab {
-    /// `deploy_timeout` seconds of silence fail a deploy; `append` goes on the ramdisk's
-    /// kernel command line after the lab's own parameters.
-    fn start(deploy_timeout: u64, append: &str) -> VmLab {
+    /// `deploy_timeout` seconds of silence fail a deploy.
+    fn start(deploy_timeout: u64, network: Network) -> VmLab {
         let dir = tempfile::tempdir().unwrap();
         let boot = dir.path().join("boot");
         let (kernel, ramdisk) = vm::ramdisk(&boot);
         let image = vm::bootable_image(dir.path(), &kernel, MARKER, 64);
         let sha = sha256_of(&image);
         let port = emulators::free_tcp_port();
-        let public = format!("http://10.0.2.100:{port}");
+        let guest_engine = match network {
+            Network::User => "10.0.2.100",
+            Network::Tap => netns::PROVISIONING,
+        };
+        let public = format!("http://{guest_engine}:{port}");
         let allowed = format!("--file-url-allowed-path={}", dir.path().display());
         let timeout = deploy_timeout.to_string();
-        let engine = Engine::start_on(
-            port,
-            &dir.path().join("data"),
-            &[
-                "--public-url",
-                &public,
-                &allowed,
-                "--ramdisk-heartbeat-timeout",
-                "4",
-                "--deploy-callback-timeout",
-                &timeout,
-                "--clean-callback-timeout",
-                "120",
-                "--check-provision-state-interval",
-                "1",
-            ],
-        );
-        let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url);
+        let flags = [
+            "--public-url",
+            &public,
+            &allowed,
+            "--ramdisk-heartbeat-timeout",
+            "4",
+            "--deploy-callback-timeout",
+            &timeout,
+            "--clean-callback-timeout",
+            "120",
+            "--check-provision-state-interval",
+            "1",
+        ];
+        let data = dir.path().join("data");
+        let (engine, lab, provisioning) = match network {
+            Network::User => {
+                let engine = Engine::start_on(port, &data, &flags);
+                let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url);
+                (engine, lab, None)
+            }
+            Network::Tap => {
+                let ns = netns::Netns::create();
+                let dnsmasq = ns.dnsmasq(&dnsmasq_config(dir.path(), &public, &ns.tap), dir.path());
+                let engine = Engine::start_in(&ns, port, &data, &flags);
+                let lab = Lab::start_vm_in(&ns, &dir.path().join("lab"), &public);
+                (engine, lab, Some((dnsmasq, ns)))
+            }
+        };
         let machine = lab.machines[0].clone();
-        let params = format!(
-            "{} {append}",
-            machine["kernel_append_params"].as_str().unwrap()
-        );
         let (status, node) = call(
             "POST",
             &format!("{}/v1/nodes", engine.url),
@@ -91,7 +112,7 @@ impl VmLab {
                     "redfish_system_id": machine["redfish_system_id"],
                     "deploy_kernel": kernel.display().to_string(),
                     "deploy_ramdisk": ramdisk.display().to_string(),
-                    "kernel_append_params": params.trim(),
+                    "kernel_append_params": machine["kernel_append_params"],
                 },
                 "instance_info": {
                     "image_source": image.display().to_string(),
@@ -114,6 +135,7 @@ impl VmLab {
             console: machine["console"].as_str().unwrap().into(),
             lab,
             engine,
+            _provisioning: provisioning,
             node,
             image,
             _dir: dir,
@@ -141,7 +163,7 @@ impl VmLab {
 
 #[test]
 fn a_vm_network_boots_the_ramdisk_is_deployed_boots_its_disk_and_is_cleaned() {
-    let vm = VmLab::start(120, "");
+    let vm = VmLab::start(120, Network::User);
     let active = vm.deploy();
     let booted = vm.console_text();
     assert_eq!(
@@ -172,74 +194,54 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_boots_its_disk_and_is_cleaned() {
     assert_eq!(boots, json!(2), "two network boots: deploy and clean");
 }
 
-/// The seed in a VM: the agent writes for longer than `deploy_callback_timeout`
-/// (throttled to 1 MiB/s, 64 s), and its heartbeats keep the deploy alive to the end. The
-/// timeout also covers the ramdisk's boot (as in Ironic), so it must outlast that: 40 s.
-/// Then the VM is killed (QEMU, by its pid) in the middle of a second write: only the
-/// timeout notices.
+/// The seed in a VM, as `deployd demo --vm` tells it: two VMs network-boot (after
+/// KVM is probed), their agents write for longer than `deploy_callback_timeout` (48 MiB
+/// at 1.5 MiB/s, 32 s, past 25 s; the timeout also covers the ramdisk's boot, as in
+/// Ironic), and heartbeats keep the deploy alive to the end; the other VM is killed
+/// (QEMU) mid-write and only the timeout notices. The deployed VM boots its disk.
 #[test]
-fn in_a_vm_a_write_longer_than_the_timeout_ends_active_and_a_killed_vm_times_out() {
-    let vm = VmLab::start(40, "deployd-agent-throttle=1M");
-    let started = tokio::time::Instant::now();
-    let active = vm.deploy();
-    assert_eq!(
-        active["provision_state"],
-        "active",
-        "{active}\n{}",
-        vm.console_text()
-    );
-    let took = started.elapsed().as_secs_f64();
-    assert!(
-        took > 64.0,
-        "the deploy ({took:.0} s) outlasted the 40 s timeout: the write alone is 64 s"
-    );
-
-    // Undeployed without cleaning (no second ramdisk boot), then a deploy whose VM dies.
-    let (status, _) = call(
-        "PATCH",
-        &format!("{}/v1/nodes/{}", vm.engine.url, vm.node),
-        Some(json!([{"op": "add", "path": "/automated_clean", "value": false}])),
-    );
-    assert_eq!(status, 200);
-    provision(&vm.engine.url, &vm.node, "deleted");
-    vm.wait_end(&["available"]);
-    provision(&vm.engine.url, &vm.node, "active");
-    wait_node(&vm.engine.url, &vm.node, 300, |n| {
-        n["driver_internal_info"]["agent_status_message"]
-            .as_str()
-            .and_then(|m| m.parse::<deployd_wire::agent::Progress>().ok())
-            .is_some_and(|p| p.written > 4 << 20)
-    });
-    let qemu = vm.lab.machine("machine-000")["agent_pid"]
-        .as_u64()
-        .expect("QEMU runs");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &qemu.to_string()])
-        .status()
+fn deployd_demo_vm_deploys_past_the_timeout_times_out_a_killed_vm_and_boots_the_disk() {
+    let cache = emulators::repo_root().join("target/ramdisk-cache");
+    let agent = vm::musl_agent();
+    let out = std::process::Command::new(&*support::BIN)
+        .args(["demo", "--vm", "--machines", "2", "--image-mb", "48"])
+        .args(["--throttle", "1536K", "--timeout", "25", "--ramdisk-cache"])
+        .arg(&cache)
+        .arg("--agent")
+        .arg(&agent)
+        .output()
         .unwrap();
-    assert!(killed.success());
-    let failed = vm.wait_end(&["deploy failed", "active"]);
-    assert_eq!(failed["provision_state"], "deploy failed", "{failed}");
-    let error = failed["last_error"].as_str().unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        error.contains("Timeout reached while waiting for callback"),
-        "{error}"
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The summary's own checks: the killed VM's node failed by the timeout and its disk
+    // is not the image; the other is active with the image on its disk.
+    assert!(stdout.contains("the demo ended as expected"), "{stdout}");
+    assert!(
+        stdout.contains("cut the power of (killed QEMU) machine-001 mid-write"),
+        "{stdout}"
+    );
+    let ratio: f64 = stdout
+        .split_once("× deploy_callback_timeout")
+        .and_then(|(before, _)| before.rsplit(", ").next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no ratio in {stdout}"));
+    assert!(ratio > 1.0, "the deploy outlasted the timeout: {stdout}");
+    assert!(
+        stdout.contains("machine-000  console: deployd demo OS: booted from its own disk"),
+        "{stdout}"
     );
 }
 
-/// The dnsmasq configuration `deployd boot dnsmasq-config` prints is read by the real
-/// dnsmasq (`--test` parses it whole) and hands iPXE clients the engine's entry script.
-#[test]
-fn the_dnsmasq_configuration_is_dnsmasqs_own() {
-    let dir = tempfile::tempdir().unwrap();
+/// What `deployd boot dnsmasq-config` prints for a provisioning network on `interface`,
+/// written to `dir/dnsmasq.conf`.
+fn dnsmasq_config(dir: &Path, public_url: &str, interface: &str) -> std::path::PathBuf {
     let out = std::process::Command::new(&*support::BIN)
-        .args([
-            "boot",
-            "dnsmasq-config",
-            "--public-url",
-            "http://10.20.0.1:6385",
-        ])
-        .args(["--interface", "lo", "--range", "10.20.0.100,10.20.0.200"])
+        .args(["boot", "dnsmasq-config", "--public-url", public_url])
+        .args(["--interface", interface, "--range", netns::DHCP_RANGE])
         .output()
         .unwrap();
     assert!(
@@ -247,14 +249,24 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let conf = dir.join("dnsmasq.conf");
+    std::fs::write(&conf, out.stdout).unwrap();
+    conf
+}
+
+/// The dnsmasq configuration `deployd boot dnsmasq-config` prints is read by the real
+/// dnsmasq (`--test` parses it whole) and hands iPXE clients the engine's entry script,
+/// other firmware iPXE by TFTP.
+#[test]
+fn the_dnsmasq_configuration_is_dnsmasqs_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dnsmasq_config(dir.path(), "http://10.20.0.1:6385", "lo");
+    let text = std::fs::read_to_string(&conf).unwrap();
     assert!(
         text.contains("dhcp-boot=tag:ipxe,http://10.20.0.1:6385/boot/ipxe\n")
             && text.contains("dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe\n"),
         "{text}"
     );
-    let conf = dir.path().join("dnsmasq.conf");
-    std::fs::write(&conf, &text).unwrap();
     let check = std::process::Command::new("dnsmasq")
         .arg("--test")
         .arg(format!("--conf-file={}", conf.display()))
@@ -265,4 +277,31 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
         check.status.success() && said.contains("syntax check OK"),
         "{said}"
     );
+}
+
+/// The boot chain the real way: a VM whose NIC is a tap in a network namespace gets its
+/// address and the engine's script from the real dnsmasq there (configured by `deployd
+/// boot dnsmasq-config`), network-boots the ramdisk, whose agent advertises the address
+/// DHCP gave it; it is deployed and boots its disk.
+#[test]
+fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
+    let vm = VmLab::start(120, Network::Tap);
+    let active = vm.deploy();
+    let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
+    assert_eq!(
+        active["provision_state"],
+        "active",
+        "{active}\nconsole:\n{}\ndnsmasq:\n{}",
+        vm.console_text(),
+        dnsmasq.log_text()
+    );
+    // Two leases to the VM's MAC: iPXE's, then the ramdisk's (whose agent advertised the
+    // address it got: the engine called its command API there to deploy).
+    let log = dnsmasq.log_text();
+    let acks = log
+        .lines()
+        .filter(|l| l.contains("DHCPACK(prov0) 10.251.0."))
+        .count();
+    assert!(acks >= 2, "dnsmasq answered iPXE and the ramdisk: {log}");
+    vm::wait_console(&vm.console, MARKER, 180);
 }

@@ -158,7 +158,13 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
             let port = args.advertise_port.unwrap_or(addr.port());
             format!("{scheme}://{host}:{port}")
         }
-        (None, None) => format!("{scheme}://{addr}"),
+        (None, None) => {
+            let ip = match addr.ip().is_unspecified() {
+                true => route_source(&args.api_url)?,
+                false => addr.ip(),
+            };
+            format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
+        }
     };
     let path = match &args.disk {
         Some(path) => path.clone(),
@@ -190,6 +196,29 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
         r = server => r,
         r = live(&args, engine, &api, pem) => r,
     }
+}
+
+/// The address this machine reaches the engine from, as ironic-python-agent finds the
+/// host it advertises when listening on every address: the source the kernel's routes
+/// pick for the engine's address (a UDP "connect" sends nothing).
+fn route_source(api_url: &str) -> anyhow::Result<std::net::IpAddr> {
+    let url =
+        reqwest::Url::parse(api_url).with_context(|| format!("the engine's url {api_url}"))?;
+    let engine = url
+        .socket_addrs(|| None)
+        .with_context(|| format!("resolving {api_url}"))?
+        .into_iter()
+        .next()
+        .with_context(|| format!("{api_url} names no address"))?;
+    let unspecified: SocketAddr = match engine {
+        SocketAddr::V4(_) => "0.0.0.0:0".parse()?,
+        SocketAddr::V6(_) => "[::]:0".parse()?,
+    };
+    let socket = std::net::UdpSocket::bind(unspecified)?;
+    socket
+        .connect(engine)
+        .with_context(|| format!("no route to the engine at {engine}"))?;
+    Ok(socket.local_addr()?.ip())
 }
 
 /// The host part of the advertised url: what the certificate must name.
@@ -413,6 +442,14 @@ async fn heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_on_every_address_advertises_the_one_it_reaches_the_engine_from() {
+        let ip = route_source("http://127.0.0.1:6385").unwrap();
+        assert_eq!(ip, std::net::IpAddr::from([127, 0, 0, 1]));
+        assert!(route_source("http://[::1]:6385/").unwrap().is_loopback());
+        assert!(route_source("not a url").is_err());
+    }
 
     #[test]
     fn rates_parse_with_binary_units() {

@@ -7,11 +7,14 @@
 //!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones.
 //! - [`vm`]: machines as QEMU virtual machines that network-boot the engine's ramdisk and
 //!   then boot their deployed disk (`--vm`).
+//! - [`os_image`]: a tiny OS image that boots on a PC and prints a line, to deploy onto
+//!   the VMs and see them boot it.
 //! - [`operator`]: enrolling them into an engine and walking them through its states
 //!   over the HTTP API (the demo's and the fleet bench's operator).
 
 pub mod machine;
 pub mod operator;
+pub mod os_image;
 pub mod redfish;
 pub mod vm;
 
@@ -68,9 +71,13 @@ pub struct VmArgs {
     pub enabled: bool,
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
-    /// QEMU's accelerator: `tcg` (software, always works) or `kvm`.
+    /// QEMU's accelerator: `tcg` (software, always works), `kvm`, or `auto`: KVM if a
+    /// guest kernel (`--probe-kernel`) really boots under it within 10 s, else TCG.
     #[arg(long, default_value = "tcg")]
     pub accel: String,
+    /// The kernel `--accel auto` boots to probe KVM (the ramdisk's `deploy_kernel` will do).
+    #[arg(long)]
+    pub probe_kernel: Option<PathBuf>,
     /// Each VM's memory.
     #[arg(long, default_value_t = 512)]
     pub vm_memory_mb: u32,
@@ -78,6 +85,11 @@ pub struct VmArgs {
     /// smallest disk of at least 4 GiB, as ironic-python-agent does.
     #[arg(long, default_value_t = 0)]
     pub disk_size: u64,
+    /// A tap device per machine, in order, instead of QEMU's user mode: each VM's NIC
+    /// joins the network there, whose DHCP server (see `deployd boot dnsmasq-config`)
+    /// hands out the boot chain, and the engine reaches each agent at its own address.
+    #[arg(long = "tap", requires = "enabled")]
+    pub taps: Vec<String>,
 }
 
 impl Default for VmArgs {
@@ -87,9 +99,30 @@ impl Default for VmArgs {
             enabled: false,
             qemu: "qemu-system-x86_64".into(),
             accel: "tcg".into(),
+            probe_kernel: None,
             vm_memory_mb: 512,
             disk_size: 0,
+            taps: Vec::new(),
         }
+    }
+}
+
+impl VmConfig {
+    /// The VMs' settings from the lab's flags, for an engine at `api_url`; `relay` is this
+    /// executable (its `lab-relay`), `accel` the accelerator chosen.
+    pub fn new(
+        args: &VmArgs,
+        api_url: &str,
+        relay: PathBuf,
+        accel: String,
+    ) -> anyhow::Result<VmConfig> {
+        Ok(VmConfig {
+            qemu: args.qemu.clone(),
+            engine: engine_addr(api_url)?,
+            relay,
+            memory_mb: args.vm_memory_mb,
+            accel,
+        })
     }
 }
 
@@ -136,13 +169,32 @@ impl Lab {
             heartbeat_interval: args.heartbeat_interval,
             tls: args.agent_tls,
         };
+        let vm = matches!(mode, AgentMode::Vm(_));
+        anyhow::ensure!(
+            args.vm.taps.is_empty() || args.vm.taps.len() == args.machines,
+            "{} tap devices for {} machines: give one --tap per machine",
+            args.vm.taps.len(),
+            args.machines
+        );
         // A random middle byte keeps two labs on one engine from sharing MACs.
         let lab_id: u8 = rand::random();
         let mut machines = BTreeMap::new();
         for i in 0..args.machines {
             let name = format!("machine-{i:03}");
             let mac = format!("52:54:00:{lab_id:02x}:{:02x}:{:02x}", i >> 8, i & 0xff);
-            let machine = Machine::new(name.clone(), mac, &args.dir, agent.clone(), mode.clone());
+            let nic = match (vm, args.vm.taps.get(i)) {
+                (false, _) => vm::Nic::None,
+                (true, Some(tap)) => vm::Nic::Tap(tap.clone()),
+                (true, None) => vm::Nic::Forwarded(machine::free_port()),
+            };
+            let machine = Machine::new(
+                name.clone(),
+                mac,
+                &args.dir,
+                agent.clone(),
+                mode.clone(),
+                nic,
+            );
             let disk = std::fs::File::create(&machine.disk)
                 .with_context(|| format!("creating {}", machine.disk.display()))?;
             disk.set_len(args.vm.disk_size)
@@ -159,7 +211,7 @@ impl Lab {
             let _ = axum::serve(listener, router).await;
         });
         Ok(Lab {
-            vm: matches!(mode, AgentMode::Vm(_)),
+            vm,
             addr,
             machines,
             server,
@@ -175,12 +227,7 @@ impl Lab {
                 disk: m.disk.clone(),
                 redfish_address: format!("http://{}", self.addr),
                 redfish_system_id: format!("/redfish/v1/Systems/{}", m.name),
-                kernel_append_params: self.vm.then(|| {
-                    format!(
-                        "console=ttyS0 ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
-                        m.agent_port
-                    )
-                }),
+                kernel_append_params: m.nic.kernel_append_params(),
                 console: self.vm.then(|| m.console.clone()),
             })
             .collect()
@@ -206,18 +253,25 @@ impl Drop for Lab {
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let mode = if args.vm.enabled {
-        let engine = engine_addr(&args.api_url)?;
-        let config = vm::VmConfig {
-            qemu: args.vm.qemu.clone(),
-            engine,
-            relay: exe,
-            memory_mb: args.vm.vm_memory_mb,
-            accel: args.vm.accel.clone(),
-        };
-        tracing::info!(
-            public_url = %config.guest_api_url(),
-            "VMs reach the engine here: start it with this --public-url"
-        );
+        std::fs::create_dir_all(&args.dir)
+            .with_context(|| format!("creating {}", args.dir.display()))?;
+        let (accel, why) = vm::choose_accel(
+            &args.vm.qemu,
+            &args.vm.accel,
+            args.vm.probe_kernel.as_deref(),
+            &args.dir,
+        )
+        .await?;
+        if let Some(why) = why {
+            tracing::warn!("VMs run under TCG, not KVM: {why}");
+        }
+        let config = VmConfig::new(&args.vm, &args.api_url, exe, accel)?;
+        if args.vm.taps.is_empty() {
+            tracing::info!(
+                public_url = %config.guest_api_url(),
+                "VMs reach the engine here: start it with this --public-url"
+            );
+        }
         AgentMode::Vm(Arc::new(config))
     } else if args.agent_tasks {
         AgentMode::Task
@@ -252,8 +306,14 @@ fn engine_addr(api_url: &str) -> anyhow::Result<SocketAddr> {
 
 /// The sha256 of a machine's disk, for checking a deploy.
 pub fn disk_sha256(disk: &Path) -> std::io::Result<String> {
+    disk_head_sha256(disk, u64::MAX)
+}
+
+/// The sha256 of a disk's first `len` bytes: a deployed image on a larger disk.
+pub fn disk_head_sha256(disk: &Path, len: u64) -> std::io::Result<String> {
     use sha2::Digest;
-    let mut file = std::fs::File::open(disk)?;
+    use std::io::Read;
+    let mut file = std::fs::File::open(disk)?.take(len);
     let mut hasher = sha2::Sha256::new();
     std::io::copy(&mut file, &mut hasher)?;
     Ok(hex::encode(hasher.finalize()))

@@ -71,8 +71,8 @@ pub struct Machine {
     pub mac: String,
     pub disk: PathBuf,
     pub console: PathBuf,
-    /// The host port a VM's agent command API is forwarded from.
-    pub agent_port: u16,
+    /// A VM's network link.
+    pub nic: crate::vm::Nic,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
@@ -86,15 +86,12 @@ impl Machine {
         dir: &std::path::Path,
         args: AgentArgs,
         mode: AgentMode,
+        nic: crate::vm::Nic,
     ) -> Arc<Machine> {
         let disk = dir.join(format!("{name}.disk"));
-        let agent_port = match mode {
-            AgentMode::Vm(_) => free_port(),
-            _ => 0,
-        };
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
-            agent_port,
+            nic,
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],
@@ -197,7 +194,7 @@ impl Machine {
                     mac: &self.mac,
                     disk: &self.disk,
                     console: &self.console,
-                    agent_port: self.agent_port,
+                    nic: &self.nic,
                     network_boot: boot == Boot::Pxe,
                 };
                 let log = std::fs::OpenOptions::new()
@@ -294,7 +291,8 @@ impl Machine {
     }
 }
 
-fn free_port() -> u16 {
+/// A free port on the host's loopback (a VM's forwarded agent port).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_or(0, |a| a.port())

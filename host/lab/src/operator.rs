@@ -42,25 +42,42 @@ impl Operator {
         image: &Path,
         sha256: &str,
     ) -> anyhow::Result<String> {
-        let node = self
-            .call(
-                Method::POST,
-                "/v1/nodes",
-                Some(json!({
-                    "name": m.name,
-                    "driver": driver,
-                    "driver_info": {
-                        "redfish_address": m.redfish_address,
-                        "redfish_system_id": m.redfish_system_id,
-                    },
-                    "instance_info": {
-                        "image_source": image.display().to_string(),
-                        "image_os_hash_algo": "sha256",
-                        "image_os_hash_value": sha256,
-                    },
-                })),
-            )
-            .await?;
+        self.enroll_with(m, json!({"driver": driver}), image, sha256)
+            .await
+    }
+
+    /// [`Operator::enroll`] with more of the node's fields (`driver`, its interfaces,
+    /// more `driver_info`, which is merged with the BMC's).
+    pub async fn enroll_with(
+        &self,
+        m: &Enrollment,
+        fields: Value,
+        image: &Path,
+        sha256: &str,
+    ) -> anyhow::Result<String> {
+        let mut body = json!({
+            "name": m.name,
+            "driver_info": {
+                "redfish_address": m.redfish_address,
+                "redfish_system_id": m.redfish_system_id,
+            },
+            "instance_info": {
+                "image_source": image.display().to_string(),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": sha256,
+            },
+        });
+        if let Value::Object(fields) = fields {
+            for (key, value) in fields {
+                match (body.get_mut(&key), value) {
+                    (Some(Value::Object(have)), Value::Object(more)) => have.extend(more),
+                    (_, value) => {
+                        body[key] = value;
+                    }
+                }
+            }
+        }
+        let node = self.call(Method::POST, "/v1/nodes", Some(body)).await?;
         let uuid = node["uuid"]
             .as_str()
             .context("a node has a uuid")?

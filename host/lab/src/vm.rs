@@ -3,13 +3,17 @@
 //! emulation (TCG) unless told `--accel kvm`: `/dev/kvm` may be a nested hypervisor that
 //! cannot run a guest kernel, so KVM is never assumed.
 //!
-//! Networking is QEMU's user mode with `restrict=on`: the guest reaches nothing but what
-//! is forwarded. Its DHCP hands out the engine's boot script as an http url; the engine
-//! is at [`GUEST_ENGINE`] inside the guest, each connection there relayed to the engine
-//! on the host's loopback by `deployd lab-relay` (a `guestfwd` with a fixed target opens
-//! one connection for the VM's whole life); the agent's command API is forwarded from a
-//! loopback port of the host, which the agent advertises
-//! (`ipa-advertise-host`/`-port`, passed in the node's `kernel_append_params`).
+//! A VM's NIC ([`Nic`]) is on one of two networks:
+//! - QEMU's user mode with `restrict=on` (the default): the guest reaches nothing but
+//!   what is forwarded. Its DHCP hands out the engine's boot script as an http url; the
+//!   engine is at [`GUEST_ENGINE`] inside the guest, each connection there relayed to the
+//!   engine on the host's loopback by `deployd lab-relay` (a `guestfwd` with a fixed
+//!   target opens one connection for the VM's whole life); the agent's command API is
+//!   forwarded from a loopback port of the host, which the agent advertises
+//!   (`ipa-advertise-host`/`-port`, passed in the node's `kernel_append_params`).
+//! - A tap device (`--tap`), as a real machine's NIC on a provisioning network: the
+//!   operator's DHCP server (dnsmasq, configured by `deployd boot dnsmasq-config`) hands
+//!   out the boot chain, and the engine reaches the agent at its own address.
 //!
 //! The firmware, iPXE, the kernel and the deployed OS all write to the serial console,
 //! kept per machine in `<name>.console.log` (appended across boots).
@@ -36,12 +40,37 @@ pub struct VmConfig {
     pub accel: String,
 }
 
-/// One machine's part: its NIC, disk, console and forwarded agent port.
+/// A machine's network link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nic {
+    /// A simulated machine's agent runs on the host: no NIC.
+    None,
+    /// QEMU's user mode, the agent's command API forwarded from this host port.
+    Forwarded(u16),
+    /// A tap device on the operator's network.
+    Tap(String),
+}
+
+impl Nic {
+    /// The kernel parameters a ramdisk on this link needs besides Ironic's: the serial
+    /// console, and where the engine reaches its agent when that is a forward.
+    pub fn kernel_append_params(&self) -> Option<String> {
+        match self {
+            Nic::None => None,
+            Nic::Forwarded(port) => Some(format!(
+                "console=ttyS0 ipa-advertise-host=127.0.0.1 ipa-advertise-port={port}"
+            )),
+            Nic::Tap(_) => Some("console=ttyS0".into()),
+        }
+    }
+}
+
+/// One machine's part: its NIC, disk and console.
 pub struct VmMachine<'a> {
     pub mac: &'a str,
     pub disk: &'a Path,
     pub console: &'a Path,
-    pub agent_port: u16,
+    pub nic: &'a Nic,
     /// Boot from the network (`n`) or from the disk (`c`).
     pub network_boot: bool,
 }
@@ -61,17 +90,22 @@ impl VmConfig {
     pub fn args(&self, m: &VmMachine, sercon: &Path) -> Vec<String> {
         // A comma inside a QEMU option value is written twice.
         let q = |s: &str| s.replace(',', ",,");
-        let relay = format!(
-            "cmd:{} lab-relay {}",
-            q(&self.relay.display().to_string()),
-            self.engine
-        );
-        let netdev = format!(
-            "user,id=net0,restrict=on,bootfile={},guestfwd=tcp:{GUEST_ENGINE}:{}-{relay},hostfwd=tcp:127.0.0.1:{}-:{AGENT_PORT}",
-            q(&self.boot_url()),
-            self.engine.port(),
-            m.agent_port,
-        );
+        let netdev = match m.nic {
+            Nic::Forwarded(agent_port) => {
+                let relay = format!(
+                    "cmd:{} lab-relay {}",
+                    q(&self.relay.display().to_string()),
+                    self.engine
+                );
+                format!(
+                    "user,id=net0,restrict=on,bootfile={},guestfwd=tcp:{GUEST_ENGINE}:{}-{relay},hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}",
+                    q(&self.boot_url()),
+                    self.engine.port(),
+                )
+            }
+            Nic::Tap(name) => format!("tap,id=net0,ifname={},script=no,downscript=no", q(name)),
+            Nic::None => "none,id=net0".into(),
+        };
         [
             "-accel",
             &self.accel,
@@ -122,6 +156,117 @@ pub fn sercon_file(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Why an accelerator was not chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("/dev/kvm is missing")]
+    NoKvm,
+    #[error("QEMU could not start: {0}")]
+    Qemu(std::io::Error),
+    #[error("the probe guest ended without booting: {0}")]
+    Ended(String),
+    #[error(
+        "a guest kernel did not reach its init within {0:?} (a nested hypervisor without hardware virtualisation underneath behaves so)"
+    )]
+    TooSlow(std::time::Duration),
+    #[error("building the probe's initramfs: {0:#}")]
+    Initramfs(anyhow::Error),
+}
+
+/// The accelerator to run VMs with: `tcg` and `kvm` as asked; `auto` is KVM only when
+/// [`probe`] sees a guest really boot under it, else TCG (and says why).
+pub async fn choose_accel(
+    qemu: &Path,
+    asked: &str,
+    kernel: Option<&Path>,
+    dir: &Path,
+) -> anyhow::Result<(String, Option<ProbeError>)> {
+    match asked {
+        "tcg" | "kvm" => Ok((asked.to_owned(), None)),
+        "auto" => {
+            let kernel = kernel.ok_or_else(|| {
+                anyhow::anyhow!("--accel auto boots a kernel to probe KVM: give --probe-kernel")
+            })?;
+            let deadline = std::time::Duration::from_secs(10);
+            match probe(qemu, "kvm", kernel, dir, deadline).await {
+                Ok(()) => Ok(("kvm".into(), None)),
+                Err(why) => Ok(("tcg".into(), Some(why))),
+            }
+        }
+        other => anyhow::bail!("unknown accelerator {other:?}: tcg, kvm or auto"),
+    }
+}
+
+/// Boots `kernel` (straight from QEMU's `-kernel`) with an initramfs that prints a line
+/// and powers off, under `accel`; Ok when the line comes within `deadline`. `/dev/kvm`
+/// answering is not enough: under a nested hypervisor with no hardware support below,
+/// `KVM_CREATE_VM` succeeds and the guest never gets through its decompressor.
+pub async fn probe(
+    qemu: &Path,
+    accel: &str,
+    kernel: &Path,
+    dir: &Path,
+    deadline: std::time::Duration,
+) -> Result<(), ProbeError> {
+    const LINE: &str = "deployd accelerator probe: init runs";
+    if accel == "kvm" && !Path::new("/dev/kvm").exists() {
+        return Err(ProbeError::NoKvm);
+    }
+    let initrd = dir.join(format!("probe-{accel}.initrd"));
+    let console = dir.join(format!("probe-{accel}.console.log"));
+    crate::os_image::marker_initramfs(Path::new("/bin/busybox"), LINE)
+        .and_then(|bytes| Ok(std::fs::write(&initrd, bytes)?))
+        .map_err(ProbeError::Initramfs)?;
+    let mut child = tokio::process::Command::new(qemu)
+        .args([
+            "-accel",
+            accel,
+            "-m",
+            "256",
+            "-display",
+            "none",
+            "-nodefaults",
+        ])
+        .args(["-no-reboot", "-serial"])
+        .arg(format!("file:{}", console.display()))
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 panic=-1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(ProbeError::Qemu)?;
+    let started = tokio::time::Instant::now();
+    let seen = || std::fs::read_to_string(&console).is_ok_and(|t| t.contains(LINE));
+    loop {
+        if seen() {
+            let _ = child.start_kill();
+            return Ok(());
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            let mut said = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                use tokio::io::AsyncReadExt;
+                let _ = err.read_to_string(&mut said).await;
+            }
+            return match seen() {
+                true => Ok(()),
+                false => Err(ProbeError::Ended(said.trim().to_owned())),
+            };
+        }
+        if started.elapsed() > deadline {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(ProbeError::TooSlow(deadline));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// `deployd lab-relay ADDR`: one guest connection (QEMU's stdin and stdout) to `addr`.
 pub fn relay(addr: SocketAddr) -> std::io::Result<()> {
     use std::io::{Read, Write};
@@ -165,7 +310,7 @@ mod tests {
             mac: "52:54:00:00:00:01",
             disk: Path::new("/tmp/m.disk"),
             console: Path::new("/tmp/m.console.log"),
-            agent_port: 40001,
+            nic: &Nic::Forwarded(40001),
             network_boot: true,
         };
         let args = config.args(&m, Path::new("/tmp/sercon"));
@@ -195,5 +340,12 @@ mod tests {
                 .args(&disk_boot, Path::new("/s"))
                 .ends_with(&["-boot".into(), "order=c".into()])
         );
+        let tap = VmMachine {
+            nic: &Nic::Tap("tap0".into()),
+            ..m
+        };
+        let args = config.args(&tap, Path::new("/s"));
+        let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
+        assert_eq!(netdev, "tap,id=net0,ifname=tap0,script=no,downscript=no");
     }
 }

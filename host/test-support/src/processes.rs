@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::emulators::free_tcp_port;
+use crate::netns::{MANAGEMENT, Netns};
 
 /// The `deployd` binary the running test binary was built with: cargo puts a package's
 /// binaries beside the folder (`deps/`) that holds its test binaries, and builds them
@@ -63,14 +64,30 @@ impl Engine {
 
     /// [`Engine::start`] on a given port (a restart where agents expect it).
     pub fn start_on(port: u16, data_dir: &Path, extra: &[&str]) -> Engine {
+        let listen = format!("127.0.0.1:{port}");
+        let url = format!("http://{listen}");
+        Engine::launch(Command::new(&*BIN), &listen, url, data_dir, extra)
+    }
+
+    /// [`Engine::start_on`] inside a network namespace, listening on all its addresses;
+    /// the test calls it over the namespace's management address.
+    pub fn start_in(ns: &Netns, port: u16, data_dir: &Path, extra: &[&str]) -> Engine {
+        let url = format!("http://{MANAGEMENT}:{port}");
+        let listen = format!("0.0.0.0:{port}");
+        Engine::launch(ns.command(&*BIN), &listen, url, data_dir, extra)
+    }
+
+    fn launch(
+        mut command: Command,
+        listen: &str,
+        url: String,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Engine {
+        let port = listen.rsplit(':').next().unwrap_or_default();
         let log = data_dir.with_extension(format!("{port}.log"));
-        let child = Command::new(&*BIN)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
+        let child = command
+            .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "info")
@@ -80,7 +97,7 @@ impl Engine {
             .expect("starting deployd serve");
         let engine = Engine {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url,
             data_dir: data_dir.to_path_buf(),
             log,
         };
@@ -190,11 +207,38 @@ impl Lab {
     }
 
     pub fn start_with(dir: &Path, machines: usize, api_url: &str, extra: &[&str]) -> Lab {
+        Lab::launch(
+            Command::new(&*BIN),
+            "127.0.0.1:0",
+            dir,
+            machines,
+            api_url,
+            extra,
+        )
+    }
+
+    /// One VM whose NIC is the namespace's tap, its BMC on the namespace's management
+    /// address (the engine inside and the test outside both reach it there).
+    pub fn start_vm_in(ns: &Netns, dir: &Path, api_url: &str) -> Lab {
+        let disk = (4u64 << 30).to_string();
+        let extra = ["--vm", "--disk-size", &disk, "--tap", &ns.tap];
+        let listen = format!("{MANAGEMENT}:0");
+        Lab::launch(ns.command(&*BIN), &listen, dir, 1, api_url, &extra)
+    }
+
+    fn launch(
+        mut command: Command,
+        listen: &str,
+        dir: &Path,
+        machines: usize,
+        api_url: &str,
+        extra: &[&str],
+    ) -> Lab {
         use std::io::BufRead;
-        let mut child = Command::new(&*BIN)
+        let mut child = command
             .args(["lab", "--machines", &machines.to_string(), "--dir"])
             .arg(dir)
-            .args(["--listen", "127.0.0.1:0", "--api-url", api_url])
+            .args(["--listen", listen, "--api-url", api_url])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.with_extension("lab.log")).unwrap())

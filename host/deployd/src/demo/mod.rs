@@ -8,9 +8,14 @@
 //! killed; its node times out with a `last_error` saying so. At the end every disk is
 //! checked against the image's sha256 and a summary is printed. Ctrl-C stops everything.
 //!
+//! With `--vm`, the machines are QEMU virtual machines that network-boot a real ramdisk
+//! and then boot the deployed OS; the killed "agent" is a VM whose power is cut.
+//!
 //! - [`screen`]: the live progress table and the summary.
+//! - [`vms`]: what the VMs need before the story, and how they are enrolled.
 
 mod screen;
+mod vms;
 
 use deployd_wire::state_machine::ProvisionState;
 use deployd_wire::targets::ProvisionTarget;
@@ -29,33 +34,62 @@ use screen::{Row, Screen};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
-    /// Simulated machines (3–5 tell the story; more work too).
-    #[arg(long, default_value_t = 4)]
-    pub machines: usize,
-    /// Image size in MiB (random bytes).
-    #[arg(long, default_value_t = 256)]
-    pub image_mb: u64,
-    /// Each agent's write rate (suffixes K, M, G).
-    #[arg(long, default_value = "16M", value_parser = deployd_agent::runner::parse_rate)]
-    pub throttle: u64,
-    /// deploy_callback_timeout in seconds: far shorter than a write takes.
-    #[arg(long, default_value_t = 3)]
-    pub timeout: u64,
+    /// Machines (default 4; with --vm 3, each a VM).
+    #[arg(long)]
+    pub machines: Option<usize>,
+    /// Image size in MiB (default 256 MiB of random bytes; with --vm a 64 MiB bootable
+    /// disk).
+    #[arg(long)]
+    pub image_mb: Option<u64>,
+    /// Each agent's write rate, suffixes K, M, G (default 16M; with --vm 1536K).
+    #[arg(long, value_parser = deployd_agent::runner::parse_rate)]
+    pub throttle: Option<u64>,
+    /// deploy_callback_timeout in seconds, far shorter than a write takes (default 3;
+    /// with --vm 30, since it also covers the ramdisk's boot, as in Ironic).
+    #[arg(long)]
+    pub timeout: Option<u64>,
     /// Do not kill an agent midway.
     #[arg(long)]
     pub no_kill: bool,
     /// Keep the temporary directory (engine data, disks, logs) and say where it is.
     #[arg(long)]
     pub keep: bool,
+    #[command(flatten)]
+    pub vm: vms::VmDemoArgs,
+}
+
+/// The story's numbers, from the flags and the defaults of its kind of machine.
+struct Plan {
+    machines: usize,
+    image_mb: u64,
+    throttle: u64,
+    timeout: u64,
+}
+
+impl Plan {
+    fn new(args: &DemoArgs) -> anyhow::Result<Plan> {
+        let vm = args.vm.enabled;
+        let plan = Plan {
+            machines: args.machines.unwrap_or(if vm { 3 } else { 4 }),
+            image_mb: args.image_mb.unwrap_or(if vm { 64 } else { 256 }),
+            throttle: args
+                .throttle
+                .unwrap_or(if vm { 1536 << 10 } else { 16 << 20 }),
+            timeout: args.timeout.unwrap_or(if vm { 30 } else { 3 }),
+        };
+        anyhow::ensure!(plan.machines >= 1, "--machines must be at least 1");
+        anyhow::ensure!(plan.timeout >= 1, "--timeout must be at least 1 s");
+        anyhow::ensure!(plan.image_mb >= 1, "--image-mb must be at least 1");
+        Ok(plan)
+    }
 }
 
 /// Runs the demo; Ctrl-C or SIGTERM stops it and leaves nothing running.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.machines >= 1, "--machines must be at least 1");
-    anyhow::ensure!(args.timeout >= 1, "--timeout must be at least 1 s");
+    let plan = Plan::new(&args)?;
     let dir = tempfile::Builder::new().prefix("deployd-demo-").tempdir()?;
     let outcome = tokio::select! {
-        r = story(&args, dir.path()) => r,
+        r = story(&args, &plan, dir.path()) => r,
         _ = deployd_agent::signal::shutdown() => {
             // Dropping the story stopped the lab (every agent killed) and the engine.
             anyhow::bail!("interrupted: the agents and the engine are stopped");
@@ -72,63 +106,108 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 /// The story; true when it ended as told. Dropping it stops lab and engine.
-async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
-    let image = dir.join("image.raw");
-    print!("writing a {} MiB image of random bytes… ", args.image_mb);
-    let sha256 = deployd_lab::random_image(&image, args.image_mb << 20).await?;
-    println!("sha256 {}", &sha256[..16]);
+async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool> {
+    let vm = match args.vm.enabled {
+        true => Some(vms::prepare(&args.vm, dir, plan.image_mb).await?),
+        false => None,
+    };
+    let (image, sha256) = match &vm {
+        Some(vm) => (vm.image.clone(), vm.sha256.clone()),
+        None => {
+            let image = dir.join("image.raw");
+            print!("writing a {} MiB image of random bytes… ", plan.image_mb);
+            let sha256 = deployd_lab::random_image(&image, plan.image_mb << 20).await?;
+            println!("sha256 {}", &sha256[..16]);
+            (image, sha256)
+        }
+    };
 
+    // A VM reaches the engine at deployd_lab::vm::GUEST_ENGINE on the engine's port: the port must be
+    // known before the engine starts, to name it in the public url.
+    let port = match vm {
+        Some(_) => deployd_lab::machine::free_port(),
+        None => 0,
+    };
     let mut config = Config {
         data_dir: dir.join("engine"),
-        listen: "127.0.0.1:0".parse()?,
+        listen: format!("127.0.0.1:{port}").parse()?,
         ..Config::default()
     };
-    config.conductor.deploy_callback_timeout = args.timeout;
-    config.conductor.clean_callback_timeout = args.timeout;
+    if vm.is_some() {
+        config.api.public_url = Some(format!("http://{}:{port}", deployd_lab::vm::GUEST_ENGINE));
+    }
+    config.conductor.deploy_callback_timeout = plan.timeout;
+    config.conductor.clean_callback_timeout = plan.timeout;
     config.conductor.check_provision_state_interval = 1;
     config.api.file_url_allowed_paths = vec![dir.to_path_buf()];
-    // AgentSessions heartbeat every 30–60 % of this: well inside the timeout.
-    config.api.ramdisk_heartbeat_timeout = args.timeout.max(2) - 1;
+    // Agents heartbeat every 30–60 % of this: well inside the timeout.
+    config.api.ramdisk_heartbeat_timeout = match vm {
+        Some(_) => 4,
+        None => plan.timeout.max(2) - 1,
+    };
     let engine = Engine::start(&config, Clock::new()).await?;
     let api_url = format!("http://{}", engine.addr);
-    let lab = Lab::start(
-        &LabArgs {
-            machines: args.machines,
-            dir: dir.join("lab"),
-            listen: "127.0.0.1:0".parse()?,
-            api_url: api_url.clone(),
-            throttle: Some(args.throttle),
-            heartbeat_interval: None,
-            agent_tasks: false,
-            // The agents' command APIs are HTTPS, pinned to each boot's certificate.
-            agent_tls: deployd_agent::TlsMode::On,
-            vm: deployd_lab::VmArgs::default(),
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let lab_args = LabArgs {
+        machines: plan.machines,
+        dir: dir.join("lab"),
+        listen: "127.0.0.1:0".parse()?,
+        api_url: api_url.clone(),
+        throttle: Some(plan.throttle),
+        heartbeat_interval: None,
+        agent_tasks: false,
+        // The agents' command APIs are HTTPS, pinned to each boot's certificate.
+        agent_tls: deployd_agent::TlsMode::On,
+        vm: deployd_lab::VmArgs {
+            enabled: vm.is_some(),
+            disk_size: if vm.is_some() { 4 << 30 } else { 0 },
+            ..deployd_lab::VmArgs::default()
         },
-        AgentMode::Process(std::env::current_exe().context("finding this executable")?),
-    )
-    .await?;
-    let write_secs = (args.image_mb << 20) as f64 / args.throttle as f64;
+    };
+    let mode = match &vm {
+        Some(vm) => AgentMode::Vm(std::sync::Arc::new(deployd_lab::VmConfig::new(
+            &lab_args.vm,
+            &api_url,
+            exe,
+            vm.accel.clone(),
+        )?)),
+        None => AgentMode::Process(exe),
+    };
+    let lab = Lab::start(&lab_args, mode).await?;
+    let write_secs = (plan.image_mb << 20) as f64 / plan.throttle as f64;
     println!(
-        "engine {api_url} (sled in {}), lab BMC http://{} with {} machines",
+        "engine {api_url} (sled in {}), lab BMC http://{} with {} {}",
         config.data_dir.display(),
         lab.addr,
-        args.machines
+        plan.machines,
+        if vm.is_some() {
+            "QEMU VMs (serial consoles in the lab directory)"
+        } else {
+            "machines"
+        }
     );
     println!(
         "each write takes ~{write_secs:.0} s at {} MiB/s; deploy_callback_timeout is {} s\n",
-        args.throttle >> 20,
-        args.timeout
+        plan.throttle as f64 / (1 << 20) as f64,
+        plan.timeout
     );
 
     let op = Operator::new(&api_url);
     let mut rows = Vec::new();
     for (i, machine) in lab.enrollments().into_iter().enumerate() {
-        let driver = if i % 2 == 0 {
-            "agent_redfish"
-        } else {
-            "pxe_redfish"
+        // VMs are all of the agent family: the pxe family's engine reads the image from
+        // its public url, which in QEMU's user-mode network only guests reach.
+        let driver = match (i % 2, &vm) {
+            (0, _) | (_, Some(_)) => "agent_redfish",
+            _ => "pxe_redfish",
         };
-        let uuid = op.enroll(&machine, driver, &image, &sha256).await?;
+        let uuid = match &vm {
+            Some(vm) => {
+                let fields = vms::node_fields(vm, &machine, plan.throttle);
+                op.enroll_with(&machine, fields, &image, &sha256).await?
+            }
+            None => op.enroll(&machine, driver, &image, &sha256).await?,
+        };
         rows.push(Row::new(machine, driver, uuid));
     }
     for row in &rows {
@@ -138,25 +217,33 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             ProvisionState::Manageable,
         )
         .await?;
-        op.walk(
-            &row.uuid,
-            ProvisionTarget::Provide,
-            ProvisionState::Available,
-        )
-        .await?;
+        op.provision(&row.uuid, ProvisionTarget::Provide).await?;
+    }
+    // Provide cleans (a VM boots its ramdisk for it): all at once.
+    for row in &rows {
+        let node = op.settled(&row.uuid, Duration::from_secs(300)).await?;
+        anyhow::ensure!(
+            node.provision_state == Some(ProvisionState::Available),
+            "{} did not become available: {}",
+            row.machine.name,
+            node.last_error.unwrap_or_default()
+        );
     }
     let started = Instant::now();
     for row in &rows {
         op.provision(&row.uuid, ProvisionTarget::Active).await?;
     }
-    // The victim: an agent-family machine, whose agent writes the image itself.
+    // The victim: an agent-family machine, whose agent writes the image itself (with
+    // one machine, that one).
     let victim = if args.no_kill {
         None
     } else {
         rows.iter().rposition(|r| r.driver.starts_with("agent"))
     };
-    let mut screen = Screen::new(rows, args.image_mb << 20, started);
+    let mut screen = Screen::new(rows, plan.image_mb << 20, started);
     let mut killed = false;
+    // A VM boots its ramdisk before it writes.
+    let boot_allowance = if vm.is_some() { 120.0 } else { 60.0 };
     loop {
         let nodes = op.nodes().await?;
         screen.update(&nodes);
@@ -167,7 +254,12 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             lab.machines[&screen.rows[v].machine.name].kill_agent();
             killed = true;
             screen.note(format!(
-                "killed the agent of {} mid-write: its heartbeats stop",
+                "{} {} mid-write: its heartbeats stop",
+                if vm.is_some() {
+                    "cut the power of (killed QEMU)"
+                } else {
+                    "killed the agent of"
+                },
                 screen.rows[v].machine.name
             ));
         }
@@ -176,12 +268,15 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
             break;
         }
         anyhow::ensure!(
-            started.elapsed() < Duration::from_secs_f64(write_secs * 4.0 + 60.0),
+            started.elapsed() < Duration::from_secs_f64(write_secs * 4.0 + boot_allowance),
             "the deploys did not finish in time"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let ok = screen.summary(&sha256, victim, args.timeout)?;
+    let mut ok = screen.summary(&sha256, victim, plan.timeout)?;
+    if vm.is_some() {
+        ok &= booted(&screen).await;
+    }
     // One deploy, phase by phase: the first node of the agent family that ended active.
     if let Some(row) = screen
         .rows
@@ -196,4 +291,28 @@ async fn story(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     lab.stop();
     engine.shutdown().await?;
     Ok(ok)
+}
+
+/// Every active VM boots its deployed disk: the line its console printed. True when
+/// each did.
+async fn booted(screen: &Screen) -> bool {
+    println!("\nthe deployed VMs boot from their disks:");
+    let mut ok = true;
+    for row in screen.rows.iter().filter(|r| r.state == "active") {
+        let Some(console) = &row.machine.console else {
+            continue;
+        };
+        match vms::booted_line(console, Duration::from_secs(120)).await {
+            Some(line) => println!("  {:12} console: {line}", row.machine.name),
+            None => {
+                ok = false;
+                println!(
+                    "  {:12} did not boot its disk within 120 s   <-- unexpected (see {})",
+                    row.machine.name,
+                    console.display()
+                );
+            }
+        }
+    }
+    ok
 }

@@ -174,7 +174,7 @@ impl Screen {
         );
         let mut ok = true;
         for (i, row) in self.rows.iter().enumerate() {
-            let disk = deployd_lab::disk_sha256(&row.machine.disk)?;
+            let disk = deployd_lab::disk_head_sha256(&row.machine.disk, self.total)?;
             let matches = disk == sha256;
             let expected = if Some(i) == victim {
                 row.state == "deploy failed"
