@@ -72,10 +72,12 @@ impl Tree {
                 let path = entry?.path();
                 if path.is_dir() {
                     todo.push(path);
-                } else if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
-                    if let Some(module) = name.strip_suffix(".ko") {
-                        files.insert(canonical(module), path.clone());
-                    }
+                } else if let Some(module) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".ko"))
+                {
+                    files.insert(canonical(module), path.clone());
                 }
             }
         }
@@ -89,13 +91,16 @@ impl Tree {
     }
 }
 
+/// Modules to load, dependencies first: (name, file).
+pub type LoadOrder = Vec<(String, PathBuf)>;
+
 /// The modules to load for `wanted`, dependencies first; and the wanted ones the kernel
 /// lacks (neither a module nor built in).
 pub fn resolve(
     tree: &Tree,
     wanted: &[&str],
     read: impl Fn(&Path) -> std::io::Result<Vec<u8>>,
-) -> std::io::Result<(Vec<(String, PathBuf)>, Vec<String>)> {
+) -> std::io::Result<(LoadOrder, Vec<String>)> {
     let mut order = Vec::new();
     let mut placed = BTreeSet::new();
     let mut missing = Vec::new();

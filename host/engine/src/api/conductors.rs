@@ -28,7 +28,7 @@ fn conductor_doc(app: &App, detail: bool) -> Value {
         "links": view::links(&app.public_url, "conductors", view::CONDUCTOR),
     });
     if detail {
-        doc["drivers"] = json!(crate::hardware::Hardware::new(&app.conductor.registry()).types());
+        doc["drivers"] = json!(crate::hardware::Hardware::new(app.conductor.registry()).types());
         doc["created_at"] = json!(app.started_at.to_datetime());
         doc["updated_at"] = json!(app.conductor.store().clock().now().to_datetime());
     }

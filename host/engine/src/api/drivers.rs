@@ -104,7 +104,7 @@ fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value 
     });
     let obj = doc.as_object_mut().expect("an object");
     if detail && version.at_least(30) {
-        let hardware = Hardware::new(&app.conductor.registry());
+        let hardware = Hardware::new(app.conductor.registry());
         for (kind, since) in hardware::KINDS {
             if !version.at_least(*since) {
                 continue;
@@ -167,7 +167,7 @@ async fn list(
             .ok_or_else(|| ApiError::bad_request(format!("Invalid value for detail: {d}")))?,
     };
     let names = match q.kind.as_deref() {
-        None | Some("dynamic") => Hardware::new(&app.conductor.registry()).types(),
+        None | Some("dynamic") => Hardware::new(app.conductor.registry()).types(),
         Some("classic") => Vec::new(),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
@@ -192,7 +192,7 @@ async fn show(
     query: Result<Query<ShowQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if !Hardware::new(&app.conductor.registry()).exists(&name) {
+    if !Hardware::new(app.conductor.registry()).exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
@@ -202,7 +202,7 @@ async fn show(
 }
 
 async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    if !Hardware::new(&app.conductor.registry()).exists(&name) {
+    if !Hardware::new(app.conductor.registry()).exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
@@ -224,7 +224,7 @@ async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>,
 /// The RAID logical disk properties (Ironic's RAID schema), for types with a RAID
 /// interface other than `no-raid`.
 async fn raid_properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let hardware = Hardware::new(&app.conductor.registry());
+    let hardware = Hardware::new(app.conductor.registry());
     if !hardware.exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."

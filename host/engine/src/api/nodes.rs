@@ -46,7 +46,7 @@ async fn create(
     Extension(version): Extension<Version>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let mut new = node_doc::new_node(&body, version, &Hardware::new(&app.conductor.registry()))?;
+    let mut new = node_doc::new_node(&body, version, &Hardware::new(app.conductor.registry()))?;
     let given: Vec<String> = new.attrs.keys().cloned().collect();
     settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given)?;
     let node = app.conductor.enroll(new, !version.at_least(11))?;
@@ -139,7 +139,7 @@ async fn update(
     let ops: Value = parse(&body)?;
     let before = find(&app, &ident)?;
     let uuid = before.uuid();
-    let hardware = Hardware::new(&app.conductor.registry());
+    let hardware = Hardware::new(app.conductor.registry());
     let patched = node_doc::patched_fields(&ops);
     let updated = app.conductor.edit(uuid, |provision, b| {
         if !update_allowed(provision.state) {

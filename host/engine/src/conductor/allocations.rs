@@ -132,7 +132,7 @@ impl Conductor {
         ))
     }
 
-    /// Before an allocation is deleted: its node is freed (not while it is being deployed).
+    // Before an allocation is deleted: its node is freed (not while it is being deployed).
 
     /// Frees the node allocation `uuid` (whose document is `doc`) holds, unless the node is
     /// in a flow. A node that is gone is nothing to free.
