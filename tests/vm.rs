@@ -114,6 +114,11 @@ impl VmLab {
                     "deploy_ramdisk": ramdisk.display().to_string(),
                     "kernel_append_params": machine["kernel_append_params"],
                 },
+                // On the tap, the VM's first disk is not the one the agent would pick.
+                "properties": match network {
+                    Network::Tap => json!({"root_device": {"serial": "machine-000-disk0"}}),
+                    Network::User => json!({}),
+                },
                 "instance_info": {
                     "image_source": image.display().to_string(),
                     "image_os_hash_algo": "sha256",
@@ -282,7 +287,7 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
 /// The boot chain the real way: a VM whose NIC is a tap in a network namespace gets its
 /// address and the engine's script from the real dnsmasq there (configured by `deployd
 /// boot dnsmasq-config`), network-boots the ramdisk, whose agent advertises the address
-/// DHCP gave it; it is deployed and boots its disk.
+/// DHCP gave it; it is deployed to the disk its root device hint names, and boots it.
 #[test]
 fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
     let vm = VmLab::start(120, Network::Tap);
@@ -303,5 +308,14 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
         .filter(|l| l.contains("DHCPACK(prov0) 10.251.0."))
         .count();
     assert!(acks >= 2, "dnsmasq answered iPXE and the ramdisk: {log}");
+    // The root device hint chose the first disk, which the VM boots, not the smaller
+    // second one, which the agent picks without hints.
+    let second = vm.lab.machines[0]["extra_disk"].as_str().unwrap();
+    assert!(
+        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap()
+            && head(Path::new(second), 1 << 20).iter().all(|&b| b == 0),
+        "the image is on the first disk, nothing on the second; console:\n{}",
+        vm.console_text()
+    );
     vm::wait_console(&vm.console, MARKER, 180);
 }

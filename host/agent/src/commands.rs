@@ -28,12 +28,44 @@ use uuid::Uuid;
 use super::{clean, disk};
 pub use deployd_wire::agent::{CommandResult, CommandStatus, Progress};
 
-/// The disk images are written to.
+/// The disk images are written to: given, or chosen at start and again at each lookup by
+/// the node's root device hints (see [`crate::root_disk`]); when no disk fits, why not,
+/// which every command that needs the disk answers with.
 #[derive(Clone, Debug)]
 pub struct DiskTarget {
-    pub path: PathBuf,
+    chosen: Arc<std::sync::RwLock<Result<PathBuf, String>>>,
     /// Bytes per second, to make writes last (demos, tests of long deploys).
     pub throttle: Option<u64>,
+}
+
+impl DiskTarget {
+    pub fn new(path: PathBuf, throttle: Option<u64>) -> DiskTarget {
+        DiskTarget::chosen_as(Ok(path), throttle)
+    }
+
+    pub fn chosen_as(chosen: Result<PathBuf, String>, throttle: Option<u64>) -> DiskTarget {
+        DiskTarget {
+            chosen: Arc::new(std::sync::RwLock::new(chosen)),
+            throttle,
+        }
+    }
+
+    /// The disk, or why there is none.
+    pub fn chosen(&self) -> Result<PathBuf, String> {
+        self.chosen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The disk (empty when there is none), to show or read.
+    pub fn path(&self) -> PathBuf {
+        self.chosen().unwrap_or_default()
+    }
+
+    pub fn choose(&self, chosen: Result<PathBuf, String>) {
+        *self.chosen.write().unwrap_or_else(|p| p.into_inner()) = chosen;
+    }
 }
 
 /// Why the agent refused a request (the HTTP status is Ironic's).
@@ -210,24 +242,33 @@ impl CommandApi {
                 Err(e) => Err(e),
             },
             ("standby", "get_partition_uuids") => Ok(Some(json!({}))),
-            ("standby", "sync") => std::fs::File::open(&self.disk.path)
-                .and_then(|f| f.sync_all())
+            ("standby", "sync") => self
+                .disk
+                .chosen()
+                .and_then(|disk| {
+                    std::fs::File::open(&disk)
+                        .and_then(|f| f.sync_all())
+                        .map_err(|e| format!("cannot sync {}: {e}", disk.display()))
+                })
                 .map(|()| Some(json!({"result": "sync: disk synced"})))
-                .map_err(|e| {
-                    AgentError::InvalidParams(format!(
-                        "cannot sync {}: {e}",
-                        self.disk.path.display()
-                    ))
-                }),
+                .map_err(AgentError::InvalidParams),
             ("standby", "power_off") => {
                 self.powered_off.send_replace(true);
                 Ok(Some(json!({"result": "power_off: powering off"})))
             }
-            ("deploy", "erase_devices_metadata") => disk::erase_metadata(&self.disk.path)
+            ("deploy", "erase_devices_metadata") => self
+                .disk
+                .chosen()
+                .and_then(|disk| disk::erase_metadata(&disk))
                 .map(|n| Some(json!({"result": format!("erased {n} bytes of metadata")})))
                 .map_err(AgentError::InvalidParams),
             ("clean", "get_clean_steps") => Ok(Some(clean::steps())),
-            ("clean", "execute_clean_step") => match clean::execute(&self.disk.path, params) {
+            ("clean", "execute_clean_step") => match self
+                .disk
+                .chosen()
+                .map_err(AgentError::InvalidParams)
+                .and_then(|disk| clean::execute(&disk, params))
+            {
                 Ok(clean::Run::Done(r)) => Ok(Some(r)),
                 Ok(clean::Run::Full(step)) => {
                     self.start_full_erase(&result.id, step);
@@ -263,7 +304,7 @@ impl CommandApi {
 
     /// Zeroes the whole disk in the background (`erase_devices` with `full: true`).
     fn start_full_erase(self: &Arc<Self>, id: &str, step: Value) {
-        let (me, id, path) = (self.clone(), id.to_owned(), self.disk.path.clone());
+        let (me, id, path) = (self.clone(), id.to_owned(), self.disk.path());
         tokio::task::spawn_blocking(move || {
             let outcome = disk::erase_all(&path)
                 .map(|n| json!({"clean_result": format!("zeroed {n} bytes"), "clean_step": step}));
@@ -335,7 +376,7 @@ impl CommandApi {
         me.total.store(0, Ordering::SeqCst);
         let task = tokio::spawn(async move {
             let outcome = me.write_image(&url, &algo, &expected).await.map(|()| {
-                json!({"result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path.display())})
+                json!({"result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path().display())})
             });
             me.finish(&id, outcome);
         });
@@ -347,9 +388,9 @@ impl CommandApi {
     /// restarted, the network dropped) resumes from the last byte written with a `Range`
     /// request, with jittered backoff, for up to [`RESUME_ATTEMPTS`] attempts.
     async fn write_image(&self, url: &str, algo: &str, expected: &str) -> Result<(), String> {
+        let path = self.disk.chosen()?;
         let mut disk =
-            disk::DiskWriter::open(&self.disk.path, algo, &self.written, self.disk.throttle)
-                .await?;
+            disk::DiskWriter::open(&path, algo, &self.written, self.disk.throttle).await?;
         let mut failures = 0u32;
         while let Err(e) = self.download(url, &mut disk).await {
             let e = match e {

@@ -166,15 +166,15 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
             format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
         }
     };
-    let path = match &args.disk {
-        Some(path) => path.clone(),
-        None => crate::root_disk::choose(std::path::Path::new("/sys/block"))
-            .map_err(anyhow::Error::msg)?,
-    };
-    let disk = DiskTarget {
-        path,
-        throttle: args.throttle,
-    };
+    // Without --disk, a first choice now; the node's root device hints may change it at
+    // lookup.
+    let disk = DiskTarget::chosen_as(
+        match &args.disk {
+            Some(path) => Ok(path.clone()),
+            None => crate::root_disk::choose(std::path::Path::new(SYS_BLOCK)),
+        },
+        args.throttle,
+    );
     let api = CommandApi::new(disk, advertise.clone());
     let _writes = StopWrites(api.clone());
     let router = server::router(api.clone());
@@ -190,7 +190,7 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
                 .context("the command API stopped"),
         }
     };
-    tracing::info!(%advertise, disk = %api.disk.path.display(), tls, "agent command API is up");
+    tracing::info!(%advertise, disk = %api.disk.path().display(), tls, "agent command API is up");
     let pem = identity.as_ref().map(|i| i.pem.clone());
     tokio::select! {
         r = server => r,
@@ -220,6 +220,9 @@ fn route_source(api_url: &str) -> anyhow::Result<std::net::IpAddr> {
         .with_context(|| format!("no route to the engine at {engine}"))?;
     Ok(socket.local_addr()?.ip())
 }
+
+/// Where the kernel lists block devices.
+const SYS_BLOCK: &str = "/sys/block";
 
 /// The host part of the advertised url: what the certificate must name.
 fn advertised_host(url: &str) -> anyhow::Result<String> {
@@ -251,6 +254,7 @@ async fn live(
 ) -> anyhow::Result<()> {
     let mut session = lookup(&engine, args).await;
     api.set_token(session.token.clone());
+    choose_disk(args, api, &session);
     let mut ended = api.command_ended.subscribe();
     let mut off = api.powered_off.subscribe();
     let mut failures = 0u32;
@@ -270,6 +274,7 @@ async fn live(
                 tracing::warn!("the engine refused the heartbeat ({e}); looking up again");
                 session = lookup(&engine, args).await;
                 api.set_token(session.token.clone());
+                choose_disk(args, api, &session);
                 continue;
             }
         };
@@ -285,6 +290,24 @@ async fn live(
             return Ok(());
         }
     }
+}
+
+/// Without `--disk`, the disk the node's root device hints name (or the default one).
+fn choose_disk(args: &AgentArgs, api: &CommandApi, session: &Session) {
+    if args.disk.is_some() {
+        return;
+    }
+    let chosen = crate::root_disk::choose_with(
+        std::path::Path::new(SYS_BLOCK),
+        session.root_device.as_ref(),
+    );
+    match &chosen {
+        Ok(disk) => {
+            tracing::info!(disk = %disk.display(), hints = ?session.root_device, "root disk")
+        }
+        Err(e) => tracing::warn!("no root disk: {e}"),
+    }
+    api.disk.choose(chosen);
 }
 
 /// `d × U(0.5, 1.0)`: spreads a fleet's retries.
@@ -344,6 +367,8 @@ struct Session {
     node: String,
     token: String,
     heartbeat_timeout: f64,
+    /// The node's `properties.root_device`.
+    root_device: Option<Value>,
 }
 
 impl Session {
@@ -405,6 +430,7 @@ async fn lookup_once(engine: &Engine, query: &[(&str, String)]) -> Result<Sessio
             .pointer("/config/heartbeat_timeout")
             .and_then(Value::as_f64)
             .unwrap_or(300.0),
+        root_device: body.pointer("/node/properties/root_device").cloned(),
     })
 }
 

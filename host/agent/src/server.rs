@@ -137,9 +137,9 @@ async fn receive_disk(
     let stream = body.into_data_stream();
     // The engine verifies the checksum end to end; sha256 here only counts and syncs.
     let written = async {
+        let path = api.disk.chosen()?;
         let mut disk =
-            disk::DiskWriter::open(&api.disk.path, "sha256", &api.written, api.disk.throttle)
-                .await?;
+            disk::DiskWriter::open(&path, "sha256", &api.written, api.disk.throttle).await?;
         disk.write_all(stream).await?;
         disk.finish().await
     };

@@ -86,10 +86,7 @@ pub fn run_agent(args: &AgentBench) -> anyhow::Result<()> {
 /// One `standby.prepare_image` by the agent's command API, to completion.
 async fn agent_write(disk: &std::path::Path, url: &str, sha256: &str) -> anyhow::Result<Duration> {
     let api = CommandApi::new(
-        DiskTarget {
-            path: disk.to_path_buf(),
-            throttle: None,
-        },
+        DiskTarget::new(disk.to_path_buf(), None),
         "http://bench".into(),
     );
     let params = json!({"image_info": {"id": "bench", "urls": [url], "os_hash_algo": "sha256", "os_hash_value": sha256}});

@@ -85,6 +85,10 @@ pub struct VmArgs {
     /// smallest disk of at least 4 GiB, as ironic-python-agent does.
     #[arg(long, default_value_t = 0)]
     pub disk_size: u64,
+    /// A second disk per VM of this many bytes (0: none), after the first: its serial
+    /// is `<name>-disk1`, the first's `<name>-disk0`, for root device hints.
+    #[arg(long, default_value_t = 0, requires = "enabled")]
+    pub extra_disk_size: u64,
     /// A tap device per machine, in order, instead of QEMU's user mode: each VM's NIC
     /// joins the network there, whose DHCP server (see `deployd boot dnsmasq-config`)
     /// hands out the boot chain, and the engine reaches each agent at its own address.
@@ -102,6 +106,7 @@ impl Default for VmArgs {
             probe_kernel: None,
             vm_memory_mb: 512,
             disk_size: 0,
+            extra_disk_size: 0,
             taps: Vec::new(),
         }
     }
@@ -141,6 +146,9 @@ pub struct Enrollment {
     /// A VM's serial console log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub console: Option<PathBuf>,
+    /// A VM's second disk (`--extra-disk-size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_disk: Option<PathBuf>,
 }
 
 pub struct Lab {
@@ -194,11 +202,17 @@ impl Lab {
                 agent.clone(),
                 mode.clone(),
                 nic,
+                vm && args.vm.extra_disk_size > 0,
             );
             let disk = std::fs::File::create(&machine.disk)
                 .with_context(|| format!("creating {}", machine.disk.display()))?;
             disk.set_len(args.vm.disk_size)
                 .with_context(|| format!("sizing {}", machine.disk.display()))?;
+            if let Some(extra) = &machine.extra_disk {
+                std::fs::File::create(extra)
+                    .and_then(|f| f.set_len(args.vm.extra_disk_size))
+                    .with_context(|| format!("creating {}", extra.display()))?;
+            }
             machines.insert(name, machine);
         }
         let machines = Arc::new(machines);
@@ -229,6 +243,7 @@ impl Lab {
                 redfish_system_id: format!("/redfish/v1/Systems/{}", m.name),
                 kernel_append_params: m.nic.kernel_append_params(),
                 console: self.vm.then(|| m.console.clone()),
+                extra_disk: m.extra_disk.clone(),
             })
             .collect()
     }

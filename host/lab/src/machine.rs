@@ -73,6 +73,8 @@ pub struct Machine {
     pub console: PathBuf,
     /// A VM's network link.
     pub nic: crate::vm::Nic,
+    /// A VM's second disk, if it has one.
+    pub extra_disk: Option<PathBuf>,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
@@ -87,11 +89,13 @@ impl Machine {
         args: AgentArgs,
         mode: AgentMode,
         nic: crate::vm::Nic,
+        extra_disk: bool,
     ) -> Arc<Machine> {
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
             nic,
+            extra_disk: extra_disk.then(|| dir.join(format!("{name}.disk1"))),
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],
@@ -195,6 +199,8 @@ impl Machine {
                     disk: &self.disk,
                     console: &self.console,
                     nic: &self.nic,
+                    serial: &self.name,
+                    extra_disk: self.extra_disk.as_deref(),
                     network_boot: boot == Boot::Pxe,
                 };
                 let log = std::fs::OpenOptions::new()

@@ -65,10 +65,14 @@ impl Nic {
     }
 }
 
-/// One machine's part: its NIC, disk and console.
+/// One machine's part: its NIC, disks and console.
 pub struct VmMachine<'a> {
     pub mac: &'a str,
     pub disk: &'a Path,
+    /// The disks' serial numbers are this, then `-disk0`, `-disk1` (root device hints
+    /// can name them).
+    pub serial: &'a str,
+    pub extra_disk: Option<&'a Path>,
     pub console: &'a Path,
     pub nic: &'a Nic,
     /// Boot from the network (`n`) or from the disk (`c`).
@@ -106,7 +110,7 @@ impl VmConfig {
             Nic::Tap(name) => format!("tap,id=net0,ifname={},script=no,downscript=no", q(name)),
             Nic::None => "none,id=net0".into(),
         };
-        [
+        let mut args = [
             "-accel",
             &self.accel,
             "-m",
@@ -130,11 +134,6 @@ impl VmConfig {
                 "name=etc/sercon-port,file={}",
                 q(&sercon.display().to_string())
             ),
-            "-drive",
-            &format!(
-                "file={},format=raw,if=virtio,cache=unsafe",
-                q(&m.disk.display().to_string())
-            ),
             "-netdev",
             &netdev,
             "-device",
@@ -145,7 +144,21 @@ impl VmConfig {
             if m.network_boot { "order=n" } else { "order=c" },
         ]
         .map(String::from)
-        .to_vec()
+        .to_vec();
+        let disks = std::iter::once(m.disk).chain(m.extra_disk);
+        for (i, disk) in disks.enumerate() {
+            args.push("-drive".into());
+            args.push(format!(
+                "file={},format=raw,if=none,id=disk{i},cache=unsafe",
+                q(&disk.display().to_string()),
+            ));
+            args.push("-device".into());
+            args.push(format!(
+                "virtio-blk-pci,drive=disk{i},serial={}-disk{i}",
+                q(m.serial)
+            ));
+        }
+        args
     }
 }
 
@@ -311,6 +324,8 @@ mod tests {
             disk: Path::new("/tmp/m.disk"),
             console: Path::new("/tmp/m.console.log"),
             nic: &Nic::Forwarded(40001),
+            serial: "m",
+            extra_disk: None,
             network_boot: true,
         };
         let args = config.args(&m, Path::new("/tmp/sercon"));
@@ -330,22 +345,35 @@ mod tests {
             netdev.contains("hostfwd=tcp:127.0.0.1:40001-:9999"),
             "{netdev}"
         );
-        assert!(args.ends_with(&["-boot".into(), "order=n".into()]));
+        let boot = args.iter().position(|a| a == "-boot").unwrap();
+        assert_eq!(args[boot + 1], "order=n");
+        assert_eq!(
+            args[args.len() - 4..],
+            [
+                "-drive",
+                "file=/tmp/m.disk,format=raw,if=none,id=disk0,cache=unsafe",
+                "-device",
+                "virtio-blk-pci,drive=disk0,serial=m-disk0"
+            ]
+        );
         let disk_boot = VmMachine {
             network_boot: false,
             ..m
         };
-        assert!(
-            config
-                .args(&disk_boot, Path::new("/s"))
-                .ends_with(&["-boot".into(), "order=c".into()])
-        );
+        let args = config.args(&disk_boot, Path::new("/s"));
+        let boot = args.iter().position(|a| a == "-boot").unwrap();
+        assert_eq!(args[boot + 1], "order=c");
         let tap = VmMachine {
             nic: &Nic::Tap("tap0".into()),
+            extra_disk: Some(Path::new("/tmp/m.disk1")),
             ..m
         };
         let args = config.args(&tap, Path::new("/s"));
         let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
         assert_eq!(netdev, "tap,id=net0,ifname=tap0,script=no,downscript=no");
+        assert_eq!(
+            args.last().unwrap(),
+            "virtio-blk-pci,drive=disk1,serial=m-disk1"
+        );
     }
 }

@@ -218,10 +218,20 @@ impl Lab {
     }
 
     /// One VM whose NIC is the namespace's tap, its BMC on the namespace's management
-    /// address (the engine inside and the test outside both reach it there).
+    /// address (the engine inside and the test outside both reach it there). It has two
+    /// disks: 6 GiB (serial `machine-000-disk0`), then 5 GiB, which is the one an agent
+    /// picks without root device hints.
     pub fn start_vm_in(ns: &Netns, dir: &Path, api_url: &str) -> Lab {
-        let disk = (4u64 << 30).to_string();
-        let extra = ["--vm", "--disk-size", &disk, "--tap", &ns.tap];
+        let (disk, second) = ((6u64 << 30).to_string(), (5u64 << 30).to_string());
+        let extra = [
+            "--vm",
+            "--disk-size",
+            &disk,
+            "--extra-disk-size",
+            &second,
+            "--tap",
+            &ns.tap,
+        ];
         let listen = format!("{MANAGEMENT}:0");
         Lab::launch(ns.command(&*BIN), &listen, dir, 1, api_url, &extra)
     }
