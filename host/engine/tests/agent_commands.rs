@@ -149,7 +149,7 @@ async fn an_image_is_written_verified_and_a_second_command_meanwhile_is_busy() {
         .await
         .unwrap();
     assert_eq!(done["command_status"], "SUCCEEDED", "{done}");
-    assert_eq!(std::fs::read(&a.api.disk.path()).unwrap(), data);
+    assert_eq!(std::fs::read(a.api.disk.path()).unwrap(), data);
     assert_eq!(
         a.api.status_message(),
         format!(
@@ -231,14 +231,14 @@ async fn a_broken_download_resumes_where_it_stopped() {
         .await;
     assert_eq!(result["command_status"], "SUCCEEDED", "{result}");
     assert_eq!(hits.load(Ordering::SeqCst), 2, "one break, one resume");
-    assert_eq!(std::fs::read(&a.api.disk.path()).unwrap(), *data);
+    assert_eq!(std::fs::read(a.api.disk.path()).unwrap(), *data);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn erasing_metadata_zeroes_both_ends_of_the_disk() {
     let a = agent(None).await;
     let data = bytes(5 << 20);
-    std::fs::write(&a.api.disk.path(), &data).unwrap();
+    std::fs::write(a.api.disk.path(), &data).unwrap();
     let (status, result) = a
         .run(
             Some(TOKEN),
@@ -249,7 +249,7 @@ async fn erasing_metadata_zeroes_both_ends_of_the_disk() {
         .await;
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["command_status"], "SUCCEEDED");
-    let disk = std::fs::read(&a.api.disk.path()).unwrap();
+    let disk = std::fs::read(a.api.disk.path()).unwrap();
     assert_eq!(disk.len(), data.len());
     assert!(disk[..1 << 20].iter().all(|&b| b == 0));
     assert!(disk[4 << 20..].iter().all(|&b| b == 0));
@@ -264,7 +264,7 @@ async fn erasing_metadata_zeroes_both_ends_of_the_disk() {
 async fn clean_steps_are_listed_and_run_as_ironic_python_agent_runs_them() {
     let a = agent(None).await;
     let data = bytes(5 << 20);
-    std::fs::write(&a.api.disk.path(), &data).unwrap();
+    std::fs::write(a.api.disk.path(), &data).unwrap();
     let (status, listed) = a
         .run(
             Some(TOKEN),
@@ -292,7 +292,7 @@ async fn clean_steps_are_listed_and_run_as_ironic_python_agent_runs_them() {
     assert_eq!(status, StatusCode::OK, "{run}");
     assert_eq!(run["command_status"], "SUCCEEDED", "{run}");
     assert!(
-        std::fs::read(&a.api.disk.path())
+        std::fs::read(a.api.disk.path())
             .unwrap()
             .iter()
             .all(|&b| b == 0)

@@ -118,7 +118,7 @@ async fn deploy(
         heartbeats >= 3,
         "the write spanned several heartbeats ({heartbeats})"
     );
-    let written = std::fs::read(&api.disk.path()).unwrap();
+    let written = std::fs::read(api.disk.path()).unwrap();
     assert_eq!(written.len(), IMAGE_BYTES);
     assert_eq!(
         hex::encode(Sha256::digest(&written)),
@@ -184,7 +184,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
             Ok::<(), deployd_engine::store::StoreError>(())
         })
         .unwrap();
-    let image = std::fs::read(&api.disk.path()).unwrap();
+    let image = std::fs::read(api.disk.path()).unwrap();
     lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
     lab.settle(uuid, ProvisionState::Available).await;
     let system: Value = reqwest::get(&system_url)
@@ -196,7 +196,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     assert_eq!(system["PowerState"], "Off");
     assert_eq!(api.list().len(), 3, "no agent command: no ramdisk booted");
     assert!(
-        std::fs::read(&api.disk.path()).unwrap() == image,
+        std::fs::read(api.disk.path()).unwrap() == image,
         "the disk is not wiped"
     );
 }
@@ -229,7 +229,7 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
         commands[3..],
         ["get_clean_steps", "execute_clean_step", "sync", "power_off"]
     );
-    let disk = std::fs::read(&api.disk.path()).unwrap();
+    let disk = std::fs::read(api.disk.path()).unwrap();
     assert!(
         disk[..1 << 20].iter().all(|&b| b == 0),
         "the disk's first MiB is wiped"
@@ -237,7 +237,7 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
 
     // Manual cleaning with the operator's steps, in their order: the metadata, then the
     // whole disk (deployd's agent's erase_devices with {"full": true}).
-    std::fs::write(&api.disk.path(), vec![0xab; IMAGE_BYTES]).unwrap();
+    std::fs::write(api.disk.path(), vec![0xab; IMAGE_BYTES]).unwrap();
     lab.conductor.provision(uuid, Verb::Manage).await.unwrap();
     lab.settle(uuid, ProvisionState::Manageable).await;
     let steps = vec![
@@ -261,7 +261,7 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
         .map(|c| c.command_result.unwrap()["clean_step"]["step"].to_string())
         .collect();
     assert_eq!(steps, ["\"erase_devices_metadata\"", "\"erase_devices\""]);
-    let disk = std::fs::read(&api.disk.path()).unwrap();
+    let disk = std::fs::read(api.disk.path()).unwrap();
     assert!(disk.iter().all(|&b| b == 0), "the whole disk is zeroed");
 }
 
