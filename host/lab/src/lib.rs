@@ -337,11 +337,17 @@ pub fn disk_head_sha256(disk: &Path, len: u64) -> std::io::Result<String> {
 /// Writes `bytes` of random data to `path` (an image for the lab's machines); returns its
 /// sha256.
 pub async fn random_image(path: &Path, bytes: u64) -> anyhow::Result<String> {
+    let path = path.to_path_buf();
+    Ok(tokio::task::spawn_blocking(move || write_random(&path, bytes)).await??)
+}
+
+/// Writes `bytes` random bytes to `path` and syncs it; their sha256.
+pub fn write_random(path: &Path, bytes: u64) -> std::io::Result<String> {
     use rand::{RngCore, SeedableRng};
     use sha2::Digest;
-    use tokio::io::AsyncWriteExt;
+    use std::io::Write;
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut file = tokio::fs::File::create(path).await?;
+    let mut file = std::fs::File::create(path)?;
     let mut hasher = sha2::Sha256::new();
     let mut chunk = vec![0u8; 1 << 20];
     let mut left = bytes;
@@ -349,9 +355,9 @@ pub async fn random_image(path: &Path, bytes: u64) -> anyhow::Result<String> {
         let n = left.min(chunk.len() as u64) as usize;
         rng.fill_bytes(&mut chunk[..n]);
         hasher.update(&chunk[..n]);
-        file.write_all(&chunk[..n]).await?;
+        file.write_all(&chunk[..n])?;
         left -= n as u64;
     }
-    file.sync_all().await?;
+    file.sync_all()?;
     Ok(hex::encode(hasher.finalize()))
 }

@@ -91,7 +91,7 @@ pub fn bootable(
         "SERIAL 0 115200\nDEFAULT os\nLABEL os\n  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND console=ttyS0 panic=-1\n",
     )?;
     let filler = dir.join("payload");
-    write_random(&filler, payload)?;
+    crate::write_random(&filler, payload)?;
     for (from, to) in [
         (kernel, "::/vmlinuz"),
         (&initrd, "::/initrd"),
@@ -107,20 +107,4 @@ pub fn bootable(
     run(Command::new("syslinux").arg("--install").arg(&image))?;
     let _ = std::fs::remove_file(&filler);
     Ok(image)
-}
-
-fn write_random(path: &Path, bytes: u64) -> anyhow::Result<()> {
-    use rand::RngCore;
-    use std::io::Write;
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        rand::rng().fill_bytes(&mut chunk[..n]);
-        out.write_all(&chunk[..n])?;
-        left -= n as u64;
-    }
-    out.flush()?;
-    Ok(())
 }
