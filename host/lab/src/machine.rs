@@ -279,7 +279,16 @@ impl Machine {
                     drop(s);
                     // A VM whose QEMU ended is off, however it ended (the guest powered
                     // off, or QEMU failed: its log says).
-                    let off = status.success() || matches!(me.mode, AgentMode::Vm(_));
+                    let vm = matches!(me.mode, AgentMode::Vm(_));
+                    if vm && !status.success() {
+                        tracing::warn!(
+                            machine = %me.name,
+                            %status,
+                            "QEMU ended without the guest powering off; see {}",
+                            me.log.display()
+                        );
+                    }
+                    let off = status.success() || vm;
                     me.agent_exited(generation, off);
                     return;
                 }
