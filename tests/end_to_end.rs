@@ -5,6 +5,7 @@
 mod baremetal_cli;
 mod client_suites;
 mod deployd_cli;
+mod images;
 mod real_ipa;
 mod seed_end_to_end;
 mod serve;

@@ -200,13 +200,39 @@ fn open_to_all(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
+/// How the operator's image is given.
+#[derive(PartialEq)]
+enum Given {
+    /// Raw, served at 2 MiB/s: 24 s, longer than the callback timeout.
+    SlowRaw,
+    /// A qcow2 of the raw disk (by the real `qemu-img`), without `image_disk_format`:
+    /// the engine serves it to IPA as the raw disk, which the disk must then hold.
+    Qcow2,
+}
+
+fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: Given) {
     let dir = tempfile::tempdir().unwrap();
     open_to_all(dir.path());
     let image = dir.path().join("image.raw");
     let sha = disk_image(&image, 48);
-    // 48 MiB at 2 MiB/s: 24 s, longer than the callback timeout.
-    let url = slow_server(image, 2 * MIB);
+    let (url, checksum) = match given {
+        Given::SlowRaw => (slow_server(image, 2 * MIB), sha.clone()),
+        Given::Qcow2 => {
+            let qcow2 = dir.path().join("image.qcow2");
+            let out = Command::new("qemu-img")
+                .args(["convert", "-f", "raw", "-O", "qcow2"])
+                .args([&image, &qcow2])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let checksum = sha256_of(&qcow2);
+            (slow_server(qcow2, 64 * MIB), checksum)
+        }
+    };
     let timeout = TIMEOUT.to_string();
     let engine = Engine::start(
         &dir.path().join("data"),
@@ -226,7 +252,7 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
         "POST",
         &format!("{}/v1/nodes", engine.url),
         Some(json!({"driver": driver, "driver_info": info,
-                    "instance_info": {"image_source": url, "image_checksum": sha}})),
+                    "instance_info": {"image_source": url, "image_checksum": checksum}})),
     );
     assert_eq!(status, 201, "{node}");
     let uuid = node["uuid"].as_str().unwrap().to_owned();
@@ -252,10 +278,15 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
         node["last_error"],
         machine.summary()
     );
-    assert!(
-        started.elapsed() > Duration::from_secs(TIMEOUT),
-        "the write outlasted the timeout"
-    );
+    if given == Given::SlowRaw {
+        assert!(
+            started.elapsed() > Duration::from_secs(TIMEOUT),
+            "the write outlasted the timeout"
+        );
+    } else {
+        let prepared = &node["driver_internal_info"]["deploy_image"];
+        assert_eq!(prepared["source_format"], "qcow2", "{prepared}");
+    }
     assert_eq!(
         sha256_of(&machine.disk)[..],
         sha[..],
@@ -301,13 +332,14 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str) {
 }
 
 #[test]
-fn ironic_python_agent_deploys_and_cleans_through_agent_redfish_over_auto_tls() {
+fn ironic_python_agent_deploys_a_qcow2_and_cleans_through_agent_redfish_over_auto_tls() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (_sushy, base, system) = runtime.block_on(emulators::sushy());
     deploy_and_clean(
         "redfish",
         json!({"redfish_address": base, "redfish_system_id": system}),
         "52:54:00:1a:00:01",
+        Given::Qcow2,
     );
 }
 
@@ -319,5 +351,6 @@ fn ironic_python_agent_deploys_and_cleans_through_agent_ipmitool_over_auto_tls()
         "ipmi",
         json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),
         "52:54:00:1a:00:02",
+        Given::SlowRaw,
     );
 }

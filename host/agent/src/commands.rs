@@ -280,9 +280,11 @@ impl CommandApi {
             ("deployd", "expose_disk") => {
                 self.exposed.store(true, Ordering::SeqCst);
                 let token = self.token().unwrap_or_default();
-                Ok(Some(
-                    json!({"url": format!("{}/v1/disk?agent_token={token}", self.advertise)}),
-                ))
+                let device = self.disk.chosen().ok().map(|d| d.display().to_string());
+                Ok(Some(json!({
+                    "url": format!("{}/v1/disk?agent_token={token}", self.advertise),
+                    "device": device,
+                })))
             }
             _ => Err(AgentError::UnknownCommand(name.to_owned())),
         };
@@ -375,8 +377,12 @@ impl CommandApi {
         me.written.store(0, Ordering::SeqCst);
         me.total.store(0, Ordering::SeqCst);
         let task = tokio::spawn(async move {
-            let outcome = me.write_image(&url, &algo, &expected).await.map(|()| {
-                json!({"result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path().display())})
+            let outcome = me.write_image(&url, &algo, &expected).await.map(|done| {
+                json!({
+                    "result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path().display()),
+                    "bytes_written": done.written,
+                    "bytes_zeroed": done.zeroed,
+                })
             });
             me.finish(&id, outcome);
         });
@@ -387,7 +393,12 @@ impl CommandApi {
     /// Downloads `url` onto the disk, verified. A download that breaks (the image server
     /// restarted, the network dropped) resumes from the last byte written with a `Range`
     /// request, with jittered backoff, for up to [`RESUME_ATTEMPTS`] attempts.
-    async fn write_image(&self, url: &str, algo: &str, expected: &str) -> Result<(), String> {
+    async fn write_image(
+        &self,
+        url: &str,
+        algo: &str,
+        expected: &str,
+    ) -> Result<disk::Written, String> {
         let path = self.disk.chosen()?;
         let mut disk =
             disk::DiskWriter::open(&path, algo, &self.written, self.disk.throttle).await?;
@@ -408,13 +419,14 @@ impl CommandApi {
             let backoff = Duration::from_millis(250 << failures.min(4));
             tokio::time::sleep(backoff.mul_f64(rand::random_range(0.5..1.0))).await;
         }
-        let actual = disk.finish().await?;
-        if actual != expected {
+        let done = disk.finish().await?;
+        if done.digest != expected {
             return Err(format!(
-                "image checksum mismatch: expected {algo} {expected}, got {actual}"
+                "image checksum mismatch: expected {algo} {expected}, got {}",
+                done.digest
             ));
         }
-        Ok(())
+        Ok(done)
     }
 
     /// One download attempt from the disk's current offset.

@@ -1,35 +1,25 @@
 //! Which disk the image goes to when the agent is not told (`--disk`), as
-//! ironic-python-agent picks it: the disk that matches every one of the node's root
-//! device hints (`properties.root_device`, given at lookup), or without hints the
-//! smallest disk of at least 4 GiB, read from `/sys/block`. Loop, RAM, optical,
-//! device-mapper, RAID and zram devices are not disks, and neither is a removable one.
-//!
-//! Hints, as Ironic's: `name` (`/dev/sda` or `sda`), `size` in GiB (a number, or an
-//! operator and a number: `>= 100`, `<= 10`, `== 8`, `!= 8`, `> 1`, `< 2`), `model`,
-//! `vendor`, `serial`, `wwn` (compared without case or surrounding blanks) and
-//! `rotational` (a boolean). The smallest of the matching disks wins.
+//! ironic-python-agent picks it: the smallest disk that meets every one of the node's
+//! root device hints (`properties.root_device`, given at lookup; read by
+//! [`deployd_wire::root_device`], Ironic's grammar), or without hints the smallest disk of
+//! at least 4 GiB, read from `/sys/block`. Loop, RAM, optical, device-mapper, RAID and
+//! zram devices are not disks, and neither is a removable one.
 
 use std::path::{Path, PathBuf};
 
+use deployd_wire::root_device::{DiskFacts, Hints};
 use serde_json::Value;
 
 /// IPA's smallest root disk.
 pub const MIN_SIZE: u64 = 4 << 30;
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Disk {
-    pub name: String,
-    pub size: u64,
-    pub model: String,
-    pub vendor: String,
-    pub serial: String,
-    pub wwn: String,
-    pub rotational: bool,
-}
+/// Where udev names disks by their bus path.
+const BY_PATH: &str = "/dev/disk/by-path";
 
 /// The block devices under `sys_block` (normally `/sys/block`) that are disks.
-pub fn disks(sys_block: &Path) -> std::io::Result<Vec<Disk>> {
+pub fn disks(sys_block: &Path) -> std::io::Result<Vec<DiskFacts>> {
     let read = |dir: &Path, file: &str| std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let by_path = by_path_names(Path::new(BY_PATH));
     let mut found = Vec::new();
     for entry in std::fs::read_dir(sys_block)? {
         let entry = entry?;
@@ -54,18 +44,46 @@ pub fn disks(sys_block: &Path) -> std::io::Result<Vec<Disk>> {
                 .find(|v| !v.is_empty())
                 .unwrap_or_default()
         };
-        found.push(Disk {
+        // A SCSI disk's `device` links to its host:channel:target:lun.
+        let hctl = std::fs::canonicalize(dir.join("device"))
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| n.split(':').count() == 4)
+            .unwrap_or_default();
+        found.push(DiskFacts {
             size: sectors * 512,
             model: first(&["device/model"]),
             vendor: first(&["device/vendor"]),
             serial: first(&["serial", "device/serial"]),
             wwn: first(&["wwid", "device/wwid"]),
             rotational: read(&dir, "queue/rotational").trim() == "1",
+            hctl,
+            by_path: by_path
+                .iter()
+                .filter(|(_, target)| *target == name)
+                .map(|(link, _)| link.clone())
+                .collect(),
             name,
+            ..DiskFacts::default()
         });
     }
     found.sort_by(|a, b| (a.size, &a.name).cmp(&(b.size, &b.name)));
     Ok(found)
+}
+
+/// `(link, device name)` for each `/dev/disk/by-path` entry.
+fn by_path_names(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::canonicalize(e.path()).ok()?;
+            let name = target.file_name()?.to_string_lossy().into_owned();
+            Some((e.path().display().to_string(), name))
+        })
+        .collect()
 }
 
 /// The smallest disk of at least [`MIN_SIZE`], as `/dev/<name>`; the error lists the
@@ -77,106 +95,47 @@ pub fn choose(sys_block: &Path) -> Result<PathBuf, String> {
 /// The smallest disk that matches `hints` (the node's `properties.root_device`), or
 /// without hints the smallest of at least [`MIN_SIZE`].
 pub fn choose_with(sys_block: &Path, hints: Option<&Value>) -> Result<PathBuf, String> {
+    choose_disk(sys_block, hints).map(|d| Path::new("/dev").join(&d.name))
+}
+
+/// [`choose_with`], with what the disk is.
+pub fn choose_disk(sys_block: &Path, hints: Option<&Value>) -> Result<DiskFacts, String> {
     let all = disks(sys_block).map_err(|e| format!("reading {}: {e}", sys_block.display()))?;
-    let hints = match hints {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(h)) if h.is_empty() => None,
-        Some(Value::Object(h)) => Some(h),
-        Some(other) => return Err(format!("root_device hints must be an object, not {other}")),
-    };
-    let found = match hints {
-        Some(hints) => {
-            let mut found = None;
-            for disk in &all {
-                if matches(disk, hints)? {
-                    found = Some(disk);
-                    break;
-                }
-            }
-            found
-        }
-        None => all.iter().find(|d| d.size >= MIN_SIZE),
+    let parsed = Hints::parse(hints)?;
+    let found = match parsed.is_empty() {
+        false => all.iter().find(|d| parsed.matches(d)),
+        true => all.iter().find(|d| d.size >= MIN_SIZE),
     };
     let seen = || match all.is_empty() {
         true => "none".into(),
-        false => all
-            .iter()
-            .map(|d| format!("{} ({} bytes)", d.name, d.size))
-            .collect::<Vec<_>>()
-            .join(", "),
+        false => all.iter().map(describe).collect::<Vec<_>>().join(", "),
     };
-    match (found, hints) {
-        (Some(d), _) => Ok(Path::new("/dev").join(&d.name)),
-        (None, Some(h)) => Err(format!(
+    match found {
+        Some(d) => Ok(d.clone()),
+        None if !parsed.is_empty() => Err(format!(
             "no disk matches the root device hints {}; disks seen: {}",
-            Value::Object(h.clone()),
+            hints.cloned().unwrap_or_default(),
             seen()
         )),
-        (None, None) => Err(format!(
+        None => Err(format!(
             "no disk of at least 4 GiB to deploy to; disks seen: {}",
             seen()
         )),
     }
 }
 
-/// Whether `disk` meets every hint; an unknown hint or a malformed value is an error.
-fn matches(disk: &Disk, hints: &serde_json::Map<String, Value>) -> Result<bool, String> {
-    let text = |v: &Value| match v {
-        Value::String(s) => Ok(s.trim().to_lowercase()),
-        Value::Number(n) => Ok(n.to_string()),
-        other => Err(format!("a root device hint must be a string, not {other}")),
-    };
-    for (key, want) in hints {
-        let ok = match key.as_str() {
-            "name" => {
-                let want = text(want)?;
-                want.trim_start_matches("/dev/") == disk.name.to_lowercase()
-            }
-            "size" => size_matches(disk.size >> 30, want)?,
-            "model" => text(want)? == disk.model.to_lowercase(),
-            "vendor" => text(want)? == disk.vendor.to_lowercase(),
-            "serial" => text(want)? == disk.serial.to_lowercase(),
-            "wwn" => text(want)? == disk.wwn.to_lowercase(),
-            "rotational" => match want {
-                Value::Bool(b) => *b == disk.rotational,
-                Value::String(s) => match s.trim().to_lowercase().as_str() {
-                    "true" | "1" | "yes" => disk.rotational,
-                    "false" | "0" | "no" => !disk.rotational,
-                    _ => return Err(format!("rotational hint {s:?} is not a boolean")),
-                },
-                other => return Err(format!("rotational hint {other} is not a boolean")),
-            },
-            other => return Err(format!("unsupported root device hint {other:?}")),
-        };
-        if !ok {
-            return Ok(false);
+/// A disk as an error lists it: name, size and what hints can match.
+fn describe(d: &DiskFacts) -> String {
+    let mut facts = vec![format!("{} bytes", d.size)];
+    for (key, value) in [("serial", &d.serial), ("model", &d.model), ("wwn", &d.wwn)] {
+        if !value.is_empty() {
+            facts.push(format!("{key} {value}"));
         }
     }
-    Ok(true)
-}
-
-/// A size hint in GiB: `8`, `"8"`, or an operator and a number (`">= 100"`).
-fn size_matches(gib: u64, want: &Value) -> Result<bool, String> {
-    let expr = match want {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.trim().to_owned(),
-        other => return Err(format!("size hint {other} is not a number of GiB")),
-    };
-    let (op, number) = ["<=", ">=", "==", "!=", "<", ">"]
-        .iter()
-        .find_map(|op| expr.strip_prefix(op).map(|rest| (*op, rest.trim())))
-        .unwrap_or(("==", expr.as_str()));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("size hint {expr:?} is not a number of GiB"))?;
-    Ok(match op {
-        "<=" => gib <= n,
-        ">=" => gib >= n,
-        "!=" => gib != n,
-        "<" => gib < n,
-        ">" => gib > n,
-        _ => gib == n,
-    })
+    if d.rotational {
+        facts.push("rotational".into());
+    }
+    format!("{} ({})", d.name, facts.join(", "))
 }
 
 #[cfg(test)]

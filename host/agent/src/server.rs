@@ -144,10 +144,12 @@ async fn receive_disk(
         disk.finish().await
     };
     match written.await {
-        Ok(sha256) => {
-            Json(json!({"bytes_written": api.written.load(Ordering::SeqCst), "sha256": sha256}))
-                .into_response()
-        }
+        Ok(done) => Json(json!({
+            "bytes_written": api.written.load(Ordering::SeqCst),
+            "bytes_zeroed": done.zeroed,
+            "sha256": done.digest,
+        }))
+        .into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             Json(json!({"faultcode": "Server", "faultstring": e})),

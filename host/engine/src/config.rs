@@ -34,6 +34,7 @@
 //!                                    # longest a kept-alive connection may sit idle
 //! file_url_allowed_paths = []        # directories local image_source files may be in
 //!                                    # (besides the images directory)
+//! allow_md5_checksum = false         # accept MD5 image checksums (Ironic's default: no)
 //!
 //! [pxe]
 //! kernel_append_params = "nofb nomodeset vga=normal"   # a ramdisk's kernel parameters
@@ -102,6 +103,8 @@ pub struct Api {
     /// Directories (besides the images directory) that a local `image_source` may name a
     /// file in, as Ironic's `file_url_allowed_paths`. Anything else is refused.
     pub file_url_allowed_paths: Vec<PathBuf>,
+    /// Whether an image's checksum may be MD5 (Ironic's `[agent]allow_md5_checksum`).
+    pub allow_md5_checksum: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -134,6 +137,7 @@ impl Default for Api {
             max_connections: 1000,
             header_read_timeout: 30,
             file_url_allowed_paths: Vec::new(),
+            allow_md5_checksum: false,
         }
     }
 }

@@ -84,12 +84,13 @@ impl Engine {
                 format!("http://{addr}")
             }
         };
-        let images = Images::new(
+        let mut images = Images::new(
             config.images_dir(),
             public_url.clone(),
             &config.api.file_url_allowed_paths,
         )
         .map_err(anyhow::Error::msg)?;
+        images.allow_md5 = config.api.allow_md5_checksum;
         let conductor = Conductor::new(
             store.clone(),
             registry,

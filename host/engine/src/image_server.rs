@@ -7,6 +7,8 @@
 //!   Names are plain file names, and symlinks are not followed.
 //! - `GET /images/staged/<node>/<token>`: a node's local `image_source`, only while that
 //!   node is in its deploy flow and with the token of that deploy (see [`crate::images`]).
+//!   A qcow2 (local, or a url's the engine cached) is served as the raw disk it holds
+//!   (see [`crate::deploy_image`]), ranges included.
 //!
 //! Every refusal is the same 404, so a probe learns nothing about nodes or files.
 
@@ -81,17 +83,21 @@ async fn staged(
     Path((node, token)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(path) = staged_path(&served, &node, &token) else {
+    let Some((path, qcow2)) = staged_path(&served, &node, &token) else {
         return not_found();
     };
+    if qcow2 {
+        return send_raw_view(path, &headers).await;
+    }
     match tokio::fs::File::open(&path).await {
         Ok(file) => send(file, &headers).await,
         Err(_) => not_found(),
     }
 }
 
-/// The file a staging url may serve now, if any.
-fn staged_path(served: &Served, node: &str, token: &str) -> Option<PathBuf> {
+/// The file a staging url may serve now, if any, and whether it is a qcow2 to serve as
+/// its raw disk.
+fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, bool)> {
     let node = served.store.node(Uuid::parse_str(node).ok()?).ok()?;
     if !matches!(
         node.state(),
@@ -104,8 +110,7 @@ fn staged_path(served: &Served, node: &str, token: &str) -> Option<PathBuf> {
     if !same_secret(staged, token) {
         return None;
     }
-    let source = node.body.instance_info.get("image_source")?.as_str()?;
-    served.images.resolve(source)?.ok()
+    crate::deploy_image::served_file(&served.images, &node)
 }
 
 /// `bytes=N-` or `bytes=N-M` (inclusive) within `len`: (start, end exclusive).
@@ -119,29 +124,28 @@ fn range(value: &str, len: u64) -> Option<(u64, u64)> {
     (start < end).then_some((start, end))
 }
 
-/// Streams a regular file, whole or the asked range.
-pub(crate) async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Response {
-    let len = match file.metadata().await {
-        Ok(m) if m.is_file() => m.len(),
-        _ => return not_found(),
-    };
+/// The status and byte range to answer `headers` with, for a body of `len` bytes; `None`
+/// for a range outside it (see [`unsatisfiable`]).
+fn answer_range(headers: &HeaderMap, len: u64) -> Option<(StatusCode, u64, u64)> {
     let asked = headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
         .map(|v| range(v, len));
-    let (status, start, end) = match asked {
-        None => (StatusCode::OK, 0, len),
-        Some(Some((start, end))) => (StatusCode::PARTIAL_CONTENT, start, end),
-        Some(None) => {
-            let unsatisfiable = [(header::CONTENT_RANGE, format!("bytes */{len}"))];
-            return (StatusCode::RANGE_NOT_SATISFIABLE, unsatisfiable).into_response();
-        }
-    };
-    if start > 0
-        && let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await
-    {
-        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    match asked {
+        None => Some((StatusCode::OK, 0, len)),
+        Some(Some((start, end))) => Some((StatusCode::PARTIAL_CONTENT, start, end)),
+        Some(None) => None,
     }
+}
+
+/// The 416 answer to a range outside a body of `len` bytes.
+fn unsatisfiable(len: u64) -> Response {
+    let range = [(header::CONTENT_RANGE, format!("bytes */{len}"))];
+    (StatusCode::RANGE_NOT_SATISFIABLE, range).into_response()
+}
+
+/// A response of `body`, the bytes `[start, end)` of `len`.
+fn respond(status: StatusCode, (start, end, len): (u64, u64, u64), body: Body) -> Response {
     let mut response = (
         status,
         [
@@ -149,7 +153,7 @@ pub(crate) async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Resp
             (header::CONTENT_TYPE, "application/octet-stream".into()),
             (header::ACCEPT_RANGES, "bytes".into()),
         ],
-        Body::from_stream(ReaderStream::with_capacity(file.take(end - start), 1 << 20)),
+        body,
     )
         .into_response();
     if status == StatusCode::PARTIAL_CONTENT {
@@ -160,6 +164,55 @@ pub(crate) async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Resp
         );
     }
     response
+}
+
+/// Streams a regular file, whole or the asked range.
+pub(crate) async fn send(mut file: tokio::fs::File, headers: &HeaderMap) -> Response {
+    let len = match file.metadata().await {
+        Ok(m) if m.is_file() => m.len(),
+        _ => return not_found(),
+    };
+    let Some((status, start, end)) = answer_range(headers, len) else {
+        return unsatisfiable(len);
+    };
+    if start > 0
+        && let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await
+    {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    let body = Body::from_stream(ReaderStream::with_capacity(file.take(end - start), 1 << 20));
+    respond(status, (start, end, len), body)
+}
+
+/// Streams the raw disk a qcow2 holds, whole or the asked range: a thread reads it
+/// through qcow2-core a chunk ahead of the network. A read error (the file changed
+/// under the deploy) ends the body early, which the agent sees as a failed download.
+async fn send_raw_view(path: PathBuf, headers: &HeaderMap) -> Response {
+    use crate::deploy_image::raw_view::RawView;
+    let opened = tokio::task::spawn_blocking(move || RawView::open(&path)).await;
+    let Ok(Ok(mut view)) = opened else {
+        return not_found();
+    };
+    let len = view.size();
+    let Some((status, start, end)) = answer_range(headers, len) else {
+        return unsatisfiable(len);
+    };
+    let (chunks, receive) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, String>>(2);
+    tokio::task::spawn_blocking(move || {
+        let sent = view.chunks(start, end, |chunk| {
+            chunks
+                .blocking_send(Ok(chunk))
+                .map_err(|_| "the client left".to_owned())
+        });
+        if let Err(e) = sent {
+            let _ = chunks.blocking_send(Err(e));
+        }
+    });
+    let stream = futures_util::stream::unfold(receive, |mut receive| async move {
+        let item = receive.recv().await?;
+        Some((item.map_err(std::io::Error::other), receive))
+    });
+    respond(status, (start, end, len), Body::from_stream(stream))
 }
 
 #[cfg(test)]

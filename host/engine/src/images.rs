@@ -36,6 +36,8 @@ pub struct Images {
     pub base_url: String,
     /// The images directory and `file_url_allowed_paths`, with symlinks resolved.
     allowed: Vec<PathBuf>,
+    /// Whether an MD5 image checksum is accepted (`allow_md5_checksum`; off, as Ironic).
+    pub allow_md5: bool,
 }
 
 /// The local path an `image_source` names, if it names one.
@@ -63,7 +65,26 @@ impl Images {
             dir,
             base_url,
             allowed,
+            allow_md5: false,
         })
+    }
+
+    /// A fresh, unguessable staging token.
+    pub fn new_token() -> String {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The url a staged image is served at with `token`.
+    pub fn staged_url(&self, node: Uuid, token: &str) -> String {
+        format!("{}{token}", self.url_prefix(node))
+    }
+
+    /// Where a node's deploy keeps an image the engine downloaded (a qcow2 from a url,
+    /// served as its raw disk). A dot file: `/images/<name>` never serves it.
+    pub fn cache_path(&self, node: Uuid) -> PathBuf {
+        self.dir.join(format!(".deploy-{node}.qcow2"))
     }
 
     fn url_prefix(&self, node: Uuid) -> String {
@@ -128,10 +149,8 @@ impl Images {
             }
             Some(Err(e)) => Err(e),
             Some(Ok(_)) => {
-                let mut bytes = [0u8; 32];
-                rand::rng().fill_bytes(&mut bytes);
-                let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-                let url = format!("{}{token}", self.url_prefix(node));
+                let token = Images::new_token();
+                let url = self.staged_url(node, &token);
                 instance_info.insert("image_url".into(), Value::String(url));
                 internal.insert(STAGED_TOKEN.into(), Value::String(token));
                 Ok(())
@@ -139,9 +158,15 @@ impl Images {
         }
     }
 
-    /// Ends a staging: its token and the `image_url` it set are removed. Returns whether
-    /// anything changed.
+    /// Ends a staging: its token, the `image_url` it set and the image the engine cached
+    /// for it are removed. Returns whether anything changed in the record.
     pub fn unstage(&self, node: Uuid, instance_info: &mut JsonMap, internal: &mut JsonMap) -> bool {
+        match std::fs::remove_file(self.cache_path(node)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(%node, "removing the cached image: {e}");
+            }
+            _ => {}
+        }
         let ours = self.ours(node, instance_info);
         if ours {
             instance_info.remove("image_url");

@@ -15,6 +15,8 @@
 //!   (`driver_host::capability`, one module per host interface).
 //! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
 //! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
+//! - [`deploy_image`]: a deploy's image made ready before the machine boots: its checksum
+//!   resolved, its format read from its content, a qcow2 served as its raw disk.
 //! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
@@ -35,6 +37,7 @@ pub mod boot_server;
 pub mod clock;
 pub mod conductor;
 pub mod config;
+pub mod deploy_image;
 pub mod driver_host;
 pub mod engine;
 pub mod hardware;

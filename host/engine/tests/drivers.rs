@@ -286,8 +286,9 @@ async fn a_bmc_with_wrong_credentials_fails_the_deploy_with_the_bmcs_words() {
         .await;
     let (_bmc, port) = emulators::fakebmc().await;
     let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "wrong"});
-    let instance =
-        json!({"image_source": "http://127.0.0.1:9/x.raw", "image_checksum": "a".repeat(64)});
+    // A real image: the engine reads its head before it switches any power.
+    let image = image().await;
+    let instance = json!({"image_source": image.url, "image_checksum": image.sha256});
     let uuid = lab.node_with("agent_ipmitool", info, instance).await;
     let node = lab.deploy(uuid, ProvisionState::DeployFailed).await;
     let error = node.body.last_error.unwrap();

@@ -52,6 +52,7 @@ pub mod agent;
 pub mod checksum;
 pub mod documents;
 pub mod fault;
+pub mod root_device;
 pub mod state_machine;
 pub mod targets;
 pub mod version;

@@ -37,18 +37,32 @@ pub fn description(name: &str, family: Family, power: &str, version: &str) -> De
     deployd_driver_sdk::describe_version(name, family, power, &summary, version)
 }
 
-/// The image and its checksum, as instance_info gives them.
+/// The image and its checksum, as the engine prepared it (or, from an engine that does
+/// not prepare images, as instance_info gives them).
 struct Image {
     url: String,
     id: String,
     algo: String,
     hash: String,
+    /// What `url` serves, when known (ironic-python-agent guesses from the content
+    /// otherwise, so an unknown format is not sent as "raw").
+    disk_format: Option<String>,
 }
 
 fn image(node: &Node) -> Result<Image, String> {
     let source = node
         .instance("image_source")
         .ok_or("instance_info.image_source is required")?;
+    let id = source.rsplit('/').next().unwrap_or(source).to_owned();
+    if let Some(prepared) = &node.image {
+        return Ok(Image {
+            url: prepared.url.clone(),
+            id,
+            algo: prepared.os_hash_algo.clone(),
+            hash: prepared.os_hash_value.clone(),
+            disk_format: Some(prepared.disk_format.clone()),
+        });
+    }
     let url = node.instance("image_url").unwrap_or(source).to_owned();
     let (algo, hash) = match (
         node.instance("image_os_hash_algo"),
@@ -76,12 +90,12 @@ fn image(node: &Node) -> Result<Image, String> {
             "unsupported image_os_hash_algo {algo:?}: use sha256 or sha512"
         ));
     }
-    let id = source.rsplit('/').next().unwrap_or(source).to_owned();
     Ok(Image {
         url,
         id,
         algo,
         hash,
+        disk_format: node.instance("image_disk_format").map(str::to_owned),
     })
 }
 
@@ -104,7 +118,22 @@ pub fn validate(power: &str) -> Result<(), String> {
         "redfish" => require(&node, &["redfish_address", "redfish_system_id"])?,
         _ => {}
     }
-    image(&node).map(|_| ())
+    // The engine reads the checksum itself when it prepares the image (a digest, or a
+    // checksum file's url): here only that the deploy has what it needs.
+    if node.image.is_some() {
+        return image(&node).map(|_| ());
+    }
+    node.instance("image_source")
+        .ok_or("instance_info.image_source is required")?;
+    let pair = node.instance("image_os_hash_algo").is_some()
+        && node.instance("image_os_hash_value").is_some();
+    if !pair && node.instance("image_checksum").is_none() {
+        return Err(
+            "instance_info needs image_os_hash_algo and image_os_hash_value, or image_checksum"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Boot the machine into its ramdisk, then wait for the agent.
@@ -330,7 +359,16 @@ fn agent_step() -> Result<Outcome, String> {
     if step.as_deref() == Some("writing") {
         match agent::last("prepare_image")? {
             Some(c) if c.is_running() => return Ok(Outcome::Wait),
-            Some(c) if c.succeeded() => return boot_instance(),
+            Some(c) if c.succeeded() => {
+                // "… written to device /dev/sdb …", in both agents' words.
+                let result = c.command_result.as_ref().and_then(|r| r.get("result"));
+                let device = result
+                    .and_then(serde_json::Value::as_str)
+                    .and_then(|r| r.split("written to device ").nth(1))
+                    .and_then(|rest| rest.split_whitespace().next());
+                record_root_device(device);
+                return boot_instance();
+            }
             Some(c) => {
                 return Ok(Outcome::Fail(format!(
                     "the agent failed to write the image: {}",
@@ -342,16 +380,18 @@ fn agent_step() -> Result<Outcome, String> {
         }
     }
     let image = image(&node)?;
-    let info = json!({
+    let mut info = json!({
         "id": image.id,
         "urls": [image.url],
         "os_hash_algo": image.algo,
         "os_hash_value": image.hash,
-        "disk_format": node.instance("image_disk_format").unwrap_or("raw"),
         "container_format": "bare",
         "stream_raw_images": true,
         "node_uuid": node.uuid,
     });
+    if let Some(format) = &image.disk_format {
+        info["disk_format"] = json!(format);
+    }
     let command = agent::run(
         "standby.prepare_image",
         &json!({ "image_info": info }),
@@ -393,6 +433,11 @@ fn pxe_step() -> Result<Outcome, String> {
     let node = node::get();
     let image = image(&node)?;
     let exposed = agent::run("deployd.expose_disk", &json!({}), true)?;
+    let device = exposed
+        .command_result
+        .as_ref()
+        .and_then(|r| r.get("device"));
+    record_root_device(device.and_then(serde_json::Value::as_str));
     let target = exposed
         .command_result
         .as_ref()
@@ -408,6 +453,20 @@ fn pxe_step() -> Result<Outcome, String> {
     image::start_write(&image.url, &image.algo, &image.hash, &target)?;
     scratch::set(STEP, &"writing")?;
     Ok(Outcome::Wait)
+}
+
+/// Scratch key (`driver_internal_info.scratch.root_device`): the disk the agent chose for
+/// the image (by the node's root device hints, or its default), for operators to see.
+const ROOT_DEVICE: &str = "root_device";
+
+fn record_root_device(device: Option<&str>) {
+    let Some(device) = device else {
+        return;
+    };
+    log::info(&format!("the image goes to {device}"));
+    if let Err(e) = scratch::set(ROOT_DEVICE, &json!({ "name": device })) {
+        log::warn(&format!("could not record the root device: {e}"));
+    }
 }
 
 /// The image is on the disk: boot from it.

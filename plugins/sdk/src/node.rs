@@ -21,6 +21,24 @@ pub struct Node {
     /// The operator's steps of a manual cleaning, in order (empty: the driver's default).
     #[serde(default)]
     pub clean_steps: Vec<Value>,
+    /// The deploy's image as the engine prepared it (absent outside a deploy, and from
+    /// engines older than this field): what to send the agent.
+    #[serde(default)]
+    pub image: Option<Image>,
+}
+
+/// A deploy's image, made ready by the engine: its checksum resolved, its format read
+/// from its content, a qcow2 served as the raw disk it holds.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Image {
+    /// Where the agent downloads the disk's bytes.
+    pub url: String,
+    /// What `url` serves (`raw`).
+    pub disk_format: String,
+    /// What the operator's file is (`raw` or `qcow2`).
+    pub source_format: String,
+    pub os_hash_algo: String,
+    pub os_hash_value: String,
 }
 
 impl Node {

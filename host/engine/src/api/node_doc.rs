@@ -159,6 +159,7 @@ pub fn new_node(body: &[u8], version: Version, hardware: &Hardware) -> Result<Ne
     if let Some(rc) = new.attrs.get("resource_class").and_then(Value::as_str) {
         check_resource_class(rc)?;
     }
+    check_root_device(&new.properties)?;
     if new.driver.is_empty() {
         return Err(ApiError::bad_request("Mandatory field missing: 'driver'"));
     }
@@ -244,6 +245,7 @@ pub fn write_back(
     if let Some(rc) = body.attrs.get("resource_class").and_then(Value::as_str) {
         check_resource_class(rc)?;
     }
+    check_root_device(&body.properties)?;
     if !body.maintenance {
         body.maintenance_reason = None;
     }
@@ -257,6 +259,14 @@ pub fn write_back(
         .resolve(&body.driver, &given)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(())
+}
+
+/// `properties.root_device` must be hints the agent can read: a typo there would send the
+/// image to the wrong disk or fail the deploy after the machine booted.
+fn check_root_device(properties: &JsonMap) -> Result<(), ApiError> {
+    deployd_wire::root_device::Hints::parse(properties.get("root_device"))
+        .map(|_| ())
+        .map_err(|e| ApiError::bad_request(format!("Invalid root device hints: {e}")))
 }
 
 /// The top-level fields a PATCH names.

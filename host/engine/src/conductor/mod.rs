@@ -121,6 +121,8 @@ pub struct Conductor {
     reservations: Arc<Reservations>,
     /// Where local images are staged for agents to download (none: no local images).
     images: Option<Images>,
+    /// Makes a deploy's image ready (checksum, format, qcow2) before the machine boots.
+    preparer: crate::deploy_image::Preparer,
     /// The [`steps::keep_alive`] task, started with the first step.
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
     settings: Settings,
@@ -140,6 +142,7 @@ impl Conductor {
             registry,
             agents,
             reservations: Arc::default(),
+            preparer: crate::deploy_image::Preparer::new(images.clone()),
             images,
             keep_alive: std::sync::OnceLock::new(),
         })

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{Conductor, ConductorError};
 use crate::driver_host::PluginError;
-use crate::driver_host::capability::bindings::Outcome;
+use crate::driver_host::capability::bindings::{Family, Outcome};
 use crate::driver_host::capability::bmc;
 use crate::driver_host::sandbox::{Export, Reply};
 use crate::node::Node;
@@ -71,10 +71,15 @@ impl Conductor {
                 self.cleaned(node)?;
             }
             Step::Deploy => {
-                let valid = match self.call(node, Export::Validate).await {
-                    Ok(Reply::Valid(Err(e))) => Err(format!("Failed to validate node {node}: {e}")),
-                    Err(e) => Err(e.to_string()),
-                    Ok(_) => Ok(()),
+                let valid = match self.prepare_image(node).await {
+                    Err(e) => Err(format!("Failed to prepare the image of node {node}: {e}")),
+                    Ok(()) => match self.call(node, Export::Validate).await {
+                        Ok(Reply::Valid(Err(e))) => {
+                            Err(format!("Failed to validate node {node}: {e}"))
+                        }
+                        Err(e) => Err(e.to_string()),
+                        Ok(_) => Ok(()),
+                    },
                 };
                 let outcome = match valid {
                     Ok(()) => self.outcome(node, Export::Deploy).await,
@@ -121,6 +126,39 @@ impl Conductor {
             }
             Step::CleanUp(reason) => self.clean_up(node, reason).await?,
         }
+        Ok(())
+    }
+
+    /// Makes the deploy's image ready for the drivers that write one (see
+    /// [`crate::deploy_image`]) and records it as `driver_internal_info.deploy_image`.
+    async fn prepare_image(&self, node: Uuid) -> Result<(), String> {
+        use crate::deploy_image::DEPLOY_IMAGE;
+        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let writes_image = !matches!(driver.description.family, Family::Fake)
+            && record.body.instance_info.contains_key("image_source");
+        let prepared = match writes_image {
+            true => Some(self.preparer.prepare(&record).await?),
+            false => None,
+        };
+        self.store
+            .update_node(node, |b| {
+                let info = &mut b.driver_internal_info;
+                match &prepared {
+                    Some(p) => {
+                        let image = serde_json::to_value(&p.image).expect("an image serialises");
+                        info.insert(DEPLOY_IMAGE.into(), image);
+                        if let Some(token) = &p.new_token {
+                            info.insert(crate::images::STAGED_TOKEN.into(), token.clone().into());
+                        }
+                    }
+                    None => {
+                        info.remove(DEPLOY_IMAGE);
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 

@@ -782,3 +782,57 @@ async fn allocation_of(s: &Server, node: &str) -> (Value, Value) {
     let n = s.get(&format!("/v1/nodes/{node}")).await.body;
     (n["allocation_uuid"].clone(), n["instance_uuid"].clone())
 }
+
+/// Root device hints are read when they are set, with Ironic's grammar: a hint the agent
+/// could not read is refused at once (400, naming it) and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_device_hints_are_validated_when_set() {
+    let s = start(|_| {}).await;
+    let node = s.node(json!({"driver": "fake-hardware"})).await;
+    let path = format!("/v1/nodes/{node}");
+    let set =
+        |hints: Value| json!([{"op": "add", "path": "/properties/root_device", "value": hints}]);
+    for good in [
+        json!({"size": ">= 100", "rotational": false}),
+        json!({"serial": "s== WD-123", "model": "<in> samsung"}),
+        json!({"name": "<or> /dev/sda <or> /dev/vdb", "hctl": "0:0:0:0"}),
+        json!({"wwn": "0x5000c500", "by_path": "/dev/disk/by-path/pci-0000:00:05.0"}),
+    ] {
+        let answer = s.send(Method::PATCH, &path, set(good.clone())).await;
+        assert_eq!(answer.status, StatusCode::OK, "{good}: {:?}", answer.body);
+        assert_eq!(answer.body["properties"]["root_device"], good);
+    }
+    let kept = s.get(&path).await.body["properties"].clone();
+    for (bad, words) in [
+        (json!({"size": "big"}), "\"size\""),
+        (json!({"size": 0}), "positive"),
+        (
+            json!({"colour": "red"}),
+            "no such root device hint named \"colour\"",
+        ),
+        (json!({"rotational": "maybe"}), "boolean"),
+        (json!({"model": "== x"}), "s=="),
+        (json!("sda"), "object"),
+    ] {
+        let answer = s.send(Method::PATCH, &path, set(bad.clone())).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}");
+        let fault = answer.fault();
+        assert!(
+            fault.contains("Invalid root device hints") && fault.contains(words),
+            "{bad}: {fault}"
+        );
+        assert_eq!(
+            s.get(&path).await.body["properties"],
+            kept,
+            "{bad} changed the node"
+        );
+    }
+    let created = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "fake-hardware", "properties": {"root_device": {"size": "x"}}}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::BAD_REQUEST);
+}

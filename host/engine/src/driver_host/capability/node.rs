@@ -23,6 +23,9 @@ struct NodeView<'a> {
     /// The operator's steps of a manual cleaning (absent: the driver's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     clean_steps: Option<&'a Value>,
+    /// The deploy's image as the engine prepared it (see [`crate::deploy_image`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<&'a Value>,
 }
 const MAX_KEY: usize = 128;
 const MAX_VALUE: usize = 64 << 10;
@@ -41,6 +44,9 @@ impl Host for HostState {
             properties: &b.properties,
             provision_state: node.provision.state,
             clean_steps: b.driver_internal_info.get(crate::node::CLEAN_STEPS),
+            image: b
+                .driver_internal_info
+                .get(crate::deploy_image::DEPLOY_IMAGE),
         };
         Ok(serde_json::to_string(&view).expect("a node serialises"))
     }

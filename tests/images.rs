@@ -1,0 +1,275 @@
+//! Images as operators have them, end to end over real processes: qcow2 files made by
+//! the real `qemu-img`, checksums given as a distribution's SHA256SUMS url, and images
+//! that cannot be deployed failing before any machine boots, naming why.
+
+use deployd_test_support::processes as support;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::{Engine, Lab, call, make_available_without_cleaning, provision, wait_node};
+
+fn engine(dir: &Path) -> Engine {
+    let allowed = format!("--file-url-allowed-path={}", dir.display());
+    Engine::start(
+        &dir.join("data"),
+        &[
+            "--check-provision-state-interval",
+            "1",
+            "--ramdisk-heartbeat-timeout",
+            "1",
+            &allowed,
+        ],
+    )
+}
+
+fn qemu_img(args: &[&str]) {
+    let out = Command::new("qemu-img")
+        .args(args)
+        .output()
+        .expect("qemu-img");
+    assert!(
+        out.status.success(),
+        "qemu-img {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A raw disk of 4 MiB of data, 16 MiB of zeros, 2 MiB of data (a filesystem with free
+/// space, as images have).
+fn raw_disk(path: &Path) -> Vec<u8> {
+    let data = noise(4 << 20, 1);
+    let mut disk = data.clone();
+    disk.extend(vec![0u8; 16 << 20]);
+    disk.extend(noise(2 << 20, 2));
+    std::fs::write(path, &disk).unwrap();
+    disk
+}
+
+fn noise(bytes: usize, seed: u64) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ seed;
+    (0..bytes)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Enrolls a lab machine with `driver` and walks it to available (no cleaning: its
+/// ramdisk must not have booted before the deploy under test).
+fn enroll(url: &str, machine: &Value, driver: &str) -> String {
+    let (status, node) = call(
+        "POST",
+        &format!("{url}/v1/nodes"),
+        Some(json!({
+            "name": machine["name"],
+            "driver": driver,
+            "driver_info": {
+                "redfish_address": machine["redfish_address"],
+                "redfish_system_id": machine["redfish_system_id"],
+            },
+        })),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let port = json!({"node_uuid": uuid, "address": machine["mac"]});
+    let (status, port) = call("POST", &format!("{url}/v1/ports"), Some(port));
+    assert_eq!(status, 201, "{port}");
+    make_available_without_cleaning(url, &uuid);
+    uuid
+}
+
+fn set_instance_info(url: &str, node: &str, info: Value) {
+    let (status, body) = call(
+        "PATCH",
+        &format!("{url}/v1/nodes/{node}"),
+        Some(json!([{"op": "add", "path": "/instance_info", "value": info}])),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+fn state(n: &Value) -> &str {
+    n["provision_state"].as_str().unwrap_or("?")
+}
+
+#[test]
+fn qcow2_images_deploy_as_their_raw_disks_in_both_families_without_writing_their_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let lab = Lab::start_with(&dir.path().join("lab"), 2, &engine.url, &[]);
+    let raw = raw_disk(&dir.path().join("os.raw"));
+    let (plain, packed) = (dir.path().join("os.qcow2"), dir.path().join("os-c.qcow2"));
+    let raw_path = dir.path().join("os.raw").display().to_string();
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        &raw_path,
+        &plain.display().to_string(),
+    ]);
+    qemu_img(&[
+        "convert",
+        "-c",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        &raw_path,
+        &packed.display().to_string(),
+    ]);
+    // The checksums as a distribution publishes them, served by the engine's images
+    // directory; instance_info names the file, not a digest.
+    let sums = format!(
+        "{}  os.qcow2\n{}  os-c.qcow2\n",
+        sha256(&std::fs::read(&plain).unwrap()),
+        sha256(&std::fs::read(&packed).unwrap())
+    );
+    std::fs::write(dir.path().join("data/images/SHA256SUMS"), sums).unwrap();
+    let checksum_url = format!("{}/images/SHA256SUMS", engine.url);
+    let nodes = [
+        (
+            enroll(&engine.url, &lab.machines[0], "agent_redfish"),
+            &plain,
+        ),
+        (
+            enroll(&engine.url, &lab.machines[1], "pxe_redfish"),
+            &packed,
+        ),
+    ];
+    for (node, image) in &nodes {
+        let source = image.display().to_string();
+        set_instance_info(
+            &engine.url,
+            node,
+            json!({"image_source": source, "image_checksum": checksum_url}),
+        );
+        provision(&engine.url, node, "active");
+    }
+    for ((node, _), machine) in nodes.iter().zip(&lab.machines) {
+        let n = wait_node(&engine.url, node, 90, |n| {
+            matches!(state(n), "active" | "deploy failed")
+        });
+        assert_eq!(
+            state(&n),
+            "active",
+            "{}\n{}",
+            n["last_error"],
+            engine.log_text()
+        );
+        let prepared = &n["driver_internal_info"]["deploy_image"];
+        assert_eq!(prepared["source_format"], "qcow2", "{prepared}");
+        assert_eq!(prepared["disk_format"], "raw");
+        assert_eq!(prepared["os_hash_value"], sha256(&raw));
+        assert_eq!(prepared["size"], raw.len());
+        let disk = Path::new(machine["disk"].as_str().unwrap());
+        let written = std::fs::read(disk).unwrap();
+        assert!(written == raw, "{} holds the raw disk", machine["name"]);
+        // The 16 MiB of zeros were punched, not written: the disk file is sparse.
+        let allocated = std::fs::metadata(disk).unwrap().blocks() * 512;
+        assert!(
+            allocated <= (raw.len() as u64) - (15 << 20),
+            "{allocated} bytes allocated for a {} byte image with 16 MiB of zeros",
+            raw.len()
+        );
+    }
+}
+
+#[test]
+fn images_that_cannot_be_deployed_fail_before_the_machine_boots_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name).display().to_string();
+    let engine = engine(dir.path());
+    let lab = Lab::start_with(&dir.path().join("lab"), 1, &engine.url, &[]);
+    raw_disk(&dir.path().join("os.raw"));
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        &d("os.raw"),
+        &d("os.qcow2"),
+    ]);
+    qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-b",
+        &d("os.qcow2"),
+        "-F",
+        "qcow2",
+        &d("overlay.qcow2"),
+    ]);
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "vmdk",
+        &d("os.raw"),
+        &d("os.vmdk"),
+    ]);
+    let qcow2 = std::fs::read(d("os.qcow2")).unwrap();
+    std::fs::write(d("cut.qcow2"), &qcow2[..qcow2.len() / 2]).unwrap();
+    let sum = |name: &str| sha256(&std::fs::read(d(name)).unwrap());
+    let sums = format!(
+        "{}  os.qcow2\n{}  wrong.qcow2\n",
+        sum("os.qcow2"),
+        "0".repeat(64)
+    );
+    std::fs::write(dir.path().join("data/images/SHA256SUMS"), sums).unwrap();
+    std::fs::copy(d("os.qcow2"), d("wrong.qcow2")).unwrap();
+    let sums_url = format!("{}/images/SHA256SUMS", engine.url);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish");
+    let with =
+        |name: &str, checksum: &str| json!({"image_source": d(name), "image_checksum": checksum});
+    let (zeros, wrong) = ("0".repeat(64), sum("wrong.qcow2"));
+    let cases = [
+        (
+            with("overlay.qcow2", &sum("overlay.qcow2")),
+            vec!["backing file"],
+        ),
+        (with("cut.qcow2", &sum("cut.qcow2")), vec!["truncated"]),
+        (with("os.vmdk", &sum("os.vmdk")), vec!["vmdk"]),
+        (
+            with("os.raw", "098f6bcd4621d373cade4e832627b4f6"),
+            vec!["MD5", "allow_md5_checksum"],
+        ),
+        (
+            with("wrong.qcow2", &sums_url),
+            vec!["mismatch", &zeros, &wrong],
+        ),
+        (with("os.raw", &sums_url), vec!["no line for \"os.raw\""]),
+        (
+            json!({"image_source": d("os.qcow2"), "image_checksum": sum("os.qcow2"),
+                   "image_disk_format": "raw"}),
+            vec!["image_disk_format is \"raw\" but the image is qcow2"],
+        ),
+    ];
+    for (info, expected) in cases {
+        set_instance_info(&engine.url, &node, info.clone());
+        provision(&engine.url, &node, "active");
+        let n = wait_node(&engine.url, &node, 30, |n| {
+            matches!(state(n), "active" | "deploy failed")
+        });
+        assert_eq!(state(&n), "deploy failed", "{info}");
+        let error = n["last_error"].as_str().unwrap_or_default();
+        for part in expected {
+            assert!(error.contains(part), "{info}: {error:?} lacks {part:?}");
+        }
+        let machine = lab.machine(lab.machines[0]["name"].as_str().unwrap());
+        assert_eq!(machine["agent_boots"], 0, "{info}: the machine booted");
+    }
+}
