@@ -273,3 +273,218 @@ fn images_that_cannot_be_deployed_fail_before_the_machine_boots_naming_why() {
         assert_eq!(machine["agent_boots"], 0, "{info}: the machine booted");
     }
 }
+
+/// A whole-disk image of `mib` MiB with a `label` (gpt or msdos) table made by the real
+/// parted, and data in its partition.
+fn partitioned(path: &Path, label: &str, mib: usize) -> Vec<u8> {
+    let mut disk = vec![0u8; mib << 20];
+    disk[1 << 20..(1 << 20) + (2 << 20)].copy_from_slice(&noise(2 << 20, 7));
+    std::fs::write(path, &disk).unwrap();
+    let out = Command::new("parted")
+        .arg("-s")
+        .arg(path)
+        .args(["mklabel", label, "mkpart", "primary", "ext4", "1MiB"])
+        .arg(format!("{}MiB", mib - 1))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(path).unwrap()
+}
+
+/// `(start, size)` in bytes of partition `number` of `disk`, as the real parted reads
+/// the table; it must read it without a complaint.
+fn partition(disk: &Path, number: u32) -> (u64, u64) {
+    let out = Command::new("parted")
+        .args(["-s", "-m"])
+        .arg(disk)
+        .args(["unit", "B", "print"])
+        .output()
+        .unwrap();
+    let complaints = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && complaints.trim().is_empty(),
+        "{complaints}"
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{number}:")))
+        .unwrap_or_else(|| panic!("no partition {number} in {table}"));
+    let field = |i: usize| {
+        line.split(':')
+            .nth(i)
+            .unwrap()
+            .trim_end_matches('B')
+            .parse()
+            .unwrap()
+    };
+    (field(1), field(3))
+}
+
+/// The config drive on partition 2 of `disk` as Debian's cloud-init reads it: its label
+/// (util-linux's blkid), its files (xorriso, as the kernel would mount them) and then
+/// cloud-init's own ConfigDriveReader (`read_v2`). Returns what cloud-init read.
+fn read_config_drive(dir: &Path, disk: &Path) -> Value {
+    let (start, size) = partition(disk, 2);
+    let bytes = std::fs::read(disk).unwrap();
+    let iso = dir.join("read-back.iso");
+    std::fs::write(&iso, &bytes[start as usize..(start + size) as usize]).unwrap();
+    let label = Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "LABEL"])
+        .arg(&iso)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&label.stdout).trim(), "config-2");
+    let files = dir.join("read-back");
+    let _ = std::fs::remove_dir_all(&files);
+    let out = Command::new("xorriso")
+        .args(["-osirrox", "on", "-indev"])
+        .arg(&iso)
+        .arg("-extract")
+        .arg("/")
+        .arg(&files)
+        .output()
+        .expect("xorriso (Debian's: .ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = "import json, sys\n\
+        from cloudinit.sources.helpers import openstack\n\
+        r = openstack.ConfigDriveReader(sys.argv[1]).read_v2()\n\
+        ud = r.get('userdata')\n\
+        print(json.dumps({'metadata': r['metadata'], 'userdata': ud.decode() if isinstance(ud, bytes) else ud, 'networkdata': r.get('networkdata')}))";
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&files)
+        .output()
+        .expect("Debian's python3 with cloud-init (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn config_drives_go_after_the_image_on_gpt_and_mbr_disks_where_cloud_init_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name);
+    let engine = engine(dir.path());
+    let lab = Lab::start_with(
+        &d("lab"),
+        2,
+        &engine.url,
+        &["--disk-size", &(128u64 << 20).to_string()],
+    );
+    let gpt = partitioned(&d("gpt.img"), "gpt", 16);
+    let mbr = partitioned(&d("mbr.img"), "msdos", 16);
+    // The dict form: the engine builds the ISO.
+    let dict = json!({
+        "meta_data": {"hostname": "web-1", "public_keys": {"default": "ssh-ed25519 AAAAC3 test@deployd"}},
+        "network_data": {"links": [], "networks": [], "services": []},
+        "user_data": "#cloud-config\nruncmd: [echo hi]\n",
+    });
+    // The string form: an ISO made by the real xorriso, gzipped and base64-encoded.
+    let tree = d("drive/openstack/latest");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(
+        tree.join("meta_data.json"),
+        r#"{"uuid": "u-1", "hostname": "db-1"}"#,
+    )
+    .unwrap();
+    let out = Command::new("xorriso")
+        .args(["-as", "mkisofs", "-J", "-r", "-V", "config-2", "-o"])
+        .arg(d("given.iso"))
+        .arg(d("drive"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gz = Command::new("gzip")
+        .arg("-c")
+        .arg(d("given.iso"))
+        .output()
+        .unwrap()
+        .stdout;
+    let text = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(gz)
+    };
+    let cases = [
+        ("gpt.img", &gpt, json!(dict)),
+        ("mbr.img", &mbr, json!(text)),
+    ];
+    let mut nodes = Vec::new();
+    for ((image, _, drive), machine) in cases.iter().zip(&lab.machines) {
+        let node = enroll(&engine.url, machine, "agent_redfish");
+        let source = d(image).display().to_string();
+        let sum = sha256(&std::fs::read(&source).unwrap());
+        set_instance_info(
+            &engine.url,
+            &node,
+            json!({"image_source": source, "image_checksum": sum}),
+        );
+        let (status, body) = call(
+            "PUT",
+            &format!("{}/v1/nodes/{node}/states/provision", engine.url),
+            Some(json!({"target": "active", "configdrive": drive})),
+        );
+        assert_eq!(status, 202, "{body}");
+        nodes.push(node);
+    }
+    let expected = [("web-1", true), ("db-1", false)];
+    for (((node, machine), (image, written, _)), (hostname, keyed)) in
+        nodes.iter().zip(&lab.machines).zip(&cases).zip(expected)
+    {
+        let n = wait_node(&engine.url, node, 90, |n| {
+            matches!(state(n), "active" | "deploy failed")
+        });
+        assert_eq!(
+            state(&n),
+            "active",
+            "{image}: {}\n{}",
+            n["last_error"],
+            engine.log_text()
+        );
+        let disk = Path::new(machine["disk"].as_str().unwrap());
+        let on_disk = std::fs::read(disk).unwrap();
+        // The image's partition is as written; the drive is past it, at the disk's end.
+        let (start, size) = partition(disk, 1);
+        assert!(
+            on_disk[start as usize..(start + size) as usize]
+                == written[start as usize..(start + size) as usize]
+        );
+        let (drive_start, drive_size) = partition(disk, 2);
+        assert!(
+            drive_start + drive_size > (127 << 20),
+            "{image}: at the end"
+        );
+        let read = read_config_drive(dir.path(), disk);
+        assert_eq!(read["metadata"]["hostname"], hostname, "{image}: {read}");
+        if keyed {
+            assert_eq!(
+                read["metadata"]["public_keys"]["default"],
+                "ssh-ed25519 AAAAC3 test@deployd"
+            );
+            assert!(
+                read["userdata"].as_str().unwrap().contains("runcmd"),
+                "{read}"
+            );
+            assert_eq!(
+                read["metadata"]["uuid"],
+                node.as_str(),
+                "the instance id defaults to the node"
+            );
+        }
+    }
+}

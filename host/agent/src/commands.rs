@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use super::{clean, disk};
+use super::{clean, config_drive, disk};
 pub use deployd_wire::agent::{CommandResult, CommandStatus, Progress};
 
 /// The disk images are written to: given, or chosen at start and again at each lookup by
@@ -373,16 +373,37 @@ impl CommandApi {
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_owned();
+        let configdrive = match params.get("configdrive") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(other) => {
+                return Err(AgentError::InvalidParams(format!(
+                    "configdrive must be a url or base64 text, not {other}"
+                )));
+            }
+        };
         let (me, id) = (self.clone(), id.to_owned());
         me.written.store(0, Ordering::SeqCst);
         me.total.store(0, Ordering::SeqCst);
         let task = tokio::spawn(async move {
-            let outcome = me.write_image(&url, &algo, &expected).await.map(|done| {
-                json!({
+            let written = me.write_image(&url, &algo, &expected).await;
+            let outcome = match (written, &configdrive) {
+                (Ok(done), Some(drive)) => {
+                    me.write_config_drive(drive).await.map(|p| (done, Some(p)))
+                }
+                (Ok(done), None) => Ok((done, None)),
+                (Err(e), _) => Err(e),
+            };
+            let outcome = outcome.map(|(done, placed)| {
+                let mut result = json!({
                     "result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path().display()),
                     "bytes_written": done.written,
                     "bytes_zeroed": done.zeroed,
-                })
+                });
+                if let Some(p) = placed {
+                    result["configdrive"] = json!({"partition": p.number, "start": p.start, "bytes": p.bytes, "table": p.table});
+                }
+                result
             });
             me.finish(&id, outcome);
         });
@@ -427,6 +448,21 @@ impl CommandApi {
             ));
         }
         Ok(done)
+    }
+
+    /// Downloads the config drive and writes it to a new partition at the end of the disk.
+    async fn write_config_drive(&self, given: &str) -> Result<config_drive::Placed, String> {
+        let iso = config_drive::fetch(&self.http, given).await?;
+        let disk = self.disk.chosen()?;
+        let placed = tokio::task::spawn_blocking(move || config_drive::write(&disk, &iso))
+            .await
+            .map_err(|e| format!("writing the config drive: {e}"))??;
+        tracing::info!(
+            partition = placed.number,
+            table = placed.table,
+            "config drive written"
+        );
+        Ok(placed)
     }
 
     /// One download attempt from the disk's current offset.

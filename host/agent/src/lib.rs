@@ -12,6 +12,7 @@
 
 pub mod clean;
 pub mod commands;
+pub mod config_drive;
 pub mod disk;
 pub mod root_disk;
 pub mod runner;

@@ -39,6 +39,10 @@ struct Served {
 pub fn router(images: Images, store: Arc<Store>) -> Router {
     let staged_routes = Router::new()
         .route("/images/staged/{node}/{token}", get(staged).head(staged))
+        .route(
+            "/images/staged/{node}/{token}/configdrive",
+            get(config_drive),
+        )
         .with_state(Arc::new(Served {
             images: images.clone(),
             store,
@@ -95,9 +99,24 @@ async fn staged(
     }
 }
 
-/// The file a staging url may serve now, if any, and whether it is a qcow2 to serve as
-/// its raw disk.
-fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, bool)> {
+/// A deploy's config drive, as Ironic serves one: base64 text of the gzipped image.
+async fn config_drive(
+    State(served): State<Arc<Served>>,
+    Path((node, token)): Path<(String, String)>,
+) -> Response {
+    use crate::config_drive::ConfigDrive;
+    let Some(node) = staged_node(&served, &node, &token) else {
+        return not_found();
+    };
+    match served.store.config_drive(node.uuid()) {
+        Ok(Some(ConfigDrive::Image(gz))) => ConfigDrive::served_text(&gz).into_response(),
+        _ => not_found(),
+    }
+}
+
+/// The node a staging url names, if that url may be served now: the node is in its
+/// deploy flow, and the token is that deploy's.
+fn staged_node(served: &Served, node: &str, token: &str) -> Option<crate::node::Node> {
     let node = served.store.node(Uuid::parse_str(node).ok()?).ok()?;
     if !matches!(
         node.state(),
@@ -110,6 +129,13 @@ fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, boo
     if !same_secret(staged, token) {
         return None;
     }
+    Some(node)
+}
+
+/// The file a staging url may serve now, if any, and whether it is a qcow2 to serve as
+/// its raw disk.
+fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, bool)> {
+    let node = staged_node(served, node, token)?;
     crate::deploy_image::served_file(&served.images, &node)
 }
 

@@ -15,6 +15,7 @@
 //!   (`driver_host::capability`, one module per host interface).
 //! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
 //! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
+//! - [`config_drive`]: a deploy's config drive, built from a dict or taken as given.
 //! - [`deploy_image`]: a deploy's image made ready before the machine boots: its checksum
 //!   resolved, its format read from its content, a qcow2 served as its raw disk.
 //! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
@@ -37,6 +38,7 @@ pub mod boot_server;
 pub mod clock;
 pub mod conductor;
 pub mod config;
+pub mod config_drive;
 pub mod deploy_image;
 pub mod driver_host;
 pub mod engine;

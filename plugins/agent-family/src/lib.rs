@@ -47,6 +47,8 @@ struct Image {
     /// What `url` serves, when known (ironic-python-agent guesses from the content
     /// otherwise, so an unknown format is not sent as "raw").
     disk_format: Option<String>,
+    /// The config drive's url, for the agent to write after the image.
+    configdrive: Option<String>,
 }
 
 fn image(node: &Node) -> Result<Image, String> {
@@ -61,6 +63,7 @@ fn image(node: &Node) -> Result<Image, String> {
             algo: prepared.os_hash_algo.clone(),
             hash: prepared.os_hash_value.clone(),
             disk_format: Some(prepared.disk_format.clone()),
+            configdrive: prepared.configdrive.clone(),
         });
     }
     let url = node.instance("image_url").unwrap_or(source).to_owned();
@@ -96,6 +99,7 @@ fn image(node: &Node) -> Result<Image, String> {
         algo,
         hash,
         disk_format: node.instance("image_disk_format").map(str::to_owned),
+        configdrive: None,
     })
 }
 
@@ -392,11 +396,13 @@ fn agent_step() -> Result<Outcome, String> {
     if let Some(format) = &image.disk_format {
         info["disk_format"] = json!(format);
     }
-    let command = agent::run(
-        "standby.prepare_image",
-        &json!({ "image_info": info }),
-        false,
-    )?;
+    // As Ironic: the config drive goes with the image, and the agent writes it to a
+    // partition at the end of the disk once the image is on it.
+    let mut params = json!({ "image_info": info });
+    if let Some(url) = &image.configdrive {
+        params["configdrive"] = json!(url);
+    }
+    let command = agent::run("standby.prepare_image", &params, false)?;
     if !command.is_running() && !command.succeeded() {
         return Ok(Outcome::Fail(format!(
             "the agent refused to write the image: {}",

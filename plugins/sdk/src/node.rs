@@ -39,6 +39,9 @@ pub struct Image {
     pub source_format: String,
     pub os_hash_algo: String,
     pub os_hash_value: String,
+    /// Where the agent downloads the deploy's config drive, if it has one.
+    #[serde(default)]
+    pub configdrive: Option<String>,
 }
 
 impl Node {

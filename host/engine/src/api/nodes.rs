@@ -36,7 +36,13 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/nodes/detail", get(node_list::detail))
         .route("/v1/nodes/{ident}", get(show).patch(update).delete(remove))
         .route("/v1/nodes/{ident}/states", get(states))
-        .route("/v1/nodes/{ident}/states/provision", put(provision))
+        // A config drive may be 64 MiB of base64: this body may be that and a little.
+        .route(
+            "/v1/nodes/{ident}/states/provision",
+            put(provision).layer(axum::extract::DefaultBodyLimit::max(
+                crate::config_drive::MAX_BYTES + (1 << 20),
+            )),
+        )
         .route("/v1/nodes/{ident}/states/power", put(power))
         .route("/v1/nodes/{ident}/validate", get(validate))
 }
@@ -394,14 +400,20 @@ async fn provision(
     let request: ProvisionRequest = parse(&body)?;
     request.check_parameters(version)?;
     let node = find(&app, &ident)?;
-    // No driver of deployd writes a config drive yet: a deploy without the instance's
-    // hostname, keys and network data is refused, never run with them dropped.
-    if request.configdrive.is_some() {
-        return Err(ApiError::bad_request(format!(
-            "Node {} cannot be deployed with a config drive: no deployd driver writes one yet, so the deploy is refused rather than run without it.",
-            node.uuid()
-        )));
-    }
+    let config_drive = match request.configdrive.clone() {
+        // Building an ISO is CPU work: off the runtime's workers.
+        Some(given) => {
+            let uuid = node.uuid();
+            let built = tokio::task::spawn_blocking(move || {
+                crate::config_drive::ConfigDrive::from_request(&given, uuid)
+            });
+            let built = built
+                .await
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            Some(built.map_err(|e| ApiError::bad_request(format!("Invalid configdrive: {e}")))?)
+        }
+        None => None,
+    };
     let illegal = || {
         ApiError::bad_request(format!(
             "The requested action \"{}\" can not be performed on node \"{}\" while it is in state \"{}\".",
@@ -463,7 +475,11 @@ async fn provision(
     };
     let started = match clean_steps {
         Some(steps) => app.conductor.clean(node.uuid(), steps).await,
-        None => app.conductor.provision(node.uuid(), verb).await,
+        None => {
+            app.conductor
+                .provision_with(node.uuid(), verb, config_drive)
+                .await
+        }
     };
     started.map_err(|e| match e {
         crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(

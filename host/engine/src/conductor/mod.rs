@@ -29,6 +29,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::agent_sessions::AgentSessions;
+use crate::config_drive::ConfigDrive;
 use crate::driver_host::capability::bmc::{self, PowerAction};
 use crate::driver_host::sandbox::{Export, Reply};
 use crate::driver_host::{LoadedDriver, PluginError, Registry};
@@ -190,6 +191,18 @@ impl Conductor {
     /// Starts an operator action. The first transition happens before this returns (so an
     /// illegal one is refused synchronously); the driver work runs in the background.
     pub async fn provision(self: &Arc<Self>, node: Uuid, verb: Verb) -> Result<(), ConductorError> {
+        self.provision_with(node, verb, None).await
+    }
+
+    /// [`Conductor::provision`] with the deploy's config drive (deploy and rebuild only):
+    /// kept for the deploy, replacing the last one. A deploy without one drops the last
+    /// one; a rebuild without one keeps it, as Ironic does.
+    pub async fn provision_with(
+        self: &Arc<Self>,
+        node: Uuid,
+        verb: Verb,
+        config_drive: Option<ConfigDrive>,
+    ) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, verb.operation()).await?;
         let current = self.store.node(node)?;
         let state = current.state();
@@ -213,13 +226,28 @@ impl Conductor {
                 } else {
                     Event::Rebuild
                 };
+                state
+                    .next(event)
+                    .map_err(|source| StoreError::IllegalTransition { node, source })?;
+                match (&config_drive, event) {
+                    (Some(drive), _) => {
+                        self.check_config_drive_writer(&current)?;
+                        self.store.set_config_drive(node, Some(drive))?;
+                    }
+                    (None, Event::Rebuild) => {}
+                    (None, _) => self.store.set_config_drive(node, None)?,
+                }
                 self.start_flow(claim, &current, event, Step::Deploy)?;
             }
             // Cleaning boots the ramdisk again, so it is a flow of its own too.
             Verb::Undeploy if self.cleans(&current.body) => {
-                self.start_cleaning(claim, &current, Event::Delete, Vec::new())?
+                self.start_cleaning(claim, &current, Event::Delete, Vec::new())?;
+                self.store.set_config_drive(node, None)?;
             }
-            Verb::Undeploy => self.start_flow(claim, &current, Event::Delete, Step::Release)?,
+            Verb::Undeploy => {
+                self.start_flow(claim, &current, Event::Delete, Step::Release)?;
+                self.store.set_config_drive(node, None)?;
+            }
             Verb::Clean => self.start_cleaning(claim, &current, Event::Clean, Vec::new())?,
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
@@ -370,6 +398,24 @@ impl Conductor {
         }
         self.spawn(claim?, Step::Heartbeat(touched));
         Ok(())
+    }
+
+    /// Only drivers whose agent writes the image write a config drive (after it, on a
+    /// partition at the end of the disk); any other is refused rather than deployed
+    /// without the instance's hostname, keys and network.
+    fn check_config_drive_writer(&self, node: &Node) -> Result<(), ConductorError> {
+        use crate::driver_host::capability::bindings::Family;
+        let driver = self
+            .driver_for(node)
+            .map_err(|e| ConductorError::Invalid(e.to_string()))?;
+        match driver.description.family {
+            Family::Agent => Ok(()),
+            _ => Err(ConductorError::Invalid(format!(
+                "Node {} cannot be deployed with a config drive: its driver {} does not write one (the agent_* drivers do), so the deploy is refused rather than run without it.",
+                node.uuid(),
+                driver.description.name
+            ))),
+        }
     }
 
     /// Makes a local `image_source` downloadable for this deploy (see [`crate::images`]),

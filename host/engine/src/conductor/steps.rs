@@ -130,17 +130,44 @@ impl Conductor {
     }
 
     /// Makes the deploy's image ready for the drivers that write one (see
-    /// [`crate::deploy_image`]) and records it as `driver_internal_info.deploy_image`.
+    /// [`crate::deploy_image`]) and records it as `driver_internal_info.deploy_image`,
+    /// with the url its config drive is served at, if it has one.
     async fn prepare_image(&self, node: Uuid) -> Result<(), String> {
+        use crate::config_drive::ConfigDrive;
         use crate::deploy_image::DEPLOY_IMAGE;
+        use crate::images::{Images, STAGED_TOKEN};
         let record = self.store.node(node).map_err(|e| e.to_string())?;
         let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
         let writes_image = !matches!(driver.description.family, Family::Fake)
             && record.body.instance_info.contains_key("image_source");
-        let prepared = match writes_image {
+        let mut prepared = match writes_image {
             true => Some(self.preparer.prepare(&record).await?),
             false => None,
         };
+        let drive = self.store.config_drive(node).map_err(|e| e.to_string())?;
+        if let (Some(p), Some(drive)) = (&mut prepared, drive) {
+            p.image.configdrive = Some(match drive {
+                ConfigDrive::Url(url) => url,
+                // Served beside the staged image, under the same token.
+                ConfigDrive::Image(_) => {
+                    let images = self
+                        .images
+                        .as_ref()
+                        .ok_or("serving a config drive needs the engine's image server")?;
+                    let held = record.body.driver_internal_info.get(STAGED_TOKEN);
+                    let token = match (held.and_then(serde_json::Value::as_str), &p.new_token) {
+                        (_, Some(t)) => t.clone(),
+                        (Some(t), None) => t.to_owned(),
+                        (None, None) => {
+                            let t = Images::new_token();
+                            p.new_token = Some(t.clone());
+                            t
+                        }
+                    };
+                    format!("{}/configdrive", images.staged_url(node, &token))
+                }
+            });
+        }
         self.store
             .update_node(node, |b| {
                 let info = &mut b.driver_internal_info;
@@ -149,7 +176,7 @@ impl Conductor {
                         let image = serde_json::to_value(&p.image).expect("an image serialises");
                         info.insert(DEPLOY_IMAGE.into(), image);
                         if let Some(token) = &p.new_token {
-                            info.insert(crate::images::STAGED_TOKEN.into(), token.clone().into());
+                            info.insert(STAGED_TOKEN.into(), token.clone().into());
                         }
                     }
                     None => {

@@ -47,6 +47,10 @@ pub struct Prepared {
     /// The image was downloaded into the engine's cache (a qcow2 from a url).
     #[serde(default)]
     pub cached: bool,
+    /// Where the agent downloads the deploy's config drive, if it has one (see
+    /// [`crate::config_drive`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configdrive: Option<String>,
 }
 
 impl Prepared {
@@ -114,6 +118,7 @@ impl Preparer {
             os_hash_value: e.value,
             size: None,
             cached: false,
+            configdrive: None,
         };
         let done = |image| Preparation {
             image,
@@ -268,6 +273,7 @@ fn qcow2_view(path: &Path) -> Result<Prepared, String> {
         os_hash_value: digest,
         size: Some(view.size()),
         cached: false,
+        configdrive: None,
     })
 }
 

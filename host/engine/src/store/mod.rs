@@ -11,6 +11,7 @@
 //! | `port_names` | port name              | port uuid (rebuilt at open; see `ports`)|
 //! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |
 //! | `deadlines`  | deadline ‖ node uuid   | (empty)                                |
+//! | `config_drives` | node uuid           | the deploy's config drive (`config_drives`) |
 //!
 //! A node is one value: its fixed-size provision record (state, target, clock, deadline;
 //! see `record`), then its body as JSON. Every write to a node is one insert of that value,
@@ -27,6 +28,7 @@
 //! much of the touches, and a node can come back at most `flush_every_ms` older than it
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
+mod config_drives;
 pub mod documents;
 mod expiry;
 pub mod history;
@@ -164,6 +166,7 @@ pub struct Store {
     port_names: sled::Tree,
     node_ports: sled::Tree,
     deadlines: sled::Tree,
+    config_drives: sled::Tree,
     /// Chassis, port groups, allocations and the other stored-only resources.
     pub docs: documents::Documents,
     /// Each node's provision state changes, for `/v1/nodes/{node}/history`.
@@ -195,6 +198,7 @@ impl Store {
             port_names: tree("port_names")?,
             node_ports: tree("node_ports")?,
             deadlines: tree("deadlines")?,
+            config_drives: tree("config_drives")?,
             docs: documents::Documents::open(&db)?,
             history: history::History::open(&db, config.node_history)?,
             db,
@@ -470,6 +474,7 @@ impl Store {
             },
         )?;
         self.history.forget(uuid)?;
+        self.config_drives.remove(uuid.as_bytes())?;
         self.flush()
     }
 

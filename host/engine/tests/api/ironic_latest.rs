@@ -756,7 +756,7 @@ async fn manage_verifies_power_and_management_not_the_image() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_drive_or_rescue_password_is_refused_never_dropped() {
+async fn a_config_drive_a_driver_cannot_write_or_a_malformed_one_is_refused_never_dropped() {
     let s = start(|_| {}).await;
     let node = s.test_driver_node("", "wait").await;
     let path = format!("/v1/nodes/{node}/states/provision");
@@ -771,9 +771,27 @@ async fn a_config_drive_or_rescue_password_is_refused_never_dropped() {
     let (status, fault) = put("1.56", json!({"target": "active", "configdrive": drive})).await;
     assert_eq!(status, 400);
     assert!(
-        fault.contains("config drive") && fault.contains("refused"),
+        fault.contains("config drive") && fault.contains("does not write one"),
         "{fault}"
     );
+    // Malformed drives are refused whatever the driver, before anything is kept.
+    for (bad, words) in [
+        (json!("not base64!"), "neither a url nor base64"),
+        (json!("QUJD"), "not of a gzipped image"),
+        (json!("A".repeat((64 << 20) + 4)), "more than"),
+        (
+            json!({"meta_data": {}, "user": "x"}),
+            "unknown key \"user\"",
+        ),
+        (json!({"network_data": [1]}), "network_data must be a dict"),
+    ] {
+        let (status, fault) = put("1.56", json!({"target": "active", "configdrive": bad})).await;
+        assert_eq!(status, 400, "{fault}");
+        assert!(
+            fault.contains("Invalid configdrive") && fault.contains(words),
+            "{fault}"
+        );
+    }
     let (status, _) = put("1.55", json!({"target": "active", "configdrive": drive})).await;
     assert_eq!(status, 406, "the dict form came with 1.56");
     let (status, _) = put("1.34", json!({"target": "rebuild", "configdrive": "H4sI"})).await;

@@ -1,0 +1,28 @@
+//! Each deploy's config drive, apart from the node's record: up to 64 MiB that only the
+//! agent's download reads, where the record is read by every heartbeat.
+
+use uuid::Uuid;
+
+use super::{Store, StoreError};
+use crate::config_drive::ConfigDrive;
+
+impl Store {
+    /// Keeps (`Some`) or drops (`None`) a node's config drive, durably.
+    pub fn set_config_drive(
+        &self,
+        node: Uuid,
+        drive: Option<&ConfigDrive>,
+    ) -> Result<(), StoreError> {
+        match drive {
+            Some(d) => self.config_drives.insert(node.as_bytes(), d.to_bytes())?,
+            None => self.config_drives.remove(node.as_bytes())?,
+        };
+        self.flush()
+    }
+
+    /// The config drive of a node's deploy, if it has one.
+    pub fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
+        let value = self.config_drives.get(node.as_bytes())?;
+        Ok(value.and_then(|v| ConfigDrive::from_bytes(&v)))
+    }
+}
