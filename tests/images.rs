@@ -26,15 +26,7 @@ fn engine(dir: &Path) -> Engine {
 }
 
 fn qemu_img(args: &[&str]) {
-    let out = Command::new("qemu-img")
-        .args(args)
-        .output()
-        .expect("qemu-img");
-    assert!(
-        out.status.success(),
-        "qemu-img {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::run(Command::new("qemu-img").args(args));
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -280,17 +272,12 @@ fn partitioned(path: &Path, label: &str, mib: usize) -> Vec<u8> {
     let mut disk = vec![0u8; mib << 20];
     disk[1 << 20..(1 << 20) + (2 << 20)].copy_from_slice(&noise(2 << 20, 7));
     std::fs::write(path, &disk).unwrap();
-    let out = Command::new("parted")
-        .arg("-s")
-        .arg(path)
-        .args(["mklabel", label, "mkpart", "primary", "ext4", "1MiB"])
-        .arg(format!("{}MiB", mib - 1))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    support::run(
+        Command::new("parted")
+            .arg("-s")
+            .arg(path)
+            .args(["mklabel", label, "mkpart", "primary", "ext4", "1MiB"])
+            .arg(format!("{}MiB", mib - 1)),
     );
     std::fs::read(path).unwrap()
 }
@@ -298,17 +285,14 @@ fn partitioned(path: &Path, label: &str, mib: usize) -> Vec<u8> {
 /// `(start, size)` in bytes of partition `number` of `disk`, as the real parted reads
 /// the table; it must read it without a complaint.
 fn partition(disk: &Path, number: u32) -> (u64, u64) {
-    let out = Command::new("parted")
-        .args(["-s", "-m"])
-        .arg(disk)
-        .args(["unit", "B", "print"])
-        .output()
-        .unwrap();
-    let complaints = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && complaints.trim().is_empty(),
-        "{complaints}"
+    let out = support::run(
+        Command::new("parted")
+            .args(["-s", "-m"])
+            .arg(disk)
+            .args(["unit", "B", "print"]),
     );
+    let complaints = String::from_utf8_lossy(&out.stderr);
+    assert!(complaints.trim().is_empty(), "{complaints}");
     let table = String::from_utf8_lossy(&out.stdout);
     let line = table
         .lines()
@@ -333,41 +317,31 @@ fn read_config_drive(dir: &Path, disk: &Path) -> Value {
     let bytes = std::fs::read(disk).unwrap();
     let iso = dir.join("read-back.iso");
     std::fs::write(&iso, &bytes[start as usize..(start + size) as usize]).unwrap();
-    let label = Command::new("blkid")
-        .args(["-p", "-o", "value", "-s", "LABEL"])
-        .arg(&iso)
-        .output()
-        .unwrap();
+    let label = support::run(
+        Command::new("blkid")
+            .args(["-p", "-o", "value", "-s", "LABEL"])
+            .arg(&iso),
+    );
     assert_eq!(String::from_utf8_lossy(&label.stdout).trim(), "config-2");
     let files = dir.join("read-back");
     let _ = std::fs::remove_dir_all(&files);
-    let out = Command::new("xorriso")
-        .args(["-osirrox", "on", "-indev"])
-        .arg(&iso)
-        .arg("-extract")
-        .arg("/")
-        .arg(&files)
-        .output()
-        .expect("xorriso (Debian's: .ci/run installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // xorriso and cloud-init are Debian's (.ci/run installs them).
+    support::run(
+        Command::new("xorriso")
+            .args(["-osirrox", "on", "-indev"])
+            .arg(&iso)
+            .args(["-extract", "/"])
+            .arg(&files),
     );
     let script = "import json, sys\n\
         from cloudinit.sources.helpers import openstack\n\
         r = openstack.ConfigDriveReader(sys.argv[1]).read_v2()\n\
         ud = r.get('userdata')\n\
         print(json.dumps({'metadata': r['metadata'], 'userdata': ud.decode() if isinstance(ud, bytes) else ud, 'networkdata': r.get('networkdata')}))";
-    let out = Command::new("/usr/bin/python3")
-        .args(["-c", script])
-        .arg(&files)
-        .output()
-        .expect("Debian's python3 with cloud-init (.ci/run installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::run(
+        Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .arg(&files),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -399,23 +373,13 @@ fn config_drives_go_after_the_image_on_gpt_and_mbr_disks_where_cloud_init_reads_
         r#"{"uuid": "u-1", "hostname": "db-1"}"#,
     )
     .unwrap();
-    let out = Command::new("xorriso")
-        .args(["-as", "mkisofs", "-J", "-r", "-V", "config-2", "-o"])
-        .arg(d("given.iso"))
-        .arg(d("drive"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    support::run(
+        Command::new("xorriso")
+            .args(["-as", "mkisofs", "-J", "-r", "-V", "config-2", "-o"])
+            .arg(d("given.iso"))
+            .arg(d("drive")),
     );
-    let gz = Command::new("gzip")
-        .arg("-c")
-        .arg(d("given.iso"))
-        .output()
-        .unwrap()
-        .stdout;
+    let gz = support::run(Command::new("gzip").arg("-c").arg(d("given.iso"))).stdout;
     let text = {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(gz)

@@ -219,16 +219,7 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
         Given::SlowRaw => (slow_server(image, 2 * MIB), sha.clone()),
         Given::Qcow2 => {
             let qcow2 = dir.path().join("image.qcow2");
-            let out = Command::new("qemu-img")
-                .args(["convert", "-f", "raw", "-O", "qcow2"])
-                .args([&image, &qcow2])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            support::to_qcow2(&image, &qcow2);
             let checksum = sha256_of(&qcow2);
             (slow_server(qcow2, 64 * MIB), checksum)
         }

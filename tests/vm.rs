@@ -40,6 +40,16 @@ enum Network {
     Tap,
 }
 
+/// What is deployed.
+#[derive(PartialEq)]
+enum Os {
+    /// The marker OS as a raw FAT disk.
+    Raw,
+    /// The marker OS on a partitioned disk, as a qcow2 (the real `qemu-img`'s), that
+    /// also prints its config drive's meta data.
+    Qcow2ReadingItsConfigDrive,
+}
+
 /// An engine, a lab with one VM, and its node enrolled (ipxe boot, the ramdisk, the
 /// image), available without cleaning.
 struct VmLab {
@@ -56,12 +66,24 @@ struct VmLab {
 
 impl VmLab {
     /// `deploy_timeout` seconds of silence fail a deploy.
-    fn start(deploy_timeout: u64, network: Network) -> VmLab {
+    fn start(deploy_timeout: u64, network: Network, os: Os) -> VmLab {
         let dir = tempfile::tempdir().unwrap();
         let boot = dir.path().join("boot");
         let (kernel, ramdisk) = vm::ramdisk(&boot);
-        let image = vm::bootable_image(dir.path(), &kernel, MARKER, 64);
-        let sha = sha256_of(&image);
+        // `image`: the raw disk the VM must hold; `source`: what the operator gives.
+        let (image, source) = match os {
+            Os::Raw => {
+                let image = vm::bootable_image(dir.path(), &kernel, MARKER, 64);
+                (image.clone(), image)
+            }
+            Os::Qcow2ReadingItsConfigDrive => {
+                let image = vm::config_drive_image(dir.path(), &kernel, MARKER, 64);
+                let qcow2 = dir.path().join("os.qcow2");
+                support::to_qcow2(&image, &qcow2);
+                (image, qcow2)
+            }
+        };
+        let sha = sha256_of(&source);
         let port = emulators::free_tcp_port();
         let guest_engine = match network {
             Network::User => "10.0.2.100",
@@ -120,7 +142,7 @@ impl VmLab {
                     Network::User => json!({}),
                 },
                 "instance_info": {
-                    "image_source": image.display().to_string(),
+                    "image_source": source.display().to_string(),
                     "image_os_hash_algo": "sha256",
                     "image_os_hash_value": sha,
                 },
@@ -153,6 +175,20 @@ impl VmLab {
         self.wait_end(&["active", "deploy failed"])
     }
 
+    /// [`VmLab::deploy`] with a config drive, in the dict form (API 1.56).
+    fn deploy_with_config_drive(&self, drive: Value) -> Value {
+        let (status, body) = call(
+            "PUT",
+            &format!(
+                "{}/v1/nodes/{}/states/provision",
+                self.engine.url, self.node
+            ),
+            Some(json!({"target": "active", "configdrive": drive})),
+        );
+        assert_eq!(status, 202, "{body}");
+        self.wait_end(&["active", "deploy failed"])
+    }
+
     fn wait_end(&self, ends: &[&str]) -> Value {
         wait_node(&self.engine.url, &self.node, 300, |n| {
             n["provision_state"]
@@ -167,9 +203,13 @@ impl VmLab {
 }
 
 #[test]
-fn a_vm_network_boots_the_ramdisk_is_deployed_boots_its_disk_and_is_cleaned() {
-    let vm = VmLab::start(120, Network::User);
-    let active = vm.deploy();
+fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_them_and_is_cleaned() {
+    let vm = VmLab::start(120, Network::User, Os::Qcow2ReadingItsConfigDrive);
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeploydTestKey test@deployd";
+    let active = vm.deploy_with_config_drive(json!({
+        "meta_data": {"hostname": "vm-web-1", "public_keys": {"default": key}},
+        "network_data": {"links": [], "networks": [], "services": []},
+    }));
     let booted = vm.console_text();
     assert_eq!(
         active["provision_state"], "active",
@@ -179,12 +219,20 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_boots_its_disk_and_is_cleaned() {
         booted.contains("deployd ramdisk: starting the agent"),
         "{booted}"
     );
-    assert_eq!(
-        head(&vm.disk, 64 << 20),
-        std::fs::read(&vm.image).unwrap(),
-        "the VM's disk holds the image"
-    );
+    // The VM's disk holds the raw image the qcow2 describes, but for the partition
+    // entry the config drive added to its MBR (the second of four, bytes 462..478).
+    let (mut on_disk, mut image) = (head(&vm.disk, 64 << 20), std::fs::read(&vm.image).unwrap());
+    on_disk[462..478].fill(0);
+    image[462..478].fill(0);
+    assert!(on_disk == image, "the VM's disk holds the image");
+    // The deployed OS booted from the disk, found the config drive and read it.
     vm::wait_console(&vm.console, MARKER, 180);
+    let seen = vm::wait_console(&vm.console, "config-2: {", 60);
+    let line = seen.lines().find(|l| l.contains("config-2: {")).unwrap();
+    assert!(
+        line.contains("\"hostname\":\"vm-web-1\"") && line.contains(key),
+        "{line}"
+    );
 
     // Undeploy with automated cleaning: the ramdisk boots again and erases the disk's
     // metadata (its first MiB here), then the node is available.
@@ -290,7 +338,23 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
 /// DHCP gave it; it is deployed to the disk its root device hint names, and boots it.
 #[test]
 fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
-    let vm = VmLab::start(120, Network::Tap);
+    let vm = VmLab::start(120, Network::Tap, Os::Raw);
+    // First with hints no disk meets: the agent refuses, and says which disks it saw.
+    let hints = |serial: &str| json!([{"op": "add", "path": "/properties/root_device", "value": {"serial": serial}}]);
+    let path = format!("{}/v1/nodes/{}", vm.engine.url, vm.node);
+    let (status, body) = call("PATCH", &path, Some(hints("no-such-disk")));
+    assert_eq!(status, 200, "{body}");
+    let failed = vm.deploy();
+    let error = failed["last_error"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(failed["provision_state"], "deploy failed", "{failed}");
+    assert!(
+        error.contains("no disk matches the root device hints")
+            && error.contains("serial machine-000-disk0")
+            && error.contains("vdb ("),
+        "{error}"
+    );
+    let (status, body) = call("PATCH", &path, Some(hints("machine-000-disk0")));
+    assert_eq!(status, 200, "{body}");
     let active = vm.deploy();
     let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
     assert_eq!(
@@ -316,6 +380,10 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
             && head(Path::new(second), 1 << 20).iter().all(|&b| b == 0),
         "the image is on the first disk, nothing on the second; console:\n{}",
         vm.console_text()
+    );
+    assert_eq!(
+        active["driver_internal_info"]["scratch"]["root_device"]["name"], "/dev/vda",
+        "the chosen disk is on the node's record"
     );
     vm::wait_console(&vm.console, MARKER, 180);
 }

@@ -57,6 +57,32 @@ pub fn files(dir: PathBuf) -> Router {
         .with_state(Arc::new(dir))
 }
 
+/// The raw disks of the qcow2 files of one directory, at `/images/raw-of/<name>`, as a
+/// deploy serves a staged qcow2 (for benches and tests).
+pub fn qcow2_files(dir: PathBuf) -> Router {
+    Router::new()
+        .route("/images/raw-of/{name}", get(raw_of))
+        .with_state(Arc::new(dir))
+}
+
+async fn raw_of(
+    State(dir): State<Arc<PathBuf>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match in_dir(&dir, &name) {
+        Some(path) => send_raw_view(path, &headers).await,
+        None => not_found(),
+    }
+}
+
+/// The file `name` names in `dir`, if it is a name of the directory itself: no path, no
+/// dot file (the engine's own).
+fn in_dir(dir: &std::path::Path, name: &str) -> Option<PathBuf> {
+    let plain = !(name.contains('/') || name.contains('\\') || name.starts_with('.'));
+    plain.then(|| dir.join(name))
+}
+
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "no such image").into_response()
 }
@@ -66,10 +92,9 @@ async fn plain(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if name.contains('/') || name.contains('\\') || name.starts_with('.') {
+    let Some(path) = in_dir(&dir, &name) else {
         return not_found();
-    }
-    let path = dir.join(&name);
+    };
     let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
     match tokio::fs::OpenOptions::new()
         .read(true)

@@ -145,6 +145,7 @@ fn no_module_of_the_engine_depends_on_itself_through_others() {
 /// What `api/` may call on the store: reads. Every public method of the store is either
 /// here or in [`STORE_WRITES`], so a new one must be placed.
 const STORE_READS: &[&str] = &[
+    "config_drive",
     "clock",
     "metrics",
     "timeouts",
@@ -170,6 +171,7 @@ const STORE_READS: &[&str] = &[
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
 const STORE_WRITES: &[&str] = &[
+    "set_config_drive",
     "open",
     "flush",
     "create_node",

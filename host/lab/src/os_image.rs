@@ -39,11 +39,30 @@ pub fn marker_initramfs(busybox: &Path, marker: &str) -> anyhow::Result<Vec<u8>>
         "#!/bin/busybox sh\n/bin/busybox mount -t proc proc /proc\n\
          /bin/busybox echo '{marker}'\n/bin/busybox sleep 1\n/bin/busybox poweroff -f\n"
     );
+    busybox_initramfs(busybox, init, &["/bin", "/dev", "/proc"], Vec::new())
+}
+
+/// A file of `mib` MiB of zeros (sparse): the disk an image is built on.
+fn empty_disk(path: &Path, mib: u64) -> anyhow::Result<PathBuf> {
+    std::fs::File::create(path)
+        .and_then(|f| f.set_len(mib << 20))
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok(path.to_path_buf())
+}
+
+/// A gzip'd initramfs of `dirs`, a console, `busybox`, the `init` script and `more`.
+fn busybox_initramfs(
+    busybox: &Path,
+    init: String,
+    dirs: &[&str],
+    more: Vec<Entry>,
+) -> anyhow::Result<Vec<u8>> {
     let busybox = std::fs::read(busybox)
         .with_context(|| format!("reading {} (Debian's busybox-static)", busybox.display()))?;
-    let mut entries: Vec<Entry> = ["/bin", "/dev", "/proc"]
-        .map(|d| Entry::Dir { path: d.into() })
-        .into();
+    let mut entries: Vec<Entry> = dirs
+        .iter()
+        .map(|d| Entry::Dir { path: (*d).into() })
+        .collect();
     entries.extend([
         Entry::CharDevice {
             path: "/dev/console".into(),
@@ -61,6 +80,7 @@ pub fn marker_initramfs(busybox: &Path, marker: &str) -> anyhow::Result<Vec<u8>>
             executable: true,
         },
     ]);
+    entries.extend(more);
     Ok(build(&entries)?)
 }
 
@@ -73,10 +93,7 @@ pub fn bootable(
     mib: u64,
     payload: u64,
 ) -> anyhow::Result<PathBuf> {
-    let image = dir.join("os.img");
-    std::fs::File::create(&image)
-        .and_then(|f| f.set_len(mib << 20))
-        .with_context(|| format!("creating {}", image.display()))?;
+    let image = empty_disk(&dir.join("os.img"), mib)?;
     run(Command::new("mkfs.vfat")
         .args(["-n", "DEPLOYED"])
         .arg(&image))?;
@@ -106,5 +123,115 @@ pub fn bootable(
     }
     run(Command::new("syslinux").arg("--install").arg(&image))?;
     let _ = std::fs::remove_file(&filler);
+    Ok(image)
+}
+
+/// The drivers the config-drive OS loads to read its disk's `config-2` partition.
+const CONFIG_DRIVE_MODULES: [&str; 3] = ["virtio_pci", "virtio_blk", "isofs"];
+
+/// A gzip'd initramfs whose init prints `marker`, then finds the `config-2` filesystem
+/// (a config drive) on the machine's disks, prints its `meta_data.json` on the console
+/// as `config-2: <json>`, and powers off. `modules` is the kernel's
+/// `lib/modules/<version>`: the virtio disk and ISO 9660 drivers are loaded from it.
+pub fn config_drive_initramfs(
+    busybox: &Path,
+    modules: &Path,
+    marker: &str,
+) -> anyhow::Result<Vec<u8>> {
+    use deployd_ramdisk::modules::{Tree, resolve};
+    let tree = Tree::read(modules).with_context(|| format!("reading {}", modules.display()))?;
+    let (order, missing) = resolve(&tree, &CONFIG_DRIVE_MODULES, |p| std::fs::read(p))?;
+    if !missing.is_empty() {
+        bail!("the kernel has no {}", missing.join(", "));
+    }
+    let init = format!(
+        "#!/bin/busybox sh\n\
+         B=/bin/busybox\n\
+         $B mount -t proc proc /proc\n\
+         $B mount -t sysfs sys /sys\n\
+         $B mount -t devtmpfs dev /dev\n\
+         for m in /lib/modules/*.ko; do $B insmod $m; done\n\
+         $B echo '{marker}'\n\
+         for try in 1 2 3 4 5 6 7 8 9 10; do\n\
+           for dev in /dev/vd?? /dev/sd??; do\n\
+             [ -b $dev ] || continue\n\
+             # The ISO 9660 volume id (as blkid reads it): sector 16, offset 40.\n\
+             label=$($B dd if=$dev bs=1 skip=32808 count=8 2>/dev/null)\n\
+             if [ \"$label\" = config-2 ]; then\n\
+               $B mount -t iso9660 -o ro $dev /mnt &&\n\
+               $B echo \"config-2: $($B cat /mnt/openstack/latest/meta_data.json)\"\n\
+               $B sleep 1; $B poweroff -f\n\
+             fi\n\
+           done\n\
+           $B sleep 1\n\
+         done\n\
+         $B echo 'config-2: none found'\n\
+         $B sleep 1\n$B poweroff -f\n"
+    );
+    let mut modules_files = Vec::new();
+    for (i, (name, path)) in order.iter().enumerate() {
+        modules_files.push(Entry::File {
+            path: format!("/lib/modules/{i:02}-{name}.ko"),
+            bytes: std::fs::read(path)?,
+            executable: false,
+        });
+    }
+    let dirs = [
+        "/bin",
+        "/dev",
+        "/lib",
+        "/lib/modules",
+        "/mnt",
+        "/proc",
+        "/sys",
+    ];
+    busybox_initramfs(busybox, init, &dirs, modules_files)
+}
+
+/// Builds `dir/os-partitioned.img`, `mib` MiB, as whole-disk images are: an MBR (with
+/// SYSLINUX's boot code) whose one partition is the FAT filesystem that boots `kernel`
+/// with `initrd`. A config drive can be added to its table.
+pub fn bootable_partitioned(
+    dir: &Path,
+    kernel: &Path,
+    initrd: &[u8],
+    mib: u64,
+) -> anyhow::Result<PathBuf> {
+    let image = empty_disk(&dir.join("os-partitioned.img"), mib)?;
+    run(Command::new("parted")
+        .arg("-s")
+        .arg(&image)
+        .args([
+            "mklabel", "msdos", "mkpart", "primary", "fat32", "1MiB", "100%",
+        ])
+        .args(["set", "1", "boot", "on"]))?;
+    // The filesystem starts at sector 2048 and fills the rest (sizes in KiB).
+    run(Command::new("mkfs.vfat")
+        .args(["-n", "DEPLOYED", "--offset", "2048"])
+        .arg(&image)
+        .arg(((mib - 1) * 1024).to_string()))?;
+    let initrd_path = dir.join("os-partitioned.initrd");
+    std::fs::write(&initrd_path, initrd)?;
+    let cfg = dir.join("syslinux-partitioned.cfg");
+    std::fs::write(
+        &cfg,
+        "SERIAL 0 115200\nDEFAULT os\nLABEL os\n  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND console=ttyS0 panic=-1\n",
+    )?;
+    let fs = format!("{}@@1M", image.display());
+    for (from, to) in [
+        (kernel, "::/vmlinuz"),
+        (initrd_path.as_path(), "::/initrd"),
+        (cfg.as_path(), "::/syslinux.cfg"),
+    ] {
+        run(Command::new("mcopy").args(["-i", &fs]).arg(from).arg(to))?;
+    }
+    run(Command::new("syslinux")
+        .args(["--install", "--offset", "1048576"])
+        .arg(&image))?;
+    // SYSLINUX's MBR code: boots the active partition.
+    let mbr = std::fs::read("/usr/lib/syslinux/mbr/mbr.bin")
+        .context("reading /usr/lib/syslinux/mbr/mbr.bin (Debian's syslinux)")?;
+    let mut file = std::fs::OpenOptions::new().write(true).open(&image)?;
+    std::io::Write::write_all(&mut file, &mbr[..mbr.len().min(440)])?;
     Ok(image)
 }

@@ -383,3 +383,24 @@ pub fn make_available_without_cleaning(url: &str, node: &str) {
     make_available(url, node);
     set(serde_json::json!([{"op": "remove", "path": "/automated_clean"}]));
 }
+
+/// Runs `command` to its end; its output. A failure stops the test with its stderr.
+pub fn run(command: &mut Command) -> std::process::Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A qcow2 of the raw disk `raw`, by the real `qemu-img` (Debian's qemu-utils).
+pub fn to_qcow2(raw: &Path, qcow2: &Path) {
+    run(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(raw)
+        .arg(qcow2));
+}

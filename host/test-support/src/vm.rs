@@ -47,6 +47,21 @@ pub fn bootable_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> Path
     deployd_lab::os_image::bootable(dir, kernel, marker, mib, 0).unwrap()
 }
 
+/// A whole-disk image (an MBR, one FAT partition) of `mib` MiB that boots the kernel of
+/// [`ramdisk`]'s cache on a PC, prints `marker`, then finds its config drive and prints
+/// its `meta_data.json` as `config-2: <json>` (see
+/// [`deployd_lab::os_image::config_drive_initramfs`]).
+pub fn config_drive_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
+    let cache = repo_root().join("target/ramdisk-cache");
+    let package = deployd_ramdisk::kernel::from_package("linux-image-cloud-amd64", &cache)
+        .expect("the kernel package ramdisk() unpacked");
+    let modules = package.modules.expect("the Debian kernel has modules");
+    let initrd =
+        deployd_lab::os_image::config_drive_initramfs(Path::new("/bin/busybox"), &modules, marker)
+            .unwrap();
+    deployd_lab::os_image::bootable_partitioned(dir, kernel, &initrd, mib).unwrap()
+}
+
 /// Waits up to `secs` for `text` in a console log; returns the log.
 pub fn wait_console(log: &Path, text: &str, secs: u64) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);

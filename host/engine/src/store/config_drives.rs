@@ -13,11 +13,15 @@ impl Store {
         node: Uuid,
         drive: Option<&ConfigDrive>,
     ) -> Result<(), StoreError> {
-        match drive {
+        let changed = match drive {
             Some(d) => self.config_drives.insert(node.as_bytes(), d.to_bytes())?,
             None => self.config_drives.remove(node.as_bytes())?,
         };
-        self.flush()
+        // Most deploys have none to drop: no flush for them.
+        if drive.is_some() || changed.is_some() {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// The config drive of a node's deploy, if it has one.

@@ -89,6 +89,14 @@ async fn every_target_the_wire_names_is_known_to_the_engine() {
         "{}",
         a.fault()
     );
+    // The targets above started flows (cleaning, say): power waits until they end.
+    for _ in 0..200 {
+        let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+        if node["target_provision_state"].is_null() && node["reservation"].is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // Each power change holds the node a moment: the client retries the 409, as
     // python-ironicclient does.
     let client = deployd_client::Client::new(&s.base)
