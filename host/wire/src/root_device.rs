@@ -172,6 +172,14 @@ fn alternatives(expr: &str) -> Result<Vec<&str>, String> {
     Ok(parts)
 }
 
+/// The operator `part` starts with (the first of `ops` that matches; else `bare`) and
+/// the operand after it.
+fn operator<'a, Op: Copy>(part: &'a str, ops: &[(&str, Op)], bare: Op) -> (Op, &'a str) {
+    ops.iter()
+        .find_map(|(s, op)| part.strip_prefix(s).map(|rest| (*op, rest.trim())))
+        .unwrap_or((bare, part))
+}
+
 fn numbers(expr: &str) -> Result<Vec<(NumOp, u64)>, String> {
     const OPS: [(&str, NumOp); 7] = [
         ("==", NumOp::Eq),
@@ -186,10 +194,7 @@ fn numbers(expr: &str) -> Result<Vec<(NumOp, u64)>, String> {
     alternatives(expr)?
         .into_iter()
         .map(|part| {
-            let (op, rest) = OPS
-                .iter()
-                .find_map(|(s, op)| part.strip_prefix(s).map(|rest| (*op, rest.trim())))
-                .unwrap_or((NumOp::Eq, part));
+            let (op, rest) = operator(part, &OPS, NumOp::Eq);
             match rest.parse::<u64>() {
                 Ok(n) if n > 0 => Ok((op, n)),
                 _ => Err(format!(
@@ -213,10 +218,7 @@ fn texts(field: Field, expr: &str) -> Result<Vec<(TextOp, String)>, String> {
     alternatives(expr)?
         .into_iter()
         .map(|part| {
-            let (op, rest) = OPS
-                .iter()
-                .find_map(|(s, op)| part.strip_prefix(s).map(|rest| (*op, rest.trim())))
-                .unwrap_or((TextOp::Eq, part));
+            let (op, rest) = operator(part, &OPS, TextOp::Eq);
             if ["==", "!=", ">=", "<=", ">", "<"]
                 .iter()
                 .any(|o| rest.starts_with(o))
