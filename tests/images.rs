@@ -94,6 +94,16 @@ fn state(n: &Value) -> &str {
     n["provision_state"].as_str().unwrap_or("?")
 }
 
+/// Waits for `node`'s deploy (of `what`) to end, which must be in `active`; the node.
+fn deployed(engine: &Engine, node: &str, what: &str) -> Value {
+    let n = wait_node(&engine.url, node, 90, |n| {
+        matches!(state(n), "active" | "deploy failed")
+    });
+    let (error, log) = (&n["last_error"], engine.log_text());
+    assert_eq!(state(&n), "active", "{what}: {error}\n{log}");
+    n
+}
+
 #[test]
 fn qcow2_images_deploy_as_their_raw_disks_in_both_families_without_writing_their_zeros() {
     let dir = tempfile::tempdir().unwrap();
@@ -150,16 +160,7 @@ fn qcow2_images_deploy_as_their_raw_disks_in_both_families_without_writing_their
         provision(&engine.url, node, "active");
     }
     for ((node, _), machine) in nodes.iter().zip(&lab.machines) {
-        let n = wait_node(&engine.url, node, 90, |n| {
-            matches!(state(n), "active" | "deploy failed")
-        });
-        assert_eq!(
-            state(&n),
-            "active",
-            "{}\n{}",
-            n["last_error"],
-            engine.log_text()
-        );
+        let n = deployed(&engine, node, "qcow2");
         let prepared = &n["driver_internal_info"]["deploy_image"];
         assert_eq!(prepared["source_format"], "qcow2", "{prepared}");
         assert_eq!(prepared["disk_format"], "raw");
@@ -410,16 +411,7 @@ fn config_drives_go_after_the_image_on_gpt_and_mbr_disks_where_cloud_init_reads_
     for (((node, machine), (image, written, _)), (hostname, keyed)) in
         nodes.iter().zip(&lab.machines).zip(&cases).zip(expected)
     {
-        let n = wait_node(&engine.url, node, 90, |n| {
-            matches!(state(n), "active" | "deploy failed")
-        });
-        assert_eq!(
-            state(&n),
-            "active",
-            "{image}: {}\n{}",
-            n["last_error"],
-            engine.log_text()
-        );
+        let n = deployed(&engine, node, image);
         let disk = Path::new(machine["disk"].as_str().unwrap());
         let on_disk = std::fs::read(disk).unwrap();
         // The image's partition is as written; the drive is past it, at the disk's end.
