@@ -411,7 +411,7 @@ fn config_drives_go_after_the_image_on_gpt_and_mbr_disks_where_cloud_init_reads_
     for (((node, machine), (image, written, _)), (hostname, keyed)) in
         nodes.iter().zip(&lab.machines).zip(&cases).zip(expected)
     {
-        let n = deployed(&engine, node, image);
+        deployed(&engine, node, image);
         let disk = Path::new(machine["disk"].as_str().unwrap());
         let on_disk = std::fs::read(disk).unwrap();
         // The image's partition is as written; the drive is past it, at the disk's end.
