@@ -56,7 +56,7 @@ fn a_store_of_another_format_is_refused_and_left_as_it_is() {
         store.flush().unwrap();
     }
     {
-        let db = sled::open(&path).unwrap();
+        let db = super::open_db(&path, &StoreConfig::default()).unwrap();
         assert_eq!(
             db.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
             FORMAT.to_be_bytes()
@@ -77,7 +77,7 @@ fn a_store_of_another_format_is_refused_and_left_as_it_is() {
         refused.to_string().contains("reads formats 2 and 3 only"),
         "{refused}"
     );
-    let db = sled::open(&path).unwrap();
+    let db = super::open_db(&path, &StoreConfig::default()).unwrap();
     assert_eq!(
         db.open_tree("nodes").unwrap().len(),
         1,
@@ -740,7 +740,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     };
     let written = {
         // Rewrite the node as a format 2 deployd wrote it: a 27-byte version 2 record.
-        let db = sled::open(&path).unwrap();
+        let db = super::open_db(&path, &StoreConfig::default()).unwrap();
         let nodes = db.open_tree("nodes").unwrap();
         let value = nodes.get(uuid.as_bytes()).unwrap().unwrap();
         let mut old = value[..27].to_vec();
@@ -761,7 +761,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     let now = store.nodes.get(uuid.as_bytes()).unwrap().unwrap();
     assert_eq!((now[0], now.len()), (3, written.len()));
     drop(store);
-    let db = sled::open(&path).unwrap();
+    let db = super::open_db(&path, &StoreConfig::default()).unwrap();
     assert_eq!(
         db.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
         3u32.to_be_bytes()
