@@ -285,7 +285,7 @@ fn partitioned(path: &Path, label: &str, mib: usize) -> Vec<u8> {
 
 /// `(start, size)` in bytes of partition `number` of `disk`, as the real parted reads
 /// the table; it must read it without a complaint.
-fn partition(disk: &Path, number: u32) -> (u64, u64) {
+pub(crate) fn partition(disk: &Path, number: u32) -> (u64, u64) {
     let out = support::run(
         Command::new("parted")
             .args(["-s", "-m"])
@@ -313,7 +313,7 @@ fn partition(disk: &Path, number: u32) -> (u64, u64) {
 /// The config drive on partition 2 of `disk` as Debian's cloud-init reads it: its label
 /// (util-linux's blkid), its files (xorriso, as the kernel would mount them) and then
 /// cloud-init's own ConfigDriveReader (`read_v2`). Returns what cloud-init read.
-fn read_config_drive(dir: &Path, disk: &Path) -> Value {
+pub(crate) fn read_config_drive(dir: &Path, disk: &Path) -> Value {
     let (start, size) = partition(disk, 2);
     let bytes = std::fs::read(disk).unwrap();
     let iso = dir.join("read-back.iso");

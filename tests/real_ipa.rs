@@ -2,7 +2,10 @@
 //! deploy a whole-disk image through `agent_redfish` (sushy-tools) and `agent_ipmitool`
 //! (pyghmi's fakebmc), with a write longer than `deploy_callback_timeout`, over auto-TLS
 //! at API 1.68; then undeploy, cleaning through IPA's clean steps. IPA runs unprivileged
-//! with the hardware manager and `PATH` stubs of `tests/ipa/` (see its README).
+//! with the hardware manager and `PATH` stubs of `tests/ipa/` (see its README). The
+//! qcow2 deploy carries a config drive, which IPA adds as a partition to a loop device.
+
+mod loop_disk;
 
 use deployd_test_support::{emulators, processes as support};
 
@@ -34,16 +37,17 @@ fn repo(path: &str) -> PathBuf {
     emulators::repo_root().join(path)
 }
 
-/// A whole-disk image with an MBR partition table (IPA checks for one after writing):
-/// `mib` MiB, random bytes after the first MiB. Returns its sha256.
-fn disk_image(path: &Path, mib: usize) -> String {
+/// A whole-disk image with a partition table of parted's `label` (`msdos`, `gpt`; IPA
+/// checks for one after writing): `mib` MiB, random bytes after the first MiB. Returns
+/// its sha256.
+fn disk_image(path: &Path, mib: usize, label: &str) -> String {
     let mut data = vec![0u8; mib * MIB];
     rand::fill(&mut data[MIB..]);
     std::fs::write(path, &data).unwrap();
     let out = Command::new("parted")
         .arg("-s")
         .arg(path)
-        .args(["mklabel", "msdos", "mkpart", "primary", "ext4", "1MiB"])
+        .args(["mklabel", label, "mkpart", "primary", "ext4", "1MiB"])
         .arg(format!("{}MiB", mib - 1))
         .output()
         .expect("running parted (Debian's parted: .ci/run installs it)");
@@ -96,28 +100,40 @@ impl Drop for Ipa {
     }
 }
 
-/// The machine: its disk file, MAC and working directory (all writable by IPA's uid).
+/// The machine: its disk, MAC and working directory (all writable by IPA's uid).
 struct Machine {
     dir: PathBuf,
-    disk: PathBuf,
+    /// The disk's bytes: the disk itself, or the file under `block`.
+    file: PathBuf,
+    /// The disk as a block device, when IPA must partition it.
+    block: Option<loop_disk::LoopDisk>,
     mac: &'static str,
     port: u16,
 }
 
 impl Machine {
-    fn new(dir: &Path, mac: &'static str) -> Machine {
+    /// A machine whose disk of `mib` MiB (old data: 0xAB) is a file, or with `block` a
+    /// loop device over one.
+    fn new(dir: &Path, mac: &'static str, mib: usize, block: bool) -> Machine {
         let dir = dir.join("machine");
-        std::fs::create_dir_all(&dir).unwrap();
-        let disk = dir.join("disk.img");
-        std::fs::write(&disk, vec![0xABu8; 64 * MIB]).unwrap();
+        std::fs::create_dir_all(dir.join("rescans")).unwrap();
+        let file = dir.join("disk.img");
+        std::fs::write(&file, vec![0xABu8; mib * MIB]).unwrap();
         open_to_all(&dir);
-        open_to_all(&disk);
+        open_to_all(&dir.join("rescans"));
+        open_to_all(&file);
         Machine {
+            block: block.then(|| loop_disk::LoopDisk::attach(&file, &dir.join("rescans"))),
             dir,
-            disk,
+            file,
             mac,
             port: emulators::free_tcp_port(),
         }
+    }
+
+    /// The disk as IPA sees it.
+    fn disk(&self) -> &Path {
+        self.block.as_ref().map_or(&self.file, |b| &b.device)
     }
 
     /// Boots the ramdisk: a fresh IPA process (a new boot, so a new token and certificate).
@@ -148,7 +164,8 @@ impl Machine {
             .env_clear()
             .env("PATH", path)
             .env("HOME", &self.dir)
-            .env("DEPLOYD_IPA_DISK", &self.disk)
+            .env("DEPLOYD_IPA_DISK", self.disk())
+            .env("DEPLOYD_IPA_RESCAN", self.dir.join("rescans"))
             .env("DEPLOYD_IPA_MAC", self.mac)
             .env("DEPLOYD_IPA_REFUSED", self.dir.join("refused.log"))
             .stdout(Stdio::null())
@@ -205,19 +222,21 @@ fn open_to_all(path: &Path) {
 enum Given {
     /// Raw, served at 2 MiB/s: 24 s, longer than the callback timeout.
     SlowRaw,
-    /// A qcow2 of the raw disk (by the real `qemu-img`), without `image_disk_format`:
-    /// the engine serves it to IPA as the raw disk, which the disk must then hold.
-    Qcow2,
+    /// A qcow2 of a GPT disk (by the real `qemu-img`), without `image_disk_format`, and
+    /// a config drive: the engine serves the qcow2 to IPA as the raw disk, which the disk
+    /// must then hold, and the drive at a url, which IPA adds as the disk's last partition.
+    Qcow2WithConfigDrive,
 }
 
 fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: Given) {
     let dir = tempfile::tempdir().unwrap();
     open_to_all(dir.path());
     let image = dir.path().join("image.raw");
-    let sha = disk_image(&image, 48);
+    let drive = given == Given::Qcow2WithConfigDrive;
+    let sha = disk_image(&image, 48, if drive { "gpt" } else { "msdos" });
     let (url, checksum) = match given {
-        Given::SlowRaw => (slow_server(image, 2 * MIB), sha.clone()),
-        Given::Qcow2 => {
+        Given::SlowRaw => (slow_server(image.clone(), 2 * MIB), sha.clone()),
+        Given::Qcow2WithConfigDrive => {
             let qcow2 = dir.path().join("image.qcow2");
             support::to_qcow2(&image, &qcow2);
             let checksum = sha256_of(&qcow2);
@@ -254,10 +273,22 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
     );
     assert_eq!(status, 201);
     make_available_without_cleaning(&engine.url, &uuid);
-    let machine = Machine::new(dir.path(), mac);
+    // IPA's config drive partition takes the disk's last 64 MiB.
+    let machine = Machine::new(dir.path(), mac, if drive { 144 } else { 64 }, drive);
 
     let started = Instant::now();
-    provision(&engine.url, &uuid, "active");
+    if drive {
+        let (status, body) = call(
+            "PUT",
+            &format!("{}/v1/nodes/{uuid}/states/provision", engine.url),
+            Some(json!({"target": "active", "configdrive": {
+                "meta_data": {"hostname": "ipa-1", "public_keys": {"default": "ssh-ed25519 AAAAC3 ipa@deployd"}},
+                "user_data": "#cloud-config\n"}})),
+        );
+        assert_eq!(status, 202, "{body}");
+    } else {
+        provision(&engine.url, &uuid, "active");
+    }
     let ipa = machine.boot(&engine.url, 1);
     let node = wait_node(&engine.url, &uuid, 180, |n| {
         n["provision_state"] != "deploying" && n["provision_state"] != "wait call-back"
@@ -274,15 +305,16 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
             started.elapsed() > Duration::from_secs(TIMEOUT),
             "the write outlasted the timeout"
         );
+        assert_eq!(
+            sha256_of(&machine.file)[..],
+            sha[..],
+            "the disk holds the image"
+        );
     } else {
         let prepared = &node["driver_internal_info"]["deploy_image"];
         assert_eq!(prepared["source_format"], "qcow2", "{prepared}");
+        on_disk_with_config_drive(&machine, &image, dir.path());
     }
-    assert_eq!(
-        sha256_of(&machine.disk)[..],
-        sha[..],
-        "the disk holds the image"
-    );
     // Auto-TLS at 1.68: IPA served HTTPS with its own certificate, which deployd pinned.
     let logs = machine.logs();
     assert!(
@@ -305,7 +337,7 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
         node["last_error"],
         machine.summary()
     );
-    let disk = std::fs::read(&machine.disk).unwrap();
+    let disk = std::fs::read(&machine.file).unwrap();
     assert!(
         disk[..MIB].iter().all(|&b| b == 0),
         "the first MiB is erased"
@@ -322,15 +354,50 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
     engine.stop();
 }
 
+/// The image's partition is on the disk as written, and IPA's config drive partition
+/// after it, at the disk's end, where Debian's cloud-init reads the drive's meta data.
+fn on_disk_with_config_drive(machine: &Machine, image: &Path, dir: &Path) {
+    // What IPA wrote through the block device's cache, in the file.
+    support::run(Command::new("sync").arg(machine.disk()));
+    let (start, size) = crate::images::partition(&machine.file, 1);
+    let range = start as usize..(start + size) as usize;
+    let (written, disk) = (
+        std::fs::read(image).unwrap(),
+        std::fs::read(&machine.file).unwrap(),
+    );
+    assert!(
+        disk[range.clone()] == written[range],
+        "the image's partition is as written"
+    );
+    let (drive_start, drive_size) = crate::images::partition(&machine.file, 2);
+    assert!(
+        drive_start + drive_size > (143 << 20),
+        "the drive is at the disk's end"
+    );
+    let read = crate::images::read_config_drive(dir, &machine.file);
+    assert_eq!(read["metadata"]["hostname"], "ipa-1", "{read}");
+    assert_eq!(
+        read["metadata"]["public_keys"]["default"],
+        "ssh-ed25519 AAAAC3 ipa@deployd"
+    );
+    let logs = machine.logs();
+    assert!(
+        logs.contains("successfully copied onto partition"),
+        "IPA wrote the drive itself:\n{}",
+        machine.summary()
+    );
+}
+
 #[test]
-fn ironic_python_agent_deploys_a_qcow2_and_cleans_through_agent_redfish_over_auto_tls() {
+fn ironic_python_agent_deploys_a_qcow2_with_a_config_drive_and_cleans_through_agent_redfish_over_auto_tls()
+ {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (_sushy, base, system) = runtime.block_on(emulators::sushy());
     deploy_and_clean(
         "redfish",
         json!({"redfish_address": base, "redfish_system_id": system}),
         "52:54:00:1a:00:01",
-        Given::Qcow2,
+        Given::Qcow2WithConfigDrive,
     );
 }
 

@@ -335,14 +335,20 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
 /// The boot chain the real way: a VM whose NIC is a tap in a network namespace gets its
 /// address and the engine's script from the real dnsmasq there (configured by `deployd
 /// boot dnsmasq-config`), network-boots the ramdisk, whose agent advertises the address
-/// DHCP gave it; it is deployed to the disk its root device hint names, and boots it.
+/// DHCP gave it; of its three disks, it is deployed to the one its root device hints name,
+/// and boots it.
 #[test]
 fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
     let vm = VmLab::start(120, Network::Tap, Os::Raw);
     // First with hints no disk meets: the agent refuses, and says which disks it saw.
-    let hints = |serial: &str| json!([{"op": "add", "path": "/properties/root_device", "value": {"serial": serial}}]);
+    let hints =
+        |hints: Value| json!([{"op": "add", "path": "/properties/root_device", "value": hints}]);
     let path = format!("{}/v1/nodes/{}", vm.engine.url, vm.node);
-    let (status, body) = call("PATCH", &path, Some(hints("no-such-disk")));
+    let (status, body) = call(
+        "PATCH",
+        &path,
+        Some(hints(json!({"serial": "no-such-disk"}))),
+    );
     assert_eq!(status, 200, "{body}");
     let failed = vm.deploy();
     let error = failed["last_error"].as_str().unwrap_or_default().to_owned();
@@ -350,10 +356,13 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
     assert!(
         error.contains("no disk matches the root device hints")
             && error.contains("serial machine-000-disk0")
-            && error.contains("vdb ("),
+            && error.contains("vdb (")
+            && error.contains("serial machine-000-disk2"),
         "{error}"
     );
-    let (status, body) = call("PATCH", &path, Some(hints("machine-000-disk0")));
+    // Every serial has "disk" in it; only the first disk has 8 GiB.
+    let named = json!({"serial": "<in> disk", "size": ">= 8"});
+    let (status, body) = call("PATCH", &path, Some(hints(named)));
     assert_eq!(status, 200, "{body}");
     let active = vm.deploy();
     let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
@@ -372,13 +381,18 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
         .filter(|l| l.contains("DHCPACK(prov0) 10.251.0."))
         .count();
     assert!(acks >= 2, "dnsmasq answered iPXE and the ramdisk: {log}");
-    // The root device hint chose the first disk, which the VM boots, not the smaller
-    // second one, which the agent picks without hints.
-    let second = vm.lab.machines[0]["extra_disk"].as_str().unwrap();
+    // The root device hints chose the first disk, which the VM boots, not the smaller
+    // second one, which the agent picks without hints, nor the third.
+    let others = vm.lab.machines[0]["extra_disks"].as_array().unwrap();
+    assert_eq!(others.len(), 2);
     assert!(
         head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap()
-            && head(Path::new(second), 1 << 20).iter().all(|&b| b == 0),
-        "the image is on the first disk, nothing on the second; console:\n{}",
+            && others.iter().all(|d| {
+                head(Path::new(d.as_str().unwrap()), 1 << 20)
+                    .iter()
+                    .all(|&b| b == 0)
+            }),
+        "the image is on the first disk, nothing on the others; console:\n{}",
         vm.console_text()
     );
     assert_eq!(

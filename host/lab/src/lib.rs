@@ -85,10 +85,10 @@ pub struct VmArgs {
     /// smallest disk of at least 4 GiB, as ironic-python-agent does.
     #[arg(long, default_value_t = 0)]
     pub disk_size: u64,
-    /// A second disk per VM of this many bytes (0: none), after the first: its serial
-    /// is `<name>-disk1`, the first's `<name>-disk0`, for root device hints.
-    #[arg(long, default_value_t = 0, requires = "enabled")]
-    pub extra_disk_size: u64,
+    /// Another disk per VM of this many bytes, after the first; once per disk. Serials
+    /// are `<name>-disk0` for the first, then `-disk1`, `-disk2`…, for root device hints.
+    #[arg(long = "extra-disk-size", requires = "enabled")]
+    pub extra_disk_sizes: Vec<u64>,
     /// A tap device per machine, in order, instead of QEMU's user mode: each VM's NIC
     /// joins the network there, whose DHCP server (see `deployd boot dnsmasq-config`)
     /// hands out the boot chain, and the engine reaches each agent at its own address.
@@ -106,7 +106,7 @@ impl Default for VmArgs {
             probe_kernel: None,
             vm_memory_mb: 512,
             disk_size: 0,
-            extra_disk_size: 0,
+            extra_disk_sizes: Vec::new(),
             taps: Vec::new(),
         }
     }
@@ -146,9 +146,9 @@ pub struct Enrollment {
     /// A VM's serial console log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub console: Option<PathBuf>,
-    /// A VM's second disk (`--extra-disk-size`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra_disk: Option<PathBuf>,
+    /// A VM's other disks (`--extra-disk-size`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_disks: Vec<PathBuf>,
 }
 
 pub struct Lab {
@@ -202,15 +202,19 @@ impl Lab {
                 agent.clone(),
                 mode.clone(),
                 nic,
-                vm && args.vm.extra_disk_size > 0,
+                if vm {
+                    args.vm.extra_disk_sizes.len()
+                } else {
+                    0
+                },
             );
             let disk = std::fs::File::create(&machine.disk)
                 .with_context(|| format!("creating {}", machine.disk.display()))?;
             disk.set_len(args.vm.disk_size)
                 .with_context(|| format!("sizing {}", machine.disk.display()))?;
-            if let Some(extra) = &machine.extra_disk {
+            for (extra, size) in machine.extra_disks.iter().zip(&args.vm.extra_disk_sizes) {
                 std::fs::File::create(extra)
-                    .and_then(|f| f.set_len(args.vm.extra_disk_size))
+                    .and_then(|f| f.set_len(*size))
                     .with_context(|| format!("creating {}", extra.display()))?;
             }
             machines.insert(name, machine);
@@ -243,7 +247,7 @@ impl Lab {
                 redfish_system_id: format!("/redfish/v1/Systems/{}", m.name),
                 kernel_append_params: m.nic.kernel_append_params(),
                 console: self.vm.then(|| m.console.clone()),
-                extra_disk: m.extra_disk.clone(),
+                extra_disks: m.extra_disks.clone(),
             })
             .collect()
     }

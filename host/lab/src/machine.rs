@@ -73,8 +73,8 @@ pub struct Machine {
     pub console: PathBuf,
     /// A VM's network link.
     pub nic: crate::vm::Nic,
-    /// A VM's second disk, if it has one.
-    pub extra_disk: Option<PathBuf>,
+    /// A VM's other disks (`<name>.disk1`, `.disk2`, …).
+    pub extra_disks: Vec<PathBuf>,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
@@ -89,13 +89,15 @@ impl Machine {
         args: AgentArgs,
         mode: AgentMode,
         nic: crate::vm::Nic,
-        extra_disk: bool,
+        extra_disks: usize,
     ) -> Arc<Machine> {
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
             nic,
-            extra_disk: extra_disk.then(|| dir.join(format!("{name}.disk1"))),
+            extra_disks: (1..=extra_disks)
+                .map(|i| dir.join(format!("{name}.disk{i}")))
+                .collect(),
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],
@@ -200,7 +202,7 @@ impl Machine {
                     console: &self.console,
                     nic: &self.nic,
                     serial: &self.name,
-                    extra_disk: self.extra_disk.as_deref(),
+                    extra_disks: &self.extra_disks,
                     network_boot: boot == Boot::Pxe,
                 };
                 let log = std::fs::OpenOptions::new()

@@ -72,7 +72,8 @@ pub struct VmMachine<'a> {
     /// The disks' serial numbers are this, then `-disk0`, `-disk1` (root device hints
     /// can name them).
     pub serial: &'a str,
-    pub extra_disk: Option<&'a Path>,
+    /// Its other disks, after `disk`.
+    pub extra_disks: &'a [PathBuf],
     pub console: &'a Path,
     pub nic: &'a Nic,
     /// Boot from the network (`n`) or from the disk (`c`).
@@ -145,7 +146,7 @@ impl VmConfig {
         ]
         .map(String::from)
         .to_vec();
-        let disks = std::iter::once(m.disk).chain(m.extra_disk);
+        let disks = std::iter::once(m.disk).chain(m.extra_disks.iter().map(PathBuf::as_path));
         for (i, disk) in disks.enumerate() {
             args.push("-drive".into());
             args.push(format!(
@@ -325,7 +326,7 @@ mod tests {
             console: Path::new("/tmp/m.console.log"),
             nic: &Nic::Forwarded(40001),
             serial: "m",
-            extra_disk: None,
+            extra_disks: &[],
             network_boot: true,
         };
         let args = config.args(&m, Path::new("/tmp/sercon"));
@@ -365,7 +366,7 @@ mod tests {
         assert_eq!(args[boot + 1], "order=c");
         let tap = VmMachine {
             nic: &Nic::Tap("tap0".into()),
-            extra_disk: Some(Path::new("/tmp/m.disk1")),
+            extra_disks: &["/tmp/m.disk1".into(), "/tmp/m.disk2".into()],
             ..m
         };
         let args = config.args(&tap, Path::new("/s"));
@@ -373,7 +374,7 @@ mod tests {
         assert_eq!(netdev, "tap,id=net0,ifname=tap0,script=no,downscript=no");
         assert_eq!(
             args.last().unwrap(),
-            "virtio-blk-pci,drive=disk1,serial=m-disk1"
+            "virtio-blk-pci,drive=disk2,serial=m-disk2"
         );
     }
 }

@@ -218,17 +218,20 @@ impl Lab {
     }
 
     /// One VM whose NIC is the namespace's tap, its BMC on the namespace's management
-    /// address (the engine inside and the test outside both reach it there). It has two
-    /// disks: 6 GiB (serial `machine-000-disk0`), then 5 GiB, which is the one an agent
-    /// picks without root device hints.
+    /// address (the engine inside and the test outside both reach it there). It has three
+    /// disks: 8 GiB (serial `machine-000-disk0`, the one it boots), then 5 GiB, which is
+    /// the one an agent picks without root device hints, then 7 GiB.
     pub fn start_vm_in(ns: &Netns, dir: &Path, api_url: &str) -> Lab {
-        let (disk, second) = ((6u64 << 30).to_string(), (5u64 << 30).to_string());
+        let gib = |n: u64| (n << 30).to_string();
+        let (disk, second, third) = (gib(8), gib(5), gib(7));
         let extra = [
             "--vm",
             "--disk-size",
             &disk,
             "--extra-disk-size",
             &second,
+            "--extra-disk-size",
+            &third,
             "--tap",
             &ns.tap,
         ];

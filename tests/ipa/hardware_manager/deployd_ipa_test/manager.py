@@ -1,7 +1,7 @@
 """A hardware manager for running ironic-python-agent unprivileged in deployd's tests.
 
-The machine's only disk is a regular file (DEPLOYD_IPA_DISK); its only NIC has the MAC
-DEPLOYD_IPA_MAC. Every erase acts on that file. Auto-TLS uses IPA's own certificate code,
+The machine's only disk is DEPLOYD_IPA_DISK, a regular file or a loop device the test
+lends; its only NIC has the MAC DEPLOYD_IPA_MAC. Every erase acts on that disk. Auto-TLS uses IPA's own certificate code,
 writing into $HOME instead of /run (which an unprivileged agent cannot write). It outranks
 the generic manager, so IPA asks it first for everything it implements.
 """
@@ -13,6 +13,12 @@ from ironic_python_agent import tls_utils
 DISK = os.environ.get("DEPLOYD_IPA_DISK", "/nonexistent")
 MAC = os.environ.get("DEPLOYD_IPA_MAC", "52:54:00:ee:00:02")
 MIB = 1 << 20
+
+
+def _size():
+    """The disk's size: a file's length, or a block device's (whose stat size is 0)."""
+    with open(DISK, "rb") as f:
+        return f.seek(0, os.SEEK_END)
 
 
 def _zero(ranges):
@@ -32,7 +38,7 @@ class FileDiskManager(hardware.HardwareManager):
         return hardware.HardwareSupport.SERVICE_PROVIDER + 1
 
     def list_block_devices(self, include_partitions=False, all_serial_and_wwn=False):
-        size = os.path.getsize(DISK)
+        size = _size()
         return [hardware.BlockDevice(name=DISK, model="file", size=size,
                                      rotational=False, vendor="deployd",
                                      serial="file0", hctl=None, by_path=None)]
@@ -84,7 +90,7 @@ class FileDiskManager(hardware.HardwareManager):
         return []
 
     def erase_devices_metadata(self, node, ports):
-        size = os.path.getsize(DISK)
+        size = _size()
         _zero([(0, min(MIB, size)), (max(0, size - MIB), min(MIB, size))])
 
     def erase_devices(self, node, ports):
