@@ -137,6 +137,63 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
     engine.stop();
 }
 
+/// Files of drivers that changed on disk while the engine was stopped: an uploaded
+/// component no longer matching the sha256 recorded at upload is refused by name; compiled
+/// artifacts overwritten with `int3` are rejected by their digests and compiled again, so
+/// the engine starts, and the drivers they held work.
+#[test]
+fn driver_files_changed_on_disk_are_refused_or_compiled_again_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let engine = Engine::start(&data, &[]);
+    ok(&engine, &["driver", "load", deployd_fixtures::TEMPLATE]);
+    let port = engine.url.rsplit(':').next().unwrap().parse().unwrap();
+    engine.stop();
+    let wasm = data.join("plugins/template.wasm");
+    let recorded = std::fs::read_to_string(data.join("plugins/template.wasm.sha256")).unwrap();
+    assert_eq!(
+        recorded,
+        format!("{}  template.wasm\n", support::sha256_of(&wasm))
+    );
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&wasm, &bytes).unwrap();
+    let mut artifacts = 0;
+    for entry in std::fs::read_dir(data.join("compiled")).unwrap().flatten() {
+        let mut code = std::fs::read(entry.path()).unwrap();
+        let middle = code.len() / 2;
+        code[middle..middle + 4096].fill(0xCC);
+        std::fs::write(entry.path(), code).unwrap();
+        artifacts += 1;
+    }
+    assert!(
+        artifacts > 1,
+        "the bundled drivers and the upload were cached"
+    );
+
+    let engine = Engine::start_on(port, &data, &[]);
+    let log = engine.log_text();
+    assert!(
+        log.contains("template.wasm has sha256") && log.contains("changed on disk"),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("compiled driver artifact rejected").count(),
+        artifacts - 1,
+        "every bundled driver's artifact, checked before it ran: {log}"
+    );
+    assert!(!ok(&engine, &["driver", "list"]).contains("template"));
+    ok(
+        &engine,
+        &["node", "create", "--driver", "fake", "--name", "f1"],
+    );
+    for step in ["manage", "provide", "deploy"] {
+        ok(&engine, &["node", step, "f1", "--wait"]);
+    }
+    engine.stop();
+}
+
 /// `deployd driver test`: a driver author's check, with nothing but the binary. The
 /// bundled agent-family Redfish driver goes through its whole flow on a lab machine; one
 /// whose deploy fails is reported at once; a component of another world is refused with

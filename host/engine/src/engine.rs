@@ -150,7 +150,8 @@ impl Engine {
 }
 
 /// The bundled drivers, then every `*.wasm` in the plugins directory (which may replace a
-/// bundled one of the same name). A file that fails to load is reported and skipped.
+/// bundled one of the same name). A file that fails to load, or that changed since it was
+/// uploaded, is reported and skipped.
 async fn load_drivers(config: &Config, registry: &Registry) -> anyhow::Result<()> {
     if config.plugins.bundled {
         for (name, bytes) in deployd_artifacts::BUNDLED {
@@ -171,7 +172,13 @@ async fn load_drivers(config: &Config, registry: &Registry) -> anyhow::Result<()
         .collect();
     paths.sort();
     for path in paths {
-        let bytes = std::fs::read(&path)?;
+        let bytes = match crate::driver_host::component_file::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::error!("skipping a driver: {e}");
+                continue;
+            }
+        };
         match registry.load(&bytes, Limits::default()).await {
             Ok(d) => {
                 tracing::info!(path = %path.display(), name = %d.description.name, "loaded driver")

@@ -262,6 +262,34 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
         .unwrap();
     assert_eq!(driver.hash, hash);
     assert_eq!(driver.description.name, "fake");
+    // An artifact whose code was overwritten (int3 over its middle, which run would stop
+    // the engine with SIGTRAP) is rejected by its digest, compiled again and rewritten.
+    let path = lab.dir.path().join("compiled").join(&cached[0]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 256].fill(0xCC);
+    std::fs::write(&path, &bytes).unwrap();
+    let services = lab.registry.services().clone();
+    let third = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
+    let driver = third
+        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
+        .await
+        .unwrap();
+    assert_eq!(driver.description.name, "fake");
+    let rewritten = std::fs::read(&path).unwrap();
+    assert!(
+        rewritten.len() > 256 && rewritten != bytes,
+        "the artifact was compiled again and rewritten"
+    );
+    // And the rewritten one passes: a fourth registry runs `describe` from it.
+    let services = lab.registry.services().clone();
+    let fourth = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
+    let driver = fourth
+        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
+        .await
+        .unwrap();
+    assert_eq!(driver.description.name, "fake");
+    assert_eq!(std::fs::read(&path).unwrap(), rewritten, "and is kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

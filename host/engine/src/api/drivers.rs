@@ -301,8 +301,7 @@ async fn receive_and_load(
     drop(bytes);
     if app.plugins_dir.is_some() {
         let kept = dir.join(format!("{}.wasm", driver.description.name));
-        upload
-            .persist(&kept)
+        crate::driver_host::component_file::save(upload, &kept, &driver.hash)
             .map_err(|e| server_error(format!("driver loaded but not saved: {e}")))?;
     }
     Ok((StatusCode::CREATED, Json(doc(&app.public_url, &driver))))

@@ -7,12 +7,16 @@
 //!   the driver's `InstancePre`, captured stderr; failures become [`PluginError`]s.
 //! - [`registry`]: drivers loaded, replaced and unloaded at runtime, by content hash, with
 //!   compiled artifacts cached on disk.
+//! - [`artifact_cache`]: those artifacts, each with a digest checked before its code runs.
+//! - [`component_file`]: uploaded components in the plugins directory, with their sha256.
 //!
 //! - [`capability`]: what a driver may do to the world, one module per import of the
 //!   driver world, and the world's bindings.
 //! - [`error`]: why a driver could not be loaded, or a call failed.
 
+pub mod artifact_cache;
 pub mod capability;
+pub mod component_file;
 pub mod driver;
 pub mod error;
 pub mod imports;

@@ -8,8 +8,9 @@
 //! code and the limits it runs under. Loading new bytes, or the same bytes with other
 //! limits, under the same name makes a new active version for new flows, while the old
 //! version stays available by id for the nodes that started with it. Compiles run one at
-//! a time: each holds the component and the compiler's memory. Compiled code is cached on disk under
-//! `<hash>-<engine compatibility>.cwasm`, so a restart loads drivers without compiling.
+//! a time: each holds the component and the compiler's memory. Compiled code is cached on
+//! disk, verified before it is loaded ([`ArtifactCache`]), so a restart loads drivers
+//! without compiling.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use uuid::Uuid;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
+use super::artifact_cache::ArtifactCache;
 use super::capability::bindings::Description;
 use super::capability::{self, HostState, Services};
 use super::driver::{Limits, LoadedDriver, Pre, version_id};
@@ -39,8 +41,7 @@ pub struct Registry {
     engine: Engine,
     linker: Linker<HostState>,
     services: Arc<Services>,
-    cache_dir: Option<PathBuf>,
-    compat: String,
+    cache: Option<ArtifactCache>,
     drivers: RwLock<Drivers>,
     /// One compile at a time.
     compiling: tokio::sync::Semaphore,
@@ -57,16 +58,15 @@ impl Registry {
     ) -> wasmtime::Result<Registry> {
         let engine = runtime::new_engine(max_concurrent_calls)?;
         let linker = capability::linker(&engine)?;
-        if let Some(dir) = &cache_dir {
-            std::fs::create_dir_all(dir)?;
-        }
         let compat = runtime::compatibility_key(&engine);
+        let cache = cache_dir
+            .map(|dir| ArtifactCache::new(dir, compat))
+            .transpose()?;
         Ok(Registry {
             engine,
             linker,
             services,
-            cache_dir,
-            compat,
+            cache,
             drivers: RwLock::default(),
             compiling: tokio::sync::Semaphore::new(1),
         })
@@ -166,39 +166,19 @@ impl Registry {
 
     /// Compiles `bytes`, or loads the artifact a previous compile left in the cache.
     async fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
-        let cached = self
-            .cache_dir
-            .as_ref()
-            .map(|d| d.join(format!("{hash}-{}.cwasm", self.compat)));
-        if let Some(path) = cached.as_ref().filter(|p| p.exists()) {
-            // SAFETY: the file is an artifact this engine configuration serialized itself
-            // (below), under the content hash of the component and the engine's
-            // compatibility key, in the engine's own data directory.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(&self.engine, path) } {
-                Ok(component) => return Ok(component),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "ignoring unusable compiled artifact: {e:#}")
-                }
-            }
+        if let Some(component) = self.cache.as_ref().and_then(|c| c.load(&self.engine, hash)) {
+            return Ok(component);
         }
         let (engine, owned) = (self.engine.clone(), bytes.to_vec());
         let component = tokio::task::spawn_blocking(move || Component::new(&engine, &owned))
             .await
             .expect("the compile task does not panic")
             .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
-        if let Some(path) = cached {
-            let artifact = component
-                .serialize()
-                .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
-            // Unique per writer: engines sharing a cache may compile the same driver at once.
-            let tmp = path.with_extension(format!(
-                "{}.{}.tmp",
-                std::process::id(),
-                rand::random::<u64>()
-            ));
-            std::fs::write(&tmp, artifact)?;
-            std::fs::rename(&tmp, &path)?;
+        if let Some(cache) = &self.cache {
+            // A cache that cannot be written costs the next start a compile, nothing more.
+            if let Err(e) = cache.store(hash, &component) {
+                tracing::warn!("compiled driver not cached: {e}");
+            }
         }
         Ok(component)
     }
