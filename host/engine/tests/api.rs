@@ -889,6 +889,9 @@ async fn a_missing_local_image_is_refused_at_deploy_and_changes_nothing() {
 #[path = "api/ironic_model.rs"]
 mod ironic_model;
 
+#[path = "api/allocations.rs"]
+mod allocations;
+
 #[path = "api/hardening.rs"]
 mod hardening;
 

@@ -4,8 +4,17 @@
 //! A node is taken with [`Conductor::edit_if_free`]: under its claim, only if it still
 //! fits, so two allocations racing for one node cannot both get it; a node another task
 //! holds is skipped for the next candidate, as Ironic's allocator does.
+//!
+//! A delete racing the search must not leave a node taken for an allocation that is gone.
+//! So the search's outcome (a node taken and recorded in the allocation, or the error)
+//! and a delete's release happen under one lock, over [`Searches`]: the set of allocations
+//! still searching. A delete takes its allocation out of the set and then frees whatever
+//! the allocation holds; a search takes a node only while its allocation is in the set.
+//! Either the search recorded its node first, and the delete frees it, or the delete came
+//! first, and the search takes nothing.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -29,6 +38,9 @@ pub enum AllocationError {
     /// The node was taken or changed between the search and the claim.
     #[error("taken meanwhile")]
     TakenMeanwhile,
+    /// The allocation was deleted during its search.
+    #[error("deleted during its search")]
+    Deleted,
     /// Deleting the allocation would free a node in the middle of a flow.
     #[error("Cannot remove allocation {allocation}: its node {node} is in state \"{state}\".")]
     NodeBusy {
@@ -36,6 +48,19 @@ pub enum AllocationError {
         node: Uuid,
         state: ProvisionState,
     },
+}
+
+/// The allocations whose search has not ended, behind the lock that orders a search's
+/// outcome against a delete.
+#[derive(Default)]
+pub struct Searches(Mutex<HashSet<Uuid>>);
+
+impl Searches {
+    fn lock(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+        // The set stays consistent even if a holder panicked: each change is one insert
+        // or remove.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn fits(state: ProvisionState, b: &NodeBody, want: &Doc) -> bool {
@@ -62,29 +87,64 @@ impl Conductor {
     /// Starts looking for a node for allocation `uuid` in the background; the outcome is
     /// written into the allocation (`active` with its node, or `error` with the reason).
     pub fn allocate(self: &Arc<Self>, uuid: Uuid) {
+        self.allocating.lock().insert(uuid);
         let conductor = self.clone();
         tokio::task::spawn_blocking(move || {
-            let outcome = conductor.find_node_for(uuid);
-            let now = conductor.store.clock().now().to_datetime();
-            let _ = conductor.store.docs.update(KIND, uuid, UNIQUE, |doc| {
-                match &outcome {
-                    Ok(node) => {
-                        doc.insert("state".into(), json!("active"));
-                        doc.insert("node_uuid".into(), json!(node));
-                    }
-                    Err(reason) => {
+            if let Err(reason) = conductor.find_node_for(uuid) {
+                let mut searching = conductor.allocating.lock();
+                if searching.remove(&uuid) {
+                    let _ = conductor.record(uuid, |doc| {
                         doc.insert("state".into(), json!("error"));
                         doc.insert("last_error".into(), json!(reason));
-                    }
+                    });
                 }
-                doc.insert("updated_at".into(), json!(now));
-                Ok::<(), StoreError>(())
-            });
+            }
         });
     }
 
-    /// The node allocation `uuid` gets, or why none fits.
-    fn find_node_for(&self, uuid: Uuid) -> Result<Uuid, String> {
+    /// Writes the outcome of allocation `uuid`'s search into it.
+    fn record(&self, uuid: Uuid, outcome: impl FnOnce(&mut Doc)) -> Result<Doc, StoreError> {
+        let now = self.store.clock().now().to_datetime();
+        self.store.docs.update(KIND, uuid, UNIQUE, |doc| {
+            outcome(doc);
+            doc.insert("updated_at".into(), json!(now));
+            Ok::<(), StoreError>(())
+        })
+    }
+
+    /// Takes `node` for allocation `uuid` if it fits `want` and the allocation is still
+    /// searching, and records it in the allocation: all or nothing, under the lock.
+    fn take(&self, uuid: Uuid, node: Uuid, want: &Doc) -> Result<(), AllocationError> {
+        let mut searching = self.allocating.lock();
+        if !searching.contains(&uuid) {
+            return Err(AllocationError::Deleted);
+        }
+        self.edit_if_free::<AllocationError>(node, |provision, b| {
+            if !fits(provision.state, b, want) {
+                return Err(AllocationError::TakenMeanwhile);
+            }
+            b.attrs.insert("instance_uuid".into(), json!(uuid));
+            b.attrs.insert("allocation_uuid".into(), json!(uuid));
+            Ok(())
+        })?;
+        searching.remove(&uuid);
+        let recorded = self.record(uuid, |doc| {
+            doc.insert("state".into(), json!("active"));
+            doc.insert("node_uuid".into(), json!(node));
+        });
+        if let Err(e) = recorded {
+            // The allocation cannot say it holds the node, so it must not hold it.
+            self.edit_if_free::<AllocationError>(node, |_, b| {
+                free(b, uuid);
+                Ok(())
+            })?;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Takes a node for allocation `uuid`, or says why none fits.
+    fn find_node_for(&self, uuid: Uuid) -> Result<(), String> {
         let store = &self.store;
         let want = store.docs.get(KIND, uuid).map_err(|e| e.to_string())?;
         let name = want.get("name").and_then(Value::as_str);
@@ -104,16 +164,10 @@ impl Conductor {
         candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
         let candidates = candidates.into_iter().map(|(_, u)| u);
         for node in candidates {
-            let taken = self.edit_if_free::<AllocationError>(node, |provision, b| {
-                if !fits(provision.state, b, &want) {
-                    return Err(AllocationError::TakenMeanwhile);
-                }
-                b.attrs.insert("instance_uuid".into(), json!(uuid));
-                b.attrs.insert("allocation_uuid".into(), json!(uuid));
-                Ok(())
-            });
-            if taken.is_ok() {
-                return Ok(node);
+            match self.take(uuid, node, &want) {
+                Ok(()) => return Ok(()),
+                Err(AllocationError::Deleted) => return Err("deleted".into()),
+                Err(_) => continue,
             }
         }
         let mut asked = vec![format!(
@@ -134,9 +188,17 @@ impl Conductor {
 
     // Before an allocation is deleted: its node is freed (not while it is being deployed).
 
-    /// Frees the node allocation `uuid` (whose document is `doc`) holds, unless the node is
-    /// in a flow. A node that is gone is nothing to free.
+    /// Frees the node allocation `uuid` (whose document was `doc`) holds, unless the node
+    /// is in a flow, and ends its search. A node that is gone is nothing to free.
     pub fn release_allocation(&self, uuid: Uuid, doc: &Doc) -> Result<(), AllocationError> {
+        let mut searching = self.allocating.lock();
+        // From here on the search takes nothing.
+        searching.remove(&uuid);
+        // Read again under the lock: the search may have recorded a node since `doc`.
+        let doc = match self.store.docs.get(KIND, uuid) {
+            Ok(now) => now,
+            Err(_) => doc.clone(),
+        };
         let Some(node) = doc
             .get("node_uuid")
             .and_then(Value::as_str)
@@ -155,6 +217,7 @@ impl Conductor {
             free(b, uuid);
             Ok(())
         });
+        drop(searching);
         match result {
             Err(AllocationError::Store(StoreError::NodeNotFound(_))) => Ok(()),
             other => other.map(drop),

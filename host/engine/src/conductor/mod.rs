@@ -126,6 +126,8 @@ pub struct Conductor {
     preparer: crate::deploy_image::Preparer,
     /// The [`steps::keep_alive`] task, started with the first step.
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// Allocations still looking for a node (see [`allocations`]).
+    allocating: allocations::Searches,
     settings: Settings,
 }
 
@@ -146,6 +148,7 @@ impl Conductor {
             preparer: crate::deploy_image::Preparer::new(images.clone()),
             images,
             keep_alive: std::sync::OnceLock::new(),
+            allocating: allocations::Searches::default(),
         })
     }
 

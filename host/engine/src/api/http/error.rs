@@ -114,9 +114,9 @@ impl From<AllocationError> for ApiError {
         match e {
             AllocationError::Store(e) => e.into(),
             AllocationError::Conductor(e) => e.into(),
-            AllocationError::TakenMeanwhile | AllocationError::NodeBusy { .. } => {
-                ApiError::conflict(e.to_string())
-            }
+            AllocationError::TakenMeanwhile
+            | AllocationError::Deleted
+            | AllocationError::NodeBusy { .. } => ApiError::conflict(e.to_string()),
         }
     }
 }

@@ -1,0 +1,168 @@
+//! Allocations: a matching node taken once, and deletes racing the search.
+
+use deployd_test_support as common;
+
+use common::server::{Server, start};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// `count` available, powered-off `gold` nodes.
+async fn gold_nodes(s: &Server, count: usize) -> Vec<String> {
+    let mut nodes = Vec::new();
+    for _ in 0..count {
+        let n = s
+            .node(json!({"driver": "fake-hardware", "resource_class": "gold"}))
+            .await;
+        s.walk(&n, &[("manage", "manageable"), ("provide", "available")])
+            .await;
+        let p = s
+            .send(
+                Method::PUT,
+                &format!("/v1/nodes/{n}/states/power"),
+                json!({"target": "power off"}),
+            )
+            .await;
+        assert_eq!(p.status, StatusCode::ACCEPTED);
+        nodes.push(n);
+    }
+    for n in &nodes {
+        for _ in 0..200 {
+            if s.get(&format!("/v1/nodes/{n}")).await.body["power_state"] == "power off" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_take_a_matching_node_once() {
+    let s = start(|_| {}).await;
+    gold_nodes(&s, 3).await;
+    // Four allocations for three nodes: three succeed on distinct nodes, one fails.
+    let mut done = Vec::new();
+    for i in 0..4 {
+        let a = s
+            .send(
+                Method::POST,
+                "/v1/allocations",
+                json!({"resource_class": "gold", "name": format!("a{i}")}),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+        assert_eq!(a.body["state"], "allocating");
+        done.push(settled(&s, a.body["uuid"].as_str().unwrap()).await);
+    }
+    let taken: std::collections::BTreeSet<String> = done
+        .iter()
+        .filter(|a| a["state"] == "active")
+        .map(|a| a["node_uuid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(taken.len(), 3);
+    let failed: Vec<&Value> = done.iter().filter(|a| a["state"] == "error").collect();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0]["last_error"].as_str().unwrap().contains("gold"));
+    let first = &done.iter().find(|a| a["state"] == "active").unwrap();
+    let node = first["node_uuid"].as_str().unwrap();
+    assert_eq!(
+        allocation_of(&s, node).await,
+        (first["uuid"].clone(), first["uuid"].clone())
+    );
+    assert_eq!(
+        s.get("/v1/allocations?state=error").await.body["allocations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Deleting the allocation frees its node.
+    assert_eq!(
+        s.delete(&format!(
+            "/v1/allocations/{}",
+            first["uuid"].as_str().unwrap()
+        ))
+        .await
+        .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(allocation_of(&s, node).await, (Value::Null, Value::Null));
+    assert_eq!(
+        s.at(Method::GET, "/v1/allocations", "1.51", None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+async fn settled(s: &Server, uuid: &str) -> Value {
+    for _ in 0..200 {
+        let a = s.get(&format!("/v1/allocations/{uuid}")).await.body;
+        if a["state"] != "allocating" {
+            return a;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("allocation {uuid} stayed allocating");
+}
+
+/// A node's (allocation_uuid, instance_uuid).
+async fn allocation_of(s: &Server, node: &str) -> (Value, Value) {
+    let n = s.get(&format!("/v1/nodes/{node}")).await.body;
+    (n["allocation_uuid"].clone(), n["instance_uuid"].clone())
+}
+
+/// 1,000 allocations, each deleted at once while its search may be running, over four
+/// nodes: whichever comes first, no node is left taken for an allocation that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_allocation_during_its_search_never_leaves_its_node_taken() {
+    let s = std::sync::Arc::new(start(|_| {}).await);
+    let nodes = gold_nodes(&s, 4).await;
+    let mut pairs = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let s = s.clone();
+        pairs.spawn(async move {
+            for i in 0..125 {
+                let a = s
+                    .send(
+                        Method::POST,
+                        "/v1/allocations",
+                        json!({"resource_class": "gold", "name": format!("w{worker}-{i}")}),
+                    )
+                    .await;
+                assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+                let uuid = a.body["uuid"].as_str().unwrap().to_owned();
+                // Now, or after the search has had a moment (either order must hold).
+                if i % 3 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                let gone = s.delete(&format!("/v1/allocations/{uuid}")).await;
+                assert_eq!(gone.status, StatusCode::NO_CONTENT, "{:?}", gone.body);
+            }
+        });
+    }
+    while let Some(done) = pairs.join_next().await {
+        done.unwrap();
+    }
+    // Searches still running when their delete answered end without taking anything.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let left = s.get("/v1/allocations").await.body["allocations"].clone();
+    assert_eq!(left, json!([]), "every allocation was deleted");
+    for n in &nodes {
+        assert_eq!(
+            allocation_of(&s, n).await,
+            (Value::Null, Value::Null),
+            "node {n} is free"
+        );
+    }
+    // And the nodes are still allocatable.
+    let a = s
+        .send(
+            Method::POST,
+            "/v1/allocations",
+            json!({"resource_class": "gold"}),
+        )
+        .await;
+    let a = settled(&s, a.body["uuid"].as_str().unwrap()).await;
+    assert_eq!(a["state"], "active", "{a}");
+}
