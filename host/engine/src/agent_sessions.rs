@@ -126,6 +126,9 @@ pub struct Heard {
     pub first: bool,
     /// The image transfer's start or end, when this heartbeat's report showed it.
     pub transfer: Option<String>,
+    /// The certificate this heartbeat pinned, first in this process for this boot: its
+    /// digest goes to disk.
+    pub pinned: Option<String>,
 }
 
 /// What a heartbeat says of the agent's work (API 1.72+): deployd's agent its step and the
@@ -174,6 +177,20 @@ pub enum TlsRefused {
     PlainUrl,
     #[error("agent_verify_ca changed within one boot of the agent (same agent token); refused")]
     Changed,
+    #[error(
+        "this boot of the agent registered a certificate (agent_verify_ca): an http callback_url is refused; use https"
+    )]
+    Downgrade,
+    #[error(
+        "the engine restarted since this boot of the agent registered its certificate: send agent_verify_ca again"
+    )]
+    Resend,
+}
+
+/// The sha256 (hex) of a certificate's DER: what a pin is kept as on disk.
+pub fn ca_digest(cert: &CertificateDer<'_>) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(cert.as_ref()))
 }
 
 #[derive(Default)]
@@ -221,27 +238,38 @@ impl AgentSessions {
 
     /// Checks a heartbeat's certificate against its url and what this boot of the agent
     /// registered before (the token names the boot): the first certificate of a boot is
-    /// pinned for the rest of it.
+    /// pinned for the rest of it, and once a boot has one, plain http is refused. The pin
+    /// is in memory, or after a restart only on disk: `on_disk` reads its digest, called
+    /// only when this process has not yet heard this boot (so not on every heartbeat).
     pub fn check_tls(
         &self,
         node: Uuid,
         token: &str,
         url: &CallbackUrl,
         pem: Option<&str>,
+        on_disk: impl FnOnce() -> Option<String>,
     ) -> Result<Option<CertificateDer<'static>>, TlsRefused> {
         let given = pem.map(crate::agent_pinning::parse_pem).transpose()?;
         let https = url.as_str().starts_with("https://");
-        let known = self
+        let heard = self
             .lock()
             .get(&node)
             .filter(|s| s.token.as_deref() == Some(token))
-            .and_then(|s| s.ca.clone());
-        match (https, given, known) {
-            (false, Some(_), _) => Err(TlsRefused::PlainUrl),
-            (false, None, _) => Ok(None),
-            (true, None, None) => Err(TlsRefused::NoCertificate),
-            (true, Some(g), Some(k)) if g != k => Err(TlsRefused::Changed),
-            (true, g, k) => Ok(g.or(k)),
+            .map(|s| s.ca.clone());
+        let (known, digest) = match heard {
+            Some(ca) => (ca, None),
+            None => (None, on_disk()),
+        };
+        match (https, given, known, digest) {
+            (false, Some(_), _, _) => Err(TlsRefused::PlainUrl),
+            (false, None, None, None) => Ok(None),
+            (false, None, _, _) => Err(TlsRefused::Downgrade),
+            (true, None, Some(k), _) => Ok(Some(k)),
+            (true, None, None, Some(_)) => Err(TlsRefused::Resend),
+            (true, None, None, None) => Err(TlsRefused::NoCertificate),
+            (true, Some(g), Some(k), _) if g != k => Err(TlsRefused::Changed),
+            (true, Some(g), None, Some(d)) if ca_digest(&g) != d => Err(TlsRefused::Changed),
+            (true, Some(g), _, _) => Ok(Some(g)),
         }
     }
 
@@ -271,7 +299,9 @@ impl AgentSessions {
                 ..Default::default()
             };
         }
+        let mut pinned = None;
         if ca.is_some() && s.ca != ca {
+            pinned = ca.as_ref().map(ca_digest);
             s.ca = ca;
         }
         if s.url.as_ref() != Some(url) {
@@ -293,7 +323,11 @@ impl AgentSessions {
             }
             None => None,
         };
-        Heard { first, transfer }
+        Heard {
+            first,
+            transfer,
+            pinned,
+        }
     }
 
     /// Forgets a node's agent (its flow ended, or the node is gone).

@@ -110,6 +110,10 @@ pub type Interfaces = std::collections::BTreeMap<String, String>;
 pub const DRIVER_HASH: &str = "driver_hash";
 /// driver_internal_info key of the sha256 of the agent token issued for this boot.
 pub const AGENT_TOKEN_HASH: &str = "agent_token_hash";
+/// driver_internal_info key of the sha256 of the certificate (DER) this boot's agent
+/// registered (`agent_verify_ca`): its pin, kept across an engine restart with the token's
+/// hash, and wiped with it.
+pub const AGENT_CA_SHA256: &str = "agent_verify_ca_sha256";
 /// driver_internal_info key: the steps of a manual cleaning, for the driver.
 pub const CLEAN_STEPS: &str = "clean_steps";
 

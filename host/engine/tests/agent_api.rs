@@ -371,6 +371,16 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
         .await;
     assert_eq!(changed.status, StatusCode::BAD_REQUEST);
     assert!(changed.fault().contains("changed within one boot"));
+    // Nor may it fall back to plain http, where the token would go out in clear text.
+    let plain = s
+        .send(Method::POST, &path, beat("http://127.0.0.1:9999", None))
+        .await;
+    assert_eq!(plain.status, StatusCode::BAD_REQUEST);
+    assert!(
+        plain.fault().contains("http callback_url is refused"),
+        "{}",
+        plain.fault()
+    );
     let session = s
         .engine
         .conductor
@@ -381,4 +391,52 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
         session.ca,
         Some(deployd_engine::agent_pinning::parse_pem(&cert).unwrap())
     );
+    let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+    let pin = node["driver_internal_info"]["agent_verify_ca_sha256"].clone();
+    assert_eq!(pin.as_str().map(str::len), Some(64), "{node}");
+
+    // After a restart the pin is still the boot's: another certificate, plain http, or no
+    // certificate at all is refused; the registered one is accepted again.
+    let s = s.restart().await;
+    let path = format!("/v1/heartbeat/{uuid}");
+    for (body, why) in [
+        (
+            beat("https://127.0.0.1:9998", Some(&other)),
+            "changed within one boot",
+        ),
+        (
+            beat("http://127.0.0.1:9998", None),
+            "http callback_url is refused",
+        ),
+        (
+            beat("https://127.0.0.1:9999", None),
+            "send agent_verify_ca again",
+        ),
+    ] {
+        let a = s.send(Method::POST, &path, body).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{why}");
+        assert!(a.fault().contains(why), "{}", a.fault());
+    }
+    assert!(
+        s.engine
+            .conductor
+            .agents()
+            .get(uuid.parse().unwrap())
+            .is_none_or(|session| session.url.is_none()),
+        "no refused url was recorded, so no token went to it"
+    );
+    let a = s
+        .send(
+            Method::POST,
+            &path,
+            beat("https://127.0.0.1:9999", Some(&cert)),
+        )
+        .await;
+    assert!(
+        a.status.is_success() || a.status == StatusCode::CONFLICT,
+        "{:?}",
+        a.body
+    );
+    let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
+    assert_eq!(node["driver_internal_info"]["agent_verify_ca_sha256"], pin);
 }

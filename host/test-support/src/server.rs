@@ -14,6 +14,7 @@ pub struct Server {
     pub engine: Engine,
     pub base: String,
     pub http: reqwest::Client,
+    config: Config,
 }
 
 /// Configures an engine in a temporary directory (listening on :0), with the test driver
@@ -40,6 +41,7 @@ pub async fn start(configure: impl FnOnce(&mut Config)) -> Server {
         engine,
         base,
         http: reqwest::Client::new(),
+        config,
     }
 }
 
@@ -63,6 +65,28 @@ impl Answer {
 }
 
 impl Server {
+    /// Stops the engine as SIGTERM does and starts it again on the same data directory
+    /// (on another port): only what it wrote to disk is left.
+    pub async fn restart(self) -> Server {
+        let Server {
+            dir,
+            engine,
+            http,
+            config,
+            ..
+        } = self;
+        engine.shutdown().await.unwrap();
+        let engine = Engine::start(&config, Clock::new()).await.unwrap();
+        let base = format!("http://{}", engine.addr);
+        Server {
+            dir,
+            engine,
+            base,
+            http,
+            config,
+        }
+    }
+
     pub async fn call(
         &self,
         method: Method,

@@ -25,7 +25,7 @@ use super::http::gate::since;
 use super::http::version::Version;
 use super::{App, State, view};
 use crate::agent_sessions::{AgentReport, CallbackUrl};
-use crate::conductor::{AGENT_TOKEN_HASH, token_hash};
+use crate::conductor::{AGENT_CA_SHA256, AGENT_TOKEN_HASH, token_hash};
 use crate::state_machine::runs_ramdisk;
 use crate::store::StoreError;
 use deployd_wire::agent::Heartbeat;
@@ -165,7 +165,17 @@ async fn heartbeat(
     let ca = app
         .conductor
         .agents()
-        .check_tls(uuid, token, &callback_url, hb.agent_verify_ca.as_deref())
+        .check_tls(
+            uuid,
+            token,
+            &callback_url,
+            hb.agent_verify_ca.as_deref(),
+            || {
+                let node = app.conductor.store().node(uuid).ok()?;
+                let digest = node.body.driver_internal_info.get(AGENT_CA_SHA256)?;
+                digest.as_str().map(str::to_owned)
+            },
+        )
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
     // What the agent says of its work (deployd's agent: the step and the bytes written;

@@ -40,7 +40,7 @@ use crate::reservations::{Claim, Held, Reservations};
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::{Store, StoreError};
 
-pub use crate::node::{AGENT_TOKEN_HASH, CLEAN_STEPS, DRIVER_HASH};
+pub use crate::node::{AGENT_CA_SHA256, AGENT_TOKEN_HASH, CLEAN_STEPS, DRIVER_HASH};
 
 /// What an operator can ask of a node (the API's provision targets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -390,6 +390,14 @@ impl Conductor {
         if let Some(note) = heard.transfer {
             self.store.milestone(node, note)?;
         }
+        if let Some(digest) = heard.pinned {
+            // Beside the token's hash, so a restart keeps the pin (and a flow's end wipes both).
+            self.store.update_node(node, |b| {
+                b.driver_internal_info
+                    .insert(AGENT_CA_SHA256.into(), digest.as_str().into());
+                Ok(())
+            })?;
+        }
         let Some(touched) = touched else {
             return Ok(());
         };
@@ -515,6 +523,7 @@ impl Conductor {
                 None => b.driver_internal_info.remove(DRIVER_HASH),
             };
             b.driver_internal_info.remove(AGENT_TOKEN_HASH);
+            b.driver_internal_info.remove(AGENT_CA_SHA256);
             if hash.is_none() {
                 b.driver_internal_info.remove(CLEAN_STEPS);
             }

@@ -56,9 +56,12 @@ impl Conductor {
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
         let digest = token_hash(&token);
         let updated = self.store.update_node(node.uuid(), |b| {
-            b.driver_internal_info
-                .entry(AGENT_TOKEN_HASH)
-                .or_insert_with(|| json!(digest));
+            if !b.driver_internal_info.contains_key(AGENT_TOKEN_HASH) {
+                b.driver_internal_info
+                    .insert(AGENT_TOKEN_HASH.into(), json!(digest));
+                // A new boot: no certificate of a former one stays pinned.
+                b.driver_internal_info.remove(super::AGENT_CA_SHA256);
+            }
             Ok(())
         })?;
         if updated.body.driver_internal_info.get(AGENT_TOKEN_HASH) != Some(&json!(digest)) {

@@ -32,6 +32,11 @@ impl HostState {
 /// How long one call to an agent's command API may take.
 const AGENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How long a connection the agent refuses (or that cannot be made) is tried again: an
+/// agent restarting its API or a network blip is not a failed deploy. Nothing reached the
+/// agent then, so even a command is safe to send again.
+const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The agent's error text from an error response (`{"faultstring": …}`), or the status.
 async fn agent_error(response: reqwest::Response) -> String {
     let status = response.status();
@@ -84,16 +89,50 @@ impl HostState {
 /// The agent's commands url, its token, and the client that reaches it.
 type Endpoint = (String, String, reqwest::Client);
 
-/// Sends a request to the agent; a refusal comes back in the agent's own words.
-async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, CapabilityError> {
-    let response = request
-        .send()
-        .await
-        .map_err(|e| CapabilityError::Remote(format!("cannot reach the agent: {e}")))?;
+/// Sends a request to the agent at `url` (its commands endpoint, without the query that
+/// holds the token), trying a connection that fails again for [`CONNECT_RETRY`]; a refusal
+/// comes back in the agent's own words. No error names the request's url: its query
+/// holds the agent's token, which must not reach `last_error`, history or logs.
+async fn send(
+    url: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, CapabilityError> {
+    let started = tokio::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(200);
+    let response = loop {
+        let attempt = request
+            .try_clone()
+            .expect("an agent request (a JSON body or none) can be cloned");
+        match attempt.send().await {
+            Ok(response) => break response,
+            Err(e) if e.is_connect() && started.elapsed() + pause < CONNECT_RETRY => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => {
+                return Err(CapabilityError::Remote(format!(
+                    "cannot reach the agent at {url}: {}",
+                    without_url(e)
+                )));
+            }
+        }
+    };
     if !response.status().is_success() {
         return Err(CapabilityError::Remote(agent_error(response).await));
     }
     Ok(response)
+}
+
+/// An HTTP client error and its causes, without the url it was for.
+fn without_url(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
 }
 
 /// `POST <agent>/v1/commands/`: the command's result document, as the agent sent it.
@@ -106,14 +145,14 @@ async fn run_command(
     let params: Value = serde_json::from_str(&params)
         .map_err(|e| CapabilityError::Invalid(format!("command params are not JSON: {e}")))?;
     let request = http
-        .post(url)
+        .post(&url)
         .timeout(AGENT_TIMEOUT)
         .query(&[
             ("wait", if wait { "true" } else { "false" }),
             ("agent_token", token.as_str()),
         ])
         .json(&serde_json::json!({ "name": name, "params": params }));
-    send(request)
+    send(&url, request)
         .await?
         .text()
         .await
@@ -124,10 +163,10 @@ async fn run_command(
 /// stall check fingerprints them, the driver gets them as a JSON list).
 async fn list_commands((url, token, http): Endpoint) -> Result<Vec<Value>, CapabilityError> {
     let request = http
-        .get(url)
+        .get(&url)
         .timeout(AGENT_TIMEOUT)
         .query(&[("agent_token", token.as_str())]);
-    let body: Value = send(request).await?.json().await.map_err(|e| {
+    let body: Value = send(&url, request).await?.json().await.map_err(|e| {
         CapabilityError::Remote(format!("the agent's command list is not JSON: {e}"))
     })?;
     Ok(match body {

@@ -327,6 +327,11 @@ async fn the_fake_bmc_records_power_and_real_backends_need_their_driver_info() {
 
 /// A loopback agent command API that accepts one token.
 async fn agent_api() -> CallbackUrl {
+    agent_api_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await
+}
+
+/// [`agent_api`] on `listener`.
+async fn agent_api_on(listener: tokio::net::TcpListener) -> CallbackUrl {
     use axum::extract::Query;
     use axum::http::StatusCode;
     use axum::routing::post;
@@ -343,7 +348,6 @@ async fn agent_api() -> CallbackUrl {
     )
     .get(|| async { axum::Json(json!({"commands": [{"command_name": "get_clean_steps"}]})) });
     let app = axum::Router::new().route("/v1/commands/", commands);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     CallbackUrl::parse(&format!("http://{addr}")).unwrap()
@@ -409,6 +413,57 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     assert!(
         matches!(&stale, Remote(m) if m.contains("401 Unauthorized: Unauthorized: invalid token")),
         "{stale:?}"
+    );
+}
+
+/// An agent whose API is not up yet is tried again for a few seconds; one that never
+/// answers fails with an error that names its url but not its token (the request's query
+/// holds it, and the error goes to `last_error`, history and the log).
+#[tokio::test]
+async fn an_agent_not_listening_yet_is_tried_again_and_errors_never_carry_the_token() {
+    let w = world();
+    let node = w.waiting();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap();
+    drop(free);
+    let url = CallbackUrl::parse(&format!("http://{addr}")).unwrap();
+    w.services
+        .agents
+        .heartbeat(node, "tok", &url, "1", None, Default::default(), T0);
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        agent_api_on(tokio::net::TcpListener::bind(addr).await.unwrap()).await
+    });
+    let done = w
+        .call(node, "fake")
+        .run("standby.sync".into(), "{}".into(), true)
+        .await
+        .unwrap();
+    assert!(done.contains("SUCCEEDED"), "{done}");
+    late.await.unwrap();
+
+    let never = CallbackUrl::parse("http://127.0.0.1:9").unwrap();
+    w.services
+        .agents
+        .heartbeat(node, "tok", &never, "1", None, Default::default(), T0);
+    let started = tokio::time::Instant::now();
+    let error = refused(
+        w.call(node, "fake")
+            .run("standby.sync".into(), "{}".into(), true)
+            .await,
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "it was tried again"
+    );
+    let Remote(text) = &error else {
+        panic!("{error:?}")
+    };
+    assert!(
+        text.starts_with("cannot reach the agent at http://127.0.0.1:9/v1/commands/: ")
+            && text.contains("refused")
+            && !text.contains("tok"),
+        "{text}"
     );
 }
 
