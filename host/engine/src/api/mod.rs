@@ -168,6 +168,6 @@ pub fn router(app: Arc<App>) -> Router {
             plumbing::request_timeout(request, next, drivers::UPLOAD_PATH)
         }))
         .layer(middleware::from_fn(plumbing::close_after_refused_body))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().on_failure(plumbing::log_failure))
         .with_state(app)
 }

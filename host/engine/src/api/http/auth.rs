@@ -4,19 +4,26 @@
 //! their per-boot token instead.
 //!
 //! bcrypt is slow on purpose (about a quarter of a second at cost 12), so it must never
-//! run where it can stall the engine:
+//! run where it can stall the engine, and a flood of wrong passwords must not lock a real
+//! operator out:
 //! - it runs on one thread of its own ([`Verifier`]), never on the async workers that
-//!   answer heartbeats; at most [`QUEUE`] checks wait for it, and past that a request is
-//!   refused at once with 503, so a flood of wrong passwords costs one core at most and
-//!   cannot queue without bound;
-//! - a successful check is remembered for [`REMEMBER`], keyed by a sha256 of the header,
-//!   so a real client pays for bcrypt once, not per request, even during such a flood;
+//!   answer heartbeats, so a flood costs one core at most;
+//! - the checks wait in one queue per client address, served in turn: at most
+//!   [`QUEUE`] per client and [`CLIENTS`] clients, past which a request is refused at once
+//!   with 503. A flooding client fills only its own queue; an operator elsewhere waits
+//!   for one check per busy client, not for the flood;
+//! - a successful check is remembered for [`REMEMBER`], and a failed one for [`FAILED`],
+//!   keyed by a sha256 of the header: a real client pays for bcrypt once, not per request,
+//!   and the same wrong header sent again is refused without running bcrypt;
 //! - an unknown user is checked against a real hash of the same cost, so the time of an
-//!   answer does not tell which users exist.
+//!   answer does not tell which users exist;
+//! - refusals under overload are logged once per [`LOG_EVERY`] with their count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -33,10 +40,16 @@ use crate::api::App;
 
 /// How long a verified `Authorization` header is trusted without bcrypt.
 pub const REMEMBER: Duration = Duration::from_secs(60);
-/// How many checks may wait for the bcrypt thread before requests are refused.
-pub const QUEUE: usize = 16;
-/// How many verified headers are remembered at most (older ones are dropped first).
-const REMEMBERED: usize = 1024;
+/// How long a header that failed is refused without bcrypt.
+pub const FAILED: Duration = Duration::from_secs(10);
+/// How many checks of one client may wait for the bcrypt thread.
+pub const QUEUE: usize = 4;
+/// How many clients may have checks waiting.
+pub const CLIENTS: usize = 256;
+/// How often refusals under overload are logged (with how many there were).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How many headers each memory holds at most (older ones are dropped first).
+const REMEMBERED: usize = 4096;
 
 /// A bcrypt hash of cost 12 that no password is checked into: the stand-in hash for
 /// unknown users when the htpasswd file has none to borrow.
@@ -53,9 +66,32 @@ pub struct Basic {
     users: HashMap<String, String>,
     /// What an unknown user's password is checked against: the costliest user's hash.
     stand_in: String,
-    /// sha256 of a verified header → when it stops being trusted.
-    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Headers verified, and headers refused, by sha256, until they are forgotten.
+    verified: Memory,
+    refused: Memory,
     verifier: Verifier,
+}
+
+/// sha256 of a header → until when it is remembered; bounded.
+#[derive(Default)]
+struct Memory(Mutex<HashMap<[u8; 32], Instant>>);
+
+impl Memory {
+    fn holds(&self, key: &[u8; 32], now: Instant) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).is_some_and(|until| *until > now)
+    }
+
+    fn insert(&self, key: [u8; 32], until: Instant, now: Instant) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= REMEMBERED {
+            map.retain(|_, until| *until > now);
+            if map.len() >= REMEMBERED {
+                map.clear();
+            }
+        }
+        map.insert(key, until);
+    }
 }
 
 /// Why a request is not let through.
@@ -97,16 +133,21 @@ impl Auth {
         Ok(Auth::HttpBasic(Basic {
             users,
             stand_in,
-            verified: Mutex::default(),
+            verified: Memory::default(),
+            refused: Memory::default(),
             verifier: Verifier::start(),
         }))
     }
 
-    /// Whether a request with this `Authorization` header may pass.
-    pub async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+    /// Whether a request with this `Authorization` header, from `client`, may pass.
+    pub async fn check(
+        &self,
+        authorization: Option<&HeaderValue>,
+        client: Option<IpAddr>,
+    ) -> Result<(), Refusal> {
         match self {
             Auth::NoAuth => Ok(()),
-            Auth::HttpBasic(basic) => basic.check(authorization).await,
+            Auth::HttpBasic(basic) => basic.check(authorization, client).await,
         }
     }
 }
@@ -120,7 +161,11 @@ fn cost(hash: &str) -> u32 {
 }
 
 impl Basic {
-    async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+    async fn check(
+        &self,
+        authorization: Option<&HeaderValue>,
+        client: Option<IpAddr>,
+    ) -> Result<(), Refusal> {
         // RFC 7235: the scheme is case-insensitive, and any amount of space follows it.
         let credentials = authorization
             .and_then(|h| h.to_str().ok())
@@ -130,8 +175,11 @@ impl Basic {
             .ok_or(Refusal::Unauthorized)?;
         let key: [u8; 32] = Sha256::digest(credentials.as_bytes()).into();
         let now = Instant::now();
-        if self.remembered(&key, now) {
+        if self.verified.holds(&key, now) {
             return Ok(());
+        }
+        if self.refused.holds(&key, now) {
+            return Err(Refusal::Unauthorized);
         }
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(credentials)
@@ -144,34 +192,25 @@ impl Basic {
             Some(hash) => (true, hash.clone()),
             None => (false, self.stand_in.clone()),
         };
-        let matches = self.verifier.verify(password.to_owned(), hash).await?;
+        let client = client.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let matches = self
+            .verifier
+            .verify(client, password.to_owned(), hash)
+            .await?;
+        let now = Instant::now();
         if !(known && matches) {
+            self.refused.insert(key, now + FAILED, now);
             return Err(Refusal::Unauthorized);
         }
-        self.remember(key, now);
+        self.verified.insert(key, now + REMEMBER, now);
         Ok(())
-    }
-
-    fn remembered(&self, key: &[u8; 32], now: Instant) -> bool {
-        let verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-        verified.get(key).is_some_and(|until| *until > now)
-    }
-
-    fn remember(&self, key: [u8; 32], now: Instant) {
-        let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-        if verified.len() >= REMEMBERED {
-            verified.retain(|_, until| *until > now);
-            if verified.len() >= REMEMBERED {
-                verified.clear();
-            }
-        }
-        verified.insert(key, now + REMEMBER);
     }
 }
 
-/// One thread that runs bcrypt checks, fed by a bounded queue.
+/// One thread that runs bcrypt checks, from one bounded queue per client, in turn.
 struct Verifier {
-    queue: std::sync::mpsc::SyncSender<Check>,
+    queues: Arc<(Mutex<Queues>, Condvar)>,
+    overload: Overload,
 }
 
 struct Check {
@@ -180,30 +219,123 @@ struct Check {
     answer: oneshot::Sender<bool>,
 }
 
+/// The checks waiting, by client, and the clients in the order they are served.
+#[derive(Default)]
+struct Queues {
+    waiting: HashMap<IpAddr, VecDeque<Check>>,
+    turns: VecDeque<IpAddr>,
+}
+
+impl Queues {
+    fn push(&mut self, client: IpAddr, check: Check) -> Result<(), Check> {
+        let full = self.waiting.len() >= CLIENTS;
+        match self.waiting.get_mut(&client) {
+            Some(queue) if queue.len() >= QUEUE => Err(check),
+            Some(queue) => {
+                queue.push_back(check);
+                Ok(())
+            }
+            None if full => Err(check),
+            None => {
+                self.waiting.insert(client, VecDeque::from([check]));
+                self.turns.push_back(client);
+                Ok(())
+            }
+        }
+    }
+
+    /// The next client's oldest check; the client goes to the back of the line.
+    fn pop(&mut self) -> Option<Check> {
+        let client = self.turns.pop_front()?;
+        let queue = self.waiting.get_mut(&client)?;
+        let check = queue.pop_front();
+        if queue.is_empty() {
+            self.waiting.remove(&client);
+        } else {
+            self.turns.push_back(client);
+        }
+        check
+    }
+}
+
 impl Verifier {
     fn start() -> Verifier {
-        let (queue, checks) = std::sync::mpsc::sync_channel::<Check>(QUEUE);
+        let queues = Arc::new((Mutex::new(Queues::default()), Condvar::new()));
+        let served = queues.clone();
         std::thread::Builder::new()
             .name("deployd-bcrypt".into())
             .spawn(move || {
-                for check in checks {
+                let (lock, ready) = &*served;
+                loop {
+                    let check = {
+                        let mut queues = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        loop {
+                            if let Some(check) = queues.pop() {
+                                break check;
+                            }
+                            queues = ready.wait(queues).unwrap_or_else(|p| p.into_inner());
+                        }
+                    };
+                    if check.answer.is_closed() {
+                        continue; // The client went away while it waited.
+                    }
                     let ok = bcrypt::verify(&check.password, &check.hash).unwrap_or(false);
                     let _ = check.answer.send(ok);
                 }
             })
             .expect("starting the bcrypt thread");
-        Verifier { queue }
+        Verifier {
+            queues,
+            overload: Overload::default(),
+        }
     }
 
-    async fn verify(&self, password: String, hash: String) -> Result<bool, Refusal> {
+    async fn verify(
+        &self,
+        client: IpAddr,
+        password: String,
+        hash: String,
+    ) -> Result<bool, Refusal> {
         let (answer, answered) = oneshot::channel();
         let check = Check {
             password,
             hash,
             answer,
         };
-        self.queue.try_send(check).map_err(|_| Refusal::Busy)?;
+        {
+            let (lock, ready) = &*self.queues;
+            let mut queues = lock.lock().unwrap_or_else(|p| p.into_inner());
+            if queues.push(client, check).is_err() {
+                drop(queues);
+                self.overload.refused(client);
+                return Err(Refusal::Busy);
+            }
+            ready.notify_one();
+        }
         answered.await.map_err(|_| Refusal::Busy)
+    }
+}
+
+/// Refusals under overload, counted and logged once per [`LOG_EVERY`].
+#[derive(Default)]
+struct Overload {
+    count: AtomicU64,
+    logged: Mutex<Option<Instant>>,
+}
+
+impl Overload {
+    fn refused(&self, client: IpAddr) {
+        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = Instant::now();
+        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        if logged.is_none_or(|at| now.duration_since(at) >= LOG_EVERY) {
+            *logged = Some(now);
+            tracing::warn!(
+                %client,
+                refused_since_start = count,
+                "authentication checks refused (503): too many waiting for bcrypt"
+            );
+        }
     }
 }
 
@@ -216,9 +348,13 @@ pub async fn check(State(app): State<Arc<App>>, request: Request, next: Next) ->
     if public(request.uri().path()) {
         return next.run(request).await;
     }
+    let client = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
     match app
         .auth
-        .check(request.headers().get(header::AUTHORIZATION))
+        .check(request.headers().get(header::AUTHORIZATION), client)
         .await
     {
         Ok(()) => next.run(request).await,
@@ -268,7 +404,7 @@ mod tests {
         let auth = Auth::http_basic(&htpasswd(dir.path(), 4)).unwrap();
         for scheme in ["Basic", "basic", "BASIC", "bAsIc "] {
             let h = header(scheme, "admin:secret");
-            assert_eq!(auth.check(Some(&h)).await, Ok(()), "{scheme}");
+            assert_eq!(auth.check(Some(&h), None).await, Ok(()), "{scheme}");
         }
         for (scheme, creds) in [
             ("Basic", "admin:wrong"),
@@ -277,11 +413,14 @@ mod tests {
             ("Basic", "no-colon"),
         ] {
             let h = header(scheme, creds);
-            assert_eq!(auth.check(Some(&h)).await, Err(Refusal::Unauthorized));
+            assert_eq!(auth.check(Some(&h), None).await, Err(Refusal::Unauthorized));
         }
-        assert_eq!(auth.check(None).await, Err(Refusal::Unauthorized));
+        assert_eq!(auth.check(None, None).await, Err(Refusal::Unauthorized));
         let garbage = HeaderValue::from_static("Basic !!!");
-        assert_eq!(auth.check(Some(&garbage)).await, Err(Refusal::Unauthorized));
+        assert_eq!(
+            auth.check(Some(&garbage), None).await,
+            Err(Refusal::Unauthorized)
+        );
     }
 
     #[test]
@@ -302,15 +441,81 @@ mod tests {
             unreachable!()
         };
         let h = header("Basic", "admin:secret");
-        basic.check(Some(&h)).await.unwrap();
+        basic.check(Some(&h), None).await.unwrap();
         // With the users gone, only the memory can let the same header through.
         let basic = Basic {
             users: HashMap::new(),
             ..basic
         };
-        assert_eq!(basic.check(Some(&h)).await, Ok(()));
+        assert_eq!(basic.check(Some(&h), None).await, Ok(()));
         let other = header("Basic", "admin:secret2");
-        assert_eq!(basic.check(Some(&other)).await, Err(Refusal::Unauthorized));
+        assert_eq!(
+            basic.check(Some(&other), None).await,
+            Err(Refusal::Unauthorized)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_header_that_failed_is_refused_again_without_bcrypt() {
+        let dir = tempfile::tempdir().unwrap();
+        let Auth::HttpBasic(basic) = Auth::http_basic(&htpasswd(dir.path(), 4)).unwrap() else {
+            unreachable!()
+        };
+        let wrong = header("Basic", "admin:wrong");
+        assert_eq!(
+            basic.check(Some(&wrong), None).await,
+            Err(Refusal::Unauthorized)
+        );
+        // With the right hash for "wrong" in place, only the memory can still refuse it.
+        let basic = Basic {
+            users: HashMap::from([("admin".into(), bcrypt::hash("wrong", 4).unwrap())]),
+            ..basic
+        };
+        assert_eq!(
+            basic.check(Some(&wrong), None).await,
+            Err(Refusal::Unauthorized)
+        );
+        let right = header("Basic", "admin:wrong ");
+        assert_eq!(
+            basic.check(Some(&right), None).await,
+            Err(Refusal::Unauthorized)
+        );
+    }
+
+    /// A client that floods fills its own queue only: another client's check is run
+    /// after at most one of the flood's, not after all of them.
+    #[tokio::test]
+    async fn each_client_waits_in_its_own_queue_served_in_turn() {
+        let mut queues = Queues::default();
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let check = |password: &str| {
+            let (answer, _) = oneshot::channel();
+            Check {
+                password: password.into(),
+                hash: String::new(),
+                answer,
+            }
+        };
+        for i in 0..QUEUE {
+            assert!(queues.push(a, check(&format!("a{i}"))).is_ok());
+        }
+        assert!(
+            queues.push(a, check("a-over")).is_err(),
+            "a's queue is full"
+        );
+        assert!(queues.push(b, check("b0")).is_ok(), "b has its own");
+        let order: Vec<String> = std::iter::from_fn(|| queues.pop().map(|c| c.password)).collect();
+        assert_eq!(order[..3], ["a0", "b0", "a1"]);
+        assert_eq!(order.len(), QUEUE + 1);
+        assert!(queues.waiting.is_empty() && queues.turns.is_empty());
+        for n in 0..CLIENTS {
+            let client = IpAddr::from([10, 1, (n >> 8) as u8, n as u8]);
+            assert!(queues.push(client, check("x")).is_ok());
+        }
+        assert!(
+            queues.push(a, check("a")).is_err(),
+            "bounded in clients too"
+        );
     }
 
     #[tokio::test]
@@ -324,7 +529,7 @@ mod tests {
         let tasks: Vec<_> = (0..QUEUE + 8)
             .map(|_| {
                 let (basic, h) = (basic.clone(), h.clone());
-                tokio::spawn(async move { basic.check(Some(&h)).await })
+                tokio::spawn(async move { basic.check(Some(&h), None).await })
             })
             .collect();
         let mut busy = 0;

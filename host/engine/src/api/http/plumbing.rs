@@ -76,3 +76,21 @@ pub async fn request_id(request: Request, next: Next) -> Response {
         .insert("x-openstack-request-id", value);
     response
 }
+
+/// How a failed answer (a 5xx, or an error mid-response) is logged. A 503 is the engine
+/// refusing work it has no room for (a full bcrypt queue, a store that cannot write):
+/// under a flood there is one per request, so those are DEBUG, and the part that
+/// refuses says so once; any other failure is an ERROR.
+pub fn log_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass::StatusCode as Status;
+    match class {
+        Status(status) if status == axum::http::StatusCode::SERVICE_UNAVAILABLE => {
+            tracing::debug!(%status, ?latency, "refused: no room")
+        }
+        other => tracing::error!(classification = %other, ?latency, "response failed"),
+    }
+}
