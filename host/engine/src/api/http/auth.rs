@@ -57,7 +57,7 @@ const STAND_IN: &str = "$2b$12$Mc4JMPDqGJ4Kb2kS6mAjG.oHCtSUC.06gkC6DXIgHKuVu/zlQ
 
 pub enum Auth {
     NoAuth,
-    HttpBasic(Basic),
+    HttpBasic(Box<Basic>),
 }
 
 /// `http_basic`: the users, the remembered verifications and the bcrypt thread.
@@ -130,13 +130,13 @@ impl Auth {
             .max_by_key(|h| cost(h))
             .cloned()
             .unwrap_or_else(|| STAND_IN.to_owned());
-        Ok(Auth::HttpBasic(Basic {
+        Ok(Auth::HttpBasic(Box::new(Basic {
             users,
             stand_in,
             verified: Memory::default(),
             refused: Memory::default(),
             verifier: Verifier::start(),
-        }))
+        })))
     }
 
     /// Whether a request with this `Authorization` header, from `client`, may pass.
@@ -445,7 +445,7 @@ mod tests {
         // With the users gone, only the memory can let the same header through.
         let basic = Basic {
             users: HashMap::new(),
-            ..basic
+            ..*basic
         };
         assert_eq!(basic.check(Some(&h), None).await, Ok(()));
         let other = header("Basic", "admin:secret2");
@@ -469,7 +469,7 @@ mod tests {
         // With the right hash for "wrong" in place, only the memory can still refuse it.
         let basic = Basic {
             users: HashMap::from([("admin".into(), bcrypt::hash("wrong", 4).unwrap())]),
-            ..basic
+            ..*basic
         };
         assert_eq!(
             basic.check(Some(&wrong), None).await,
