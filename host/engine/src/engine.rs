@@ -114,9 +114,10 @@ impl Engine {
             images: images.clone(),
             kernel_append_params: config.pxe.kernel_append_params.clone(),
         });
-        let router = api::router(app)
-            .merge(crate::image_server::router(images.clone(), store.clone()))
-            .merge(crate::boot_server::router(boot));
+        let files = crate::image_server::router(images.clone(), store.clone())
+            .merge(crate::boot_server::router(boot))
+            .layer(axum::middleware::from_fn(api::http::plumbing::json_errors));
+        let router = api::router(app).merge(files);
         let mut limits = config.connection_limits();
         limits.max_connections =
             api::http::listener::fit_to_descriptor_limit(limits.max_connections);

@@ -168,6 +168,7 @@ pub fn router(app: Arc<App>) -> Router {
             plumbing::request_timeout(request, next, drivers::UPLOAD_PATH)
         }))
         .layer(middleware::from_fn(plumbing::close_after_refused_body))
+        .layer(middleware::from_fn(plumbing::json_errors))
         .layer(TraceLayer::new_for_http().on_failure(plumbing::log_failure))
         .with_state(app)
 }

@@ -104,6 +104,23 @@ fn settle(
         }
         attrs.insert("parent_node".into(), json!(found.uuid()));
     }
+    if changed.iter().any(|f| f == "chassis_uuid")
+        && let Some(chassis) = attrs.get("chassis_uuid").and_then(Value::as_str)
+    {
+        // Ironic: a node may only name a chassis that exists (400 otherwise).
+        let found = Uuid::parse_str(chassis).ok().is_some_and(|u| {
+            app.conductor
+                .store()
+                .docs
+                .get(super::chassis::CHASSIS.kind, u)
+                .is_ok()
+        });
+        if !found {
+            return Err(ApiError::bad_request(format!(
+                "Chassis {chassis} could not be found."
+            )));
+        }
+    }
     let named = attrs.get("instance_name").is_some_and(|n| !n.is_null());
     let explicit = changed.iter().any(|f| f == "instance_name");
     if !named

@@ -452,3 +452,109 @@ async fn links_name_the_public_url_never_the_clients_host_header() {
     );
     assert!(!body.to_string().contains("evil.example"));
 }
+
+/// A request, and the status and words it must be refused with.
+type Refused = (Method, String, Option<Vec<u8>>, StatusCode, &'static str);
+
+/// Refusals that axum, the image server or a body limit made came back as plain text;
+/// each is now in Ironic's JSON error shape with its status. And a node may name only a
+/// chassis that exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_in_ironics_shape_and_a_chassis_must_exist() {
+    let s = start(|_| {}).await;
+    let node = s.node(json!({"driver": "fake-hardware"})).await;
+    std::fs::create_dir_all(s.dir.path().join("data/images")).unwrap();
+    std::fs::write(s.dir.path().join("data/images/small.raw"), b"0123456789").unwrap();
+    let big = vec![b' '; 2 << 20];
+    let plain: [Refused; 6] = [
+        (
+            Method::GET,
+            format!("/v1/nodes/{node}/history?bogus=1"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "bogus",
+        ),
+        (
+            Method::GET,
+            format!("/v1/nodes/{node}/history?limit=x"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::DELETE,
+            "/v1/deployd/drivers/fake?force=maybe".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "force",
+        ),
+        (
+            Method::GET,
+            "/images/nothing".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "no such image",
+        ),
+        (
+            Method::POST,
+            "/v1/nodes".into(),
+            Some(big),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "length limit",
+        ),
+        (
+            Method::GET,
+            "/images/small.raw".into(),
+            None,
+            StatusCode::OK,
+            "",
+        ),
+    ];
+    for (method, path, body, status, said) in plain {
+        let a = s.call(method, &path, Some("1.78"), body).await;
+        assert_eq!(a.status, status, "{path}: {:?}", a.body);
+        if status.is_success() {
+            continue;
+        }
+        assert!(a.fault().contains(said), "{path}: {}", a.fault());
+    }
+    let range = s
+        .http
+        .get(format!("{}/images/small.raw", s.base))
+        .header("Range", "bytes=100-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(range.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let body: Value = range.json().await.unwrap();
+    assert!(body["error_message"].is_string(), "{body}");
+
+    let nowhere = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
+    let before = super::count(&s).await;
+    let a = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "fake-hardware", "chassis_uuid": nowhere}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(a.fault(), format!("Chassis {nowhere} could not be found."));
+    assert_eq!(super::count(&s).await, before, "nothing was enrolled");
+    let patch = json!([{"op": "add", "path": "/chassis_uuid", "value": nowhere}]);
+    let a = s
+        .send(Method::PATCH, &format!("/v1/nodes/{node}"), patch)
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{:?}", a.body);
+    let chassis = s.send(Method::POST, "/v1/chassis", json!({})).await;
+    let chassis = chassis.body["uuid"].as_str().unwrap().to_owned();
+    let a = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "fake-hardware", "chassis_uuid": chassis}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+    assert_eq!(a.body["chassis_uuid"], chassis);
+}

@@ -94,3 +94,38 @@ pub fn log_failure(
         other => tracing::error!(classification = %other, ?latency, "response failed"),
     }
 }
+
+/// Every refusal in Ironic's JSON error shape, whoever made it: axum's own rejections (a
+/// query string that does not parse, a body past its limit) and the image and boot
+/// servers answer in plain text, which Ironic's clients cannot read. The status and the
+/// headers (`Retry-After`, `Allow`, `WWW-Authenticate`, `Connection`…) are kept; the text
+/// becomes the `faultstring`.
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+    let response = next.run(request).await;
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // A refusal's text is short; one past this is cut, never buffered whole.
+    let text = axum::body::to_bytes(body, 16 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let message = match text.is_empty() {
+        true => status.canonical_reason().unwrap_or("Error").to_owned(),
+        false => text,
+    };
+    let mut shaped = ApiError::new(status, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != CONTENT_TYPE && name != CONTENT_LENGTH {
+            shaped.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    shaped
+}
