@@ -87,3 +87,116 @@ fn config_file_flags_and_environment_apply_in_that_order() {
         "{stderr}"
     );
 }
+
+/// A damaged store is refused at start with what it lost, never served with nodes gone:
+/// 300 nodes, then the store's file with one byte flipped, a 4 KiB page zeroed, 64 random
+/// bytes flipped, emptied, or deleted. Each copy either starts with all 300 nodes (the
+/// damage hit nothing sled still reads) or is refused with the reason; the emptied and the
+/// deleted file are always refused.
+#[test]
+fn a_damaged_store_is_refused_at_start_never_served_with_nodes_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let engine = Engine::start(&data, &[]);
+    for i in 0..300 {
+        let (status, node) = call(
+            "POST",
+            &format!("{}/v1/nodes", engine.url),
+            Some(
+                json!({"driver": "fake", "name": format!("n{i}"), "extra": {"pad": "x".repeat(200)}}),
+            ),
+        );
+        assert_eq!(status, 201, "{node}");
+    }
+    engine.stop();
+    let file = |data: &std::path::Path| data.join("store/db");
+    let len = std::fs::metadata(file(&data)).unwrap().len() as usize;
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Damage, bool)> = vec![
+        (
+            "one byte flipped",
+            Box::new(|b| {
+                let m = b.len() / 2;
+                b[m] ^= 0x20
+            }),
+            false,
+        ),
+        (
+            "a page zeroed",
+            Box::new(|b| {
+                let m = b.len() / 2;
+                b[m..m + 4096].fill(0)
+            }),
+            false,
+        ),
+        (
+            "64 random bytes flipped",
+            Box::new(|b| {
+                for _ in 0..64 {
+                    let at = rand::random_range(0..b.len());
+                    b[at] ^= rand::random_range(1..=255u8);
+                }
+            }),
+            false,
+        ),
+        ("emptied", Box::new(|b| b.clear()), true),
+    ];
+    assert!(len > 8192, "{len}");
+    let mut refused = 0;
+    for (n, (what, damage, must_refuse)) in cases
+        .iter()
+        .chain(std::iter::once(&(
+            "deleted",
+            Box::new(|_: &mut Vec<u8>| {}) as Damage,
+            true,
+        )))
+        .enumerate()
+    {
+        let copy = dir.path().join(format!("copy-{n}"));
+        support::run(
+            std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&data)
+                .arg(&copy),
+        );
+        if *what == "deleted" {
+            std::fs::remove_file(file(&copy)).unwrap();
+        } else {
+            let mut bytes = std::fs::read(file(&copy)).unwrap();
+            damage(&mut bytes);
+            std::fs::write(file(&copy), bytes).unwrap();
+        }
+        match Engine::try_start(&copy, &[]) {
+            Ok(engine) => {
+                assert!(!must_refuse, "{what}: the engine started");
+                println!("{what}: started with every node");
+                let (_, list) = call("GET", &format!("{}/v1/nodes?limit=1000", engine.url), None);
+                assert_eq!(
+                    list["nodes"].as_array().unwrap().len(),
+                    300,
+                    "{what}: served with nodes missing"
+                );
+                engine.stop();
+            }
+            Err(log) => {
+                refused += 1;
+                let reason = log
+                    .lines()
+                    .find(|l| l.contains("lost data") || l.contains("could not read"))
+                    .unwrap_or_default();
+                println!("{what}: refused: {reason}");
+                assert!(
+                    log.contains("has lost data")
+                        || log.contains("could not read the store")
+                        || log.contains("stored data is corrupt"),
+                    "{what}: refused without saying why: {log}"
+                );
+                assert!(
+                    log.contains("a copy taken with the engine stopped"),
+                    "{what}: says how to recover: {log}"
+                );
+            }
+        }
+    }
+    assert!(refused >= 2);
+}

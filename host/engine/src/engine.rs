@@ -30,6 +30,36 @@ pub struct Engine {
     sweeper: Sweeper,
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
+    checkpoints: JoinHandle<()>,
+}
+
+/// How often the store's high-water mark is raised (see [`crate::store::manifest`]):
+/// what a damaged store lost since the last one is the part it cannot detect.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Raises the store's checkpoint every [`CHECKPOINT_EVERY`], off the async workers.
+fn checkpoints(store: Arc<Store>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            every.tick().await;
+            let store = store.clone();
+            let done = tokio::task::spawn_blocking(move || store.checkpoint()).await;
+            match done {
+                Ok(Ok(())) if failing => {
+                    failing = false;
+                    tracing::info!("store checkpoints are written again");
+                }
+                Ok(Err(e)) if !failing => {
+                    failing = true;
+                    tracing::warn!("the store's checkpoint could not be written: {e}");
+                }
+                _ => {}
+            }
+        }
+    })
 }
 
 impl Engine {
@@ -48,6 +78,7 @@ impl Engine {
         )
         .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
         let store = Arc::new(store);
+        let store_for_checkpoints = store.clone();
         let agents = Arc::new(AgentSessions::default());
         let calls = config.plugins.max_concurrent_calls;
         let services = Services::new(store.clone(), agents.clone(), calls);
@@ -137,6 +168,7 @@ impl Engine {
             sweeper,
             stop,
             server,
+            checkpoints: checkpoints(store_for_checkpoints),
         })
     }
 
@@ -145,7 +177,9 @@ impl Engine {
         self.stop.send_replace(true);
         let _ = self.server.await;
         self.sweeper.shutdown().await;
-        self.store.flush()?;
+        self.checkpoints.abort();
+        let _ = self.checkpoints.await;
+        self.store.checkpoint()?;
         Ok(())
     }
 }

@@ -174,6 +174,7 @@ const STORE_WRITES: &[&str] = &[
     "set_config_drive",
     "open",
     "flush",
+    "checkpoint",
     "create_node",
     "create_nodes",
     "update_node",

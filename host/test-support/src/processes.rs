@@ -62,6 +62,14 @@ impl Engine {
         Engine::start_on(free_tcp_port(), data_dir, extra)
     }
 
+    /// `deployd serve` on `data_dir`, or, if it exits instead of answering, its log (a
+    /// refusal to start).
+    pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Engine, String> {
+        let listen = format!("127.0.0.1:{}", free_tcp_port());
+        let url = format!("http://{listen}");
+        Engine::spawn(Command::new(&*BIN), &listen, url, data_dir, extra).wait_ready()
+    }
+
     /// [`Engine::start`] on a given port (a restart where agents expect it).
     pub fn start_on(port: u16, data_dir: &Path, extra: &[&str]) -> Engine {
         let listen = format!("127.0.0.1:{port}");
@@ -78,6 +86,18 @@ impl Engine {
     }
 
     fn launch(
+        command: Command,
+        listen: &str,
+        url: String,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Engine {
+        Engine::spawn(command, listen, url, data_dir, extra)
+            .wait_ready()
+            .unwrap_or_else(|log| panic!("deployd did not start: {log}"))
+    }
+
+    fn spawn(
         mut command: Command,
         listen: &str,
         url: String,
@@ -95,30 +115,29 @@ impl Engine {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting deployd serve");
-        let engine = Engine {
+        Engine {
             child,
             url,
             data_dir: data_dir.to_path_buf(),
             log,
-        };
-        engine.wait_ready();
-        engine
+        }
     }
 
-    /// Waits until this engine answers. A bare connect is not enough: a port taken from
-    /// `free_port` may meanwhile be bound by another test's process (an agent), so the
-    /// answer must be a deployd's (it carries the microversion headers).
-    fn wait_ready(&self) {
+    /// Waits until this engine answers, or its log if it exits first. A bare connect is
+    /// not enough: a port taken from `free_port` may meanwhile be bound by another test's
+    /// process (an agent), so the answer must be a deployd's (it carries the microversion
+    /// headers).
+    fn wait_ready(mut self) -> Result<Engine, String> {
         for _ in 0..600 {
             if answers_as_deployd(self.url.trim_start_matches("http://")) {
-                return;
+                return Ok(self);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited with {status}: {}", self.log_text()));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!(
-            "deployd did not start: {}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
+        Err(format!("not answering after 60 s: {}", self.log_text()))
     }
 
     /// SIGTERM, and waits for a clean exit.

@@ -34,6 +34,7 @@ mod expiry;
 pub mod history;
 mod last_error;
 mod locks;
+pub mod manifest;
 mod ports;
 mod record;
 mod recovery;
@@ -115,6 +116,10 @@ pub enum StoreError {
     },
     #[error("storage error: {0}")]
     Db(#[from] sled::Error),
+    #[error(transparent)]
+    Lost(Box<manifest::Lost>),
+    #[error("the store's manifest: {0}")]
+    Manifest(String),
 }
 
 impl From<TransactionError<StoreError>> for StoreError {
@@ -159,6 +164,8 @@ impl Default for StoreConfig {
 /// threads at once.
 pub struct Store {
     db: sled::Db,
+    /// Where it is (its manifest is beside it).
+    path: std::path::PathBuf,
     nodes: sled::Tree,
     names: sled::Tree,
     ports: sled::Tree,
@@ -187,7 +194,19 @@ impl Store {
         timeouts: Timeouts,
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
-        let db = open_db(path, config)?;
+        // A damaged file can make sled panic while it reads it: that is a refusal to start
+        // with the reason, never a crash loop without one.
+        let db = std::panic::catch_unwind(|| open_db(path, config)).map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            StoreError::Corrupt(format!(
+                "sled could not read the store in {} ({why}); restore the data directory from a copy taken with the engine stopped",
+                path.display()
+            ))
+        })??;
         check_format(&db, path)?;
         let tree = |name: &str| db.open_tree(name);
         let store = Store {
@@ -202,15 +221,25 @@ impl Store {
             docs: documents::Documents::open(&db)?,
             history: history::History::open(&db, config.node_history)?,
             db,
+            path: path.to_owned(),
             locks: locks::NodeLocks::new(),
             timeouts,
             clock,
             waker: Arc::new(SweeperWaker::default()),
             metrics: Arc::default(),
         };
+        manifest::verify(&store.db, path, store.nodes.len())?;
         store.index_port_names()?;
         let recovery = store.recover()?;
+        store.checkpoint()?;
         Ok((store, recovery))
+    }
+
+    /// Marks everything written so far as what this store must hold from now on (see
+    /// [`manifest`]): the engine calls it every few seconds and at shutdown.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let at = self.clock.now().to_datetime().to_rfc3339();
+        manifest::checkpoint_now(&self.db, &self.path, self.nodes.len(), at)
     }
 
     pub fn clock(&self) -> &Clock {

@@ -767,3 +767,84 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
         3u32.to_be_bytes()
     );
 }
+
+/// Copies the store's files (sled's directory), as a backup taken at this point would.
+fn copy_store(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_store(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let early = dir.path().join("early");
+    {
+        let (store, _) = open(&dir, 60);
+        for i in 0..3 {
+            store.create_node(new_node(Some(&format!("n{i}")))).unwrap();
+        }
+        store.checkpoint().unwrap();
+        drop(store);
+    }
+    // The files as they were with 3 nodes; then 5 more and a checkpoint.
+    copy_store(&path, &early);
+    {
+        let (store, _) = open(&dir, 60);
+        for i in 3..8 {
+            store.create_node(new_node(Some(&format!("n{i}")))).unwrap();
+        }
+        store.checkpoint().unwrap();
+    }
+    // Deleting nodes is no loss: a store may hold fewer nodes than its manifest says.
+    {
+        let (store, _) = open(&dir, 60);
+        let first = store.find_node("n0").unwrap().uuid();
+        store.delete_node(first).unwrap();
+        store.checkpoint().unwrap();
+    }
+    let (store, _) = open(&dir, 60);
+    assert_eq!(store.node_count(), 7);
+    drop(store);
+
+    // The older files back in place: sled opens them, the manifest does not.
+    std::fs::remove_dir_all(&path).unwrap();
+    copy_store(&early, &path);
+    let refused = |what: &str| {
+        let error = Store::open(
+            &path,
+            &StoreConfig::default(),
+            Timeouts::uniform(Duration::from_secs(60)),
+            Clock::manual(T0),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{what}: the store opened"))
+        .to_string();
+        assert!(
+            error.contains("has lost data")
+                && error.contains("with 7 nodes")
+                && error.contains("store.manifest"),
+            "{what}: {error}"
+        );
+        error
+    };
+    let error = refused("older files");
+    assert!(error.contains("and 3 nodes"), "{error}");
+    // An emptied or a missing store: sled would start a new one.
+    std::fs::remove_dir_all(&path).unwrap();
+    refused("a missing store");
+    std::fs::remove_dir_all(&path).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    refused("an empty directory");
+    // Without the manifest, the operator chose to go on with what is left.
+    std::fs::remove_file(manifest::path_of(&path)).unwrap();
+    let (store, _) = open(&dir, 60);
+    assert_eq!(store.node_count(), 0);
+}

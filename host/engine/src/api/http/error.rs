@@ -76,6 +76,8 @@ impl From<StoreError> for ApiError {
             StoreError::Corrupt(_)
             | StoreError::Db(_)
             | StoreError::Locked(_)
+            | StoreError::Lost(_)
+            | StoreError::Manifest(_)
             | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = match &e {
