@@ -198,6 +198,14 @@ pub enum InvalidField {
         "{field} is {size} bytes as JSON; the limit is {MAX_FIELD_BYTES} bytes, what Ironic's TEXT columns hold"
     )]
     TooLarge { field: &'static str, size: usize },
+    #[error(
+        "{kind} field {field} is {size} bytes as JSON; the limit is {MAX_FIELD_BYTES} bytes, what Ironic's TEXT columns hold"
+    )]
+    DocumentFieldTooLarge {
+        kind: &'static str,
+        field: String,
+        size: usize,
+    },
 }
 
 /// The most bytes (as JSON) that one of a node's operator-given maps may hold. Every list

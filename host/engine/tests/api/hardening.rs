@@ -558,3 +558,48 @@ async fn every_refusal_is_in_ironics_shape_and_a_chassis_must_exist() {
     assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
     assert_eq!(a.body["chassis_uuid"], chassis);
 }
+
+/// Stored documents are held to the limit nodes are (64 KiB a field, as JSON): a chassis
+/// with a 900 KiB `extra` is refused, naming the field, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_document_fields_are_refused_and_nothing_is_stored() {
+    let s = start(|_| {}).await;
+    let huge = json!({"pad": "x".repeat(900 << 10)});
+    let a = s
+        .send(Method::POST, "/v1/chassis", json!({"extra": huge}))
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{:?}", a.body);
+    assert!(
+        a.fault().contains("Chassis field extra is") && a.fault().contains("the limit is 65536"),
+        "{}",
+        a.fault()
+    );
+    assert_eq!(
+        s.get("/v1/chassis").await.body["chassis"],
+        json!([]),
+        "nothing was stored"
+    );
+    let fits = json!({"pad": "x".repeat(60 << 10)});
+    let a = s
+        .send(
+            Method::POST,
+            "/v1/chassis",
+            json!({"extra": fits, "description": "ok"}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+    let uuid = a.body["uuid"].as_str().unwrap().to_owned();
+    let patch = json!([{"op": "replace", "path": "/extra", "value": huge}]);
+    let a = s
+        .send(Method::PATCH, &format!("/v1/chassis/{uuid}"), patch)
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{:?}", a.body);
+    let kept = s.get(&format!("/v1/chassis/{uuid}")).await.body;
+    assert_eq!(kept["extra"]["pad"].as_str().unwrap().len(), 60 << 10);
+    // Another field may still change beside the stored one.
+    let patch = json!([{"op": "replace", "path": "/description", "value": "still ok"}]);
+    let a = s
+        .send(Method::PATCH, &format!("/v1/chassis/{uuid}"), patch)
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+}
