@@ -3,6 +3,7 @@
 //! module. What they share is `deployd-test-support`'s `processes` and `emulators`.
 
 mod baremetal_cli;
+mod benches;
 mod client_suites;
 mod deployd_cli;
 mod images;

@@ -44,13 +44,15 @@ pub fn run_fleet(args: &FleetBench) -> anyhow::Result<()> {
 }
 
 async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
-    let image = dir.join("image.raw");
-    let sha256 = deployd_lab::random_image(&image, args.image_kb << 10).await?;
     let mut config = Config {
         data_dir: dir.join("engine"),
         listen: "127.0.0.1:0".parse()?,
         ..Config::default()
     };
+    // In the engine's images directory: a local file anywhere else is refused (400).
+    std::fs::create_dir_all(config.images_dir())?;
+    let image = config.images_dir().join("image.raw");
+    let sha256 = deployd_lab::random_image(&image, args.image_kb << 10).await?;
     config.conductor.deploy_callback_timeout = args.timeout;
     config.conductor.check_provision_state_interval = 1;
     config.api.ramdisk_heartbeat_timeout = args.heartbeat_timeout;
