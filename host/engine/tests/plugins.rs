@@ -6,7 +6,7 @@ use deployd_test_support as common;
 
 use std::time::Duration;
 
-use common::lab::{lab, wasm};
+use common::lab::{Lab, lab, wasm};
 use deployd_engine::conductor::{DRIVER_HASH, Verb};
 use deployd_engine::driver_host::{Limits, LoadError, Registry};
 use deployd_engine::node::Node;
@@ -242,6 +242,17 @@ async fn a_timed_out_node_gets_its_drivers_clean_up_and_heartbeats_keep_others_a
     );
 }
 
+/// The fake driver loaded by a new registry on `lab`'s compiled cache, as a restarted
+/// engine would load it.
+async fn load_fake_afresh(lab: &Lab) -> std::sync::Arc<deployd_engine::driver_host::LoadedDriver> {
+    let services = lab.registry.services().clone();
+    let registry = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
+    registry
+        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let lab = lab(Duration::from_secs(60)).await;
@@ -254,12 +265,7 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     assert_eq!(cached.len(), 1);
     assert!(cached[0].to_string_lossy().starts_with(&hash));
     // A second registry on the same cache loads from the artifact.
-    let services = lab.registry.services().clone();
-    let again = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
-    let driver = again
-        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
-        .await
-        .unwrap();
+    let driver = load_fake_afresh(&lab).await;
     assert_eq!(driver.hash, hash);
     assert_eq!(driver.description.name, "fake");
     // An artifact whose code was overwritten (int3 over its middle, which run would stop
@@ -269,25 +275,15 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let middle = bytes.len() / 2;
     bytes[middle..middle + 256].fill(0xCC);
     std::fs::write(&path, &bytes).unwrap();
-    let services = lab.registry.services().clone();
-    let third = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
-    let driver = third
-        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
-        .await
-        .unwrap();
+    let driver = load_fake_afresh(&lab).await;
     assert_eq!(driver.description.name, "fake");
     let rewritten = std::fs::read(&path).unwrap();
     assert!(
         rewritten.len() > 256 && rewritten != bytes,
         "the artifact was compiled again and rewritten"
     );
-    // And the rewritten one passes: a fourth registry runs `describe` from it.
-    let services = lab.registry.services().clone();
-    let fourth = Registry::new(services, Some(lab.dir.path().join("compiled")), 4).unwrap();
-    let driver = fourth
-        .load(&wasm(deployd_fixtures::FAKE), Limits::default())
-        .await
-        .unwrap();
+    // And the rewritten one passes: another registry runs `describe` from it.
+    let driver = load_fake_afresh(&lab).await;
     assert_eq!(driver.description.name, "fake");
     assert_eq!(std::fs::read(&path).unwrap(), rewritten, "and is kept");
 }
