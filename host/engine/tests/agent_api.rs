@@ -326,6 +326,8 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
         }
         body
     };
+    // The boot's own heartbeat: its https url and the certificate it registers.
+    let pinned_beat = || beat("https://127.0.0.1:9999", Some(&cert));
     let path = format!("/v1/heartbeat/{uuid}");
     for (body, why) in [
         (
@@ -351,14 +353,7 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
         "a refused heartbeat touches nothing"
     );
 
-    let a = s
-        .send(
-            Method::POST,
-            &path,
-            beat("https://127.0.0.1:9999", Some(&cert)),
-        )
-        .await;
-    assert_heard(&a);
+    assert_heard(&s.send(Method::POST, &path, pinned_beat()).await);
     // Later heartbeats of the boot may omit it (it stays pinned), never change it.
     let again = s
         .send(Method::POST, &path, beat("https://127.0.0.1:9999", None))
@@ -427,14 +422,7 @@ async fn an_https_agent_must_register_its_certificate_and_keep_it_for_the_boot()
             .is_none_or(|session| session.url.is_none()),
         "no refused url was recorded, so no token went to it"
     );
-    let a = s
-        .send(
-            Method::POST,
-            &path,
-            beat("https://127.0.0.1:9999", Some(&cert)),
-        )
-        .await;
-    assert_heard(&a);
+    assert_heard(&s.send(Method::POST, &path, pinned_beat()).await);
     let node = s.get(&format!("/v1/nodes/{uuid}")).await.body;
     assert_eq!(node["driver_internal_info"]["agent_verify_ca_sha256"], pin);
 }

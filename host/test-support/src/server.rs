@@ -34,15 +34,7 @@ pub async fn start(configure: impl FnOnce(&mut Config)) -> Server {
     )
     .unwrap();
     configure(&mut config);
-    let engine = Engine::start(&config, Clock::new()).await.unwrap();
-    let base = format!("http://{}", engine.addr);
-    Server {
-        dir,
-        engine,
-        base,
-        http: reqwest::Client::new(),
-        config,
-    }
+    Server::run(dir, config, reqwest::Client::new()).await
 }
 
 /// A response: status, a few headers, and the body as JSON (Null if empty).
@@ -65,6 +57,19 @@ impl Answer {
 }
 
 impl Server {
+    /// Starts an engine with `config` in `dir`.
+    async fn run(dir: tempfile::TempDir, config: Config, http: reqwest::Client) -> Server {
+        let engine = Engine::start(&config, Clock::new()).await.unwrap();
+        let base = format!("http://{}", engine.addr);
+        Server {
+            dir,
+            engine,
+            base,
+            http,
+            config,
+        }
+    }
+
     /// Stops the engine as SIGTERM does and starts it again on the same data directory
     /// (on another port): only what it wrote to disk is left.
     pub async fn restart(self) -> Server {
@@ -76,15 +81,7 @@ impl Server {
             ..
         } = self;
         engine.shutdown().await.unwrap();
-        let engine = Engine::start(&config, Clock::new()).await.unwrap();
-        let base = format!("http://{}", engine.addr);
-        Server {
-            dir,
-            engine,
-            base,
-            http,
-            config,
-        }
+        Server::run(dir, config, http).await
     }
 
     pub async fn call(
