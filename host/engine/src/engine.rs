@@ -30,36 +30,62 @@ pub struct Engine {
     sweeper: Sweeper,
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
-    checkpoints: JoinHandle<()>,
+    keeper: JoinHandle<()>,
 }
 
 /// How often the store's high-water mark is raised (see [`crate::store::manifest`]):
 /// what a damaged store lost since the last one is the part it cannot detect.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+const CHECKPOINT_EVERY: u32 = 2;
+/// How often, in seconds, the keeper looks at the store.
+const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The free space a degraded store waits for before it is reopened: a few of sled's
+/// segments (512 KiB each), so a reopen is not tried on a disk that is still full.
+const ROOM_TO_REOPEN: u64 = 4 << 20;
 
-/// Raises the store's checkpoint every [`CHECKPOINT_EVERY`], off the async workers.
-fn checkpoints(store: Arc<Store>) -> JoinHandle<()> {
+/// Keeps the store, off the async workers: raises its checkpoint every
+/// [`CHECKPOINT_EVERY`] seconds and, while a storage fault has it degraded (see
+/// [`crate::store::health`]), reopens it as soon as the disk has room again.
+fn keeper(store: Arc<Store>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+        let mut every = tokio::time::interval(KEEP_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
-        loop {
+        for tick in 0u32.. {
             every.tick().await;
-            let store = store.clone();
-            let done = tokio::task::spawn_blocking(move || store.checkpoint()).await;
+            let degraded = store.health().is_degraded();
+            if degraded && !has_room(store.path()) {
+                continue;
+            }
+            if !degraded && tick % CHECKPOINT_EVERY != 0 {
+                continue;
+            }
+            let kept = store.clone();
+            let done = tokio::task::spawn_blocking(move || match degraded {
+                true => kept.reopen().map(drop),
+                false => kept.checkpoint(),
+            })
+            .await;
             match done {
                 Ok(Ok(())) if failing => {
                     failing = false;
                     tracing::info!("store checkpoints are written again");
                 }
-                Ok(Err(e)) if !failing => {
+                // A degraded store said why once; its failed reopens say nothing new.
+                Ok(Err(e)) if !failing && !store.health().is_degraded() => {
                     failing = true;
                     tracing::warn!("the store's checkpoint could not be written: {e}");
                 }
+                Ok(Err(e)) if degraded => tracing::debug!("the store is not reopened yet: {e}"),
                 _ => {}
             }
         }
     })
+}
+
+/// Whether the filesystem holding `path` has [`ROOM_TO_REOPEN`] free.
+fn has_room(path: &std::path::Path) -> bool {
+    let dir = path.parent().unwrap_or(path);
+    rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) >= ROOM_TO_REOPEN)
 }
 
 impl Engine {
@@ -168,7 +194,7 @@ impl Engine {
             sweeper,
             stop,
             server,
-            checkpoints: checkpoints(store_for_checkpoints),
+            keeper: keeper(store_for_checkpoints),
         })
     }
 
@@ -177,9 +203,12 @@ impl Engine {
         self.stop.send_replace(true);
         let _ = self.server.await;
         self.sweeper.shutdown().await;
-        self.checkpoints.abort();
-        let _ = self.checkpoints.await;
-        self.store.checkpoint()?;
+        self.keeper.abort();
+        let _ = self.keeper.await;
+        // A degraded store said why when it failed; what it acknowledged is on disk.
+        if !self.store.health().is_degraded() {
+            self.store.checkpoint()?;
+        }
         Ok(())
     }
 }

@@ -83,9 +83,15 @@ impl Metrics {
         h.sum += seconds;
     }
 
-    /// The text format, with `heartbeats` (counted by the agents' sessions) beside ours.
-    pub fn render(&self, heartbeats: u64) -> String {
+    /// The text format, with `heartbeats` (counted by the agents' sessions) and whether
+    /// the store is degraded (see [`crate::store::health`]) beside ours.
+    pub fn render(&self, heartbeats: u64, store_degraded: bool) -> String {
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP deployd_store_degraded 1 while the store cannot write (a full or failing disk).\n# TYPE deployd_store_degraded gauge\ndeployd_store_degraded {}",
+            u8::from(store_degraded)
+        );
         let mut counter = |name: &str, help: &str, value: u64| {
             let _ = writeln!(
                 out,
@@ -179,7 +185,7 @@ mod tests {
         m.call("fake", "deploy", Duration::from_millis(40));
         m.flow("we\"ird", "active");
         m.timed_out(Expiry::Stall);
-        let text = m.render(3);
+        let text = m.render(3, false);
         assert!(text.contains("deployd_heartbeats_total 3\n"), "{text}");
         assert!(
             text.contains("deployd_timeouts_total{kind=\"stall\"} 1\n"),

@@ -77,6 +77,13 @@ impl Drop for Sweeper {
     }
 }
 
+/// How often a sweeper paused by a degraded store looks again.
+const DEGRADED_RECHECK: Duration = Duration::from_secs(1);
+
+fn panicked(e: tokio::task::JoinError) -> crate::store::StoreError {
+    crate::store::StoreError::Corrupt(format!("the sweeper's pass panicked: {e}"))
+}
+
 async fn run(
     store: Arc<Store>,
     config: SweeperConfig,
@@ -84,12 +91,26 @@ async fn run(
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
+        // A store that cannot write cannot record a failure either, and it may be missing
+        // heartbeats it could not record (see `store::health`): no node fails meanwhile.
+        if store.health().is_degraded() {
+            tokio::select! {
+                _ = tokio::time::sleep(DEGRADED_RECHECK) => continue,
+                _ = stopped.changed() => return,
+            }
+        }
         let now = store.clock().now();
-        // sled is fast but synchronous; a pass is short (it stops at the first future
-        // deadline and fails at most `batch` nodes), so it runs inline on this task.
         crate::metrics::Metrics::count(&store.metrics().sweeps, 1);
-        let describe = |node| hook.progress(node);
-        let passed = match store.fail_expired_describing(now, config.batch, &describe) {
+        // The pass is short (it stops at the first future deadline and fails at most
+        // `batch` nodes), but it writes and flushes: off the async workers, so a slow or
+        // failing disk holds up only the sweeper.
+        let pass = {
+            let (store, hook) = (store.clone(), hook.clone());
+            tokio::task::spawn_blocking(move || {
+                store.fail_expired_describing(now, config.batch, &|node| hook.progress(node))
+            })
+        };
+        let passed = match pass.await.unwrap_or_else(|e| Err(panicked(e))) {
             Ok(timed_out) => {
                 let full = timed_out.len() == config.batch;
                 for event in timed_out {
@@ -102,7 +123,9 @@ async fn run(
                 true
             }
             Err(e) => {
-                tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval");
+                if !store.health().is_degraded() {
+                    tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval");
+                }
                 false
             }
         };

@@ -122,7 +122,15 @@ async fn a_new_earlier_deadline_wakes_a_sleeping_sweeper() {
     let uuid = node_in_wait_call_back(&store);
 
     sleep(secs(5.0)).await;
-    tokio::task::yield_now().await;
+    // The pass runs on a blocking thread (which holds tokio's paused clock still): wait
+    // for it on the wall clock.
+    for _ in 0..1000 {
+        if !hook.calls().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let calls = hook.calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].1.node, uuid);

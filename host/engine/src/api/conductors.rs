@@ -27,6 +27,15 @@ fn conductor_doc(app: &App, detail: bool) -> Value {
         "alive": true,
         "links": view::links(&app.public_url, "conductors", view::CONDUCTOR),
     });
+    // Not Ironic's: whether this engine's store can write (see `store::health`).
+    doc["store"] = match app.conductor.store().health().degraded() {
+        None => json!({"writable": true}),
+        Some(d) => json!({
+            "writable": false,
+            "degraded_since": d.since.to_datetime(),
+            "cause": d.cause,
+        }),
+    };
     if detail {
         doc["drivers"] = json!(crate::hardware::Hardware::new(app.conductor.registry()).types());
         doc["created_at"] = json!(app.started_at.to_datetime());

@@ -15,6 +15,9 @@ pub fn routes() -> Router<std::sync::Arc<App>> {
 
 async fn metrics(app: State) -> impl IntoResponse {
     let heartbeats = app.conductor.agents().heartbeats.load(Ordering::Relaxed);
-    let text = app.conductor.store().metrics().render(heartbeats);
+    let store = app.conductor.store();
+    let text = store
+        .metrics()
+        .render(heartbeats, store.health().is_degraded());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

@@ -70,7 +70,7 @@ async fn list(
         .fields
         .as_deref()
         .map(|f| f.split(',').map(|s| s.trim().to_owned()).collect());
-    let events = app.conductor.store().history.list(node.uuid())?;
+    let events = app.conductor.store().history()?.list(node.uuid())?;
     let after = q
         .marker
         .and_then(|m| events.iter().position(|e| e.uuid == m))
@@ -99,6 +99,6 @@ async fn show(
     let node = find(&app, &ident)?;
     let event = Uuid::parse_str(&event)
         .map_err(|_| ApiError::bad_request(format!("Expected UUID for event: {event}")))?;
-    let found = app.conductor.store().history.get(node.uuid(), event)?;
+    let found = app.conductor.store().history()?.get(node.uuid(), event)?;
     Ok(Json(Value::Object(document(&found, v))))
 }

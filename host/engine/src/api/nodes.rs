@@ -108,13 +108,10 @@ fn settle(
         && let Some(chassis) = attrs.get("chassis_uuid").and_then(Value::as_str)
     {
         // Ironic: a node may only name a chassis that exists (400 otherwise).
-        let found = Uuid::parse_str(chassis).ok().is_some_and(|u| {
-            app.conductor
-                .store()
-                .docs
-                .get(super::chassis::CHASSIS.kind, u)
-                .is_ok()
-        });
+        let docs = app.conductor.store().docs()?;
+        let found = Uuid::parse_str(chassis)
+            .ok()
+            .is_some_and(|u| docs.get(super::chassis::CHASSIS.kind, u).is_ok());
         if !found {
             return Err(ApiError::bad_request(format!(
                 "Chassis {chassis} could not be found."

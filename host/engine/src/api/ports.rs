@@ -160,7 +160,7 @@ fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(),
         let (_, group) = app
             .conductor
             .store()
-            .docs
+            .docs()?
             .find(super::portgroups::PORTGROUP.kind, "name", pg)
             .map_err(|_| ApiError::bad_request(format!("Port group {pg} could not be found.")))?;
         if group.get("node_uuid") != Some(&json!(port.node_uuid)) {
@@ -259,7 +259,7 @@ async fn respond(
     let group = group_ident
         .map(|i| {
             store
-                .docs
+                .docs()?
                 .find(super::portgroups::PORTGROUP.kind, "name", i)
         })
         .transpose()?

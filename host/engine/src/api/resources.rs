@@ -129,7 +129,7 @@ fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version)
 }
 
 fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
-    Ok(app.conductor.store().docs.find(r.kind, "name", ident)?)
+    Ok(app.conductor.store().docs()?.find(r.kind, "name", ident)?)
 }
 
 async fn create(
@@ -199,7 +199,7 @@ async fn list(
                 .is_some_and(|u| set.contains(&u))
         })
     };
-    let docs = app.conductor.store().docs.list(r.kind)?;
+    let docs = app.conductor.store().docs()?.list(r.kind)?;
     let matching = docs.into_iter().filter(|(_, d)| {
         node.as_ref().is_none_or(|n| d.get("node_uuid") == Some(n))
             && in_nodes(d)

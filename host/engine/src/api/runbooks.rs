@@ -119,7 +119,7 @@ pub fn steps_for(app: &App, ident: &str, node: &NodeBody) -> Result<Value, ApiEr
     let (uuid, doc) = app
         .conductor
         .store()
-        .docs
+        .docs()?
         .find(RUNBOOK.kind, "name", ident)?;
     let mut wanted = runbook_traits(&doc);
     if wanted.is_empty() {
@@ -170,7 +170,7 @@ fn edit_traits(
     let (uuid, _) = app
         .conductor
         .store()
-        .docs
+        .docs()?
         .find(RUNBOOK.kind, "name", ident)?;
     let now = app.conductor.store().clock().now().to_datetime();
     app.conductor
@@ -196,7 +196,7 @@ async fn traits(
     let (_, doc) = app
         .conductor
         .store()
-        .docs
+        .docs()?
         .find(RUNBOOK.kind, "name", &ident)?;
     Ok(Json(json!({"traits": runbook_traits(&doc)})))
 }

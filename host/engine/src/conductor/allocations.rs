@@ -105,7 +105,7 @@ impl Conductor {
     /// Writes the outcome of allocation `uuid`'s search into it.
     fn record(&self, uuid: Uuid, outcome: impl FnOnce(&mut Doc)) -> Result<Doc, StoreError> {
         let now = self.store.clock().now().to_datetime();
-        self.store.docs.update(KIND, uuid, UNIQUE, |doc| {
+        self.store.docs()?.update(KIND, uuid, UNIQUE, |doc| {
             outcome(doc);
             doc.insert("updated_at".into(), json!(now));
             Ok::<(), StoreError>(())
@@ -146,7 +146,7 @@ impl Conductor {
     /// Takes a node for allocation `uuid`, or says why none fits.
     fn find_node_for(&self, uuid: Uuid) -> Result<(), String> {
         let store = &self.store;
-        let want = store.docs.get(KIND, uuid).map_err(|e| e.to_string())?;
+        let want = store.docs().and_then(|d| d.get(KIND, uuid)).map_err(|e| e.to_string())?;
         let name = want.get("name").and_then(Value::as_str);
         let mut candidates: Vec<(bool, Uuid)> = store
             .nodes_after(None)
@@ -195,7 +195,7 @@ impl Conductor {
         // From here on the search takes nothing.
         searching.remove(&uuid);
         // Read again under the lock: the search may have recorded a node since `doc`.
-        let doc = match self.store.docs.get(KIND, uuid) {
+        let doc = match self.store.docs()?.get(KIND, uuid) {
             Ok(now) => now,
             Err(_) => doc.clone(),
         };

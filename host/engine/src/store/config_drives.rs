@@ -13,9 +13,10 @@ impl Store {
         node: Uuid,
         drive: Option<&ConfigDrive>,
     ) -> Result<(), StoreError> {
+        let t = self.t()?;
         let changed = match drive {
-            Some(d) => self.config_drives.insert(node.as_bytes(), d.to_bytes())?,
-            None => self.config_drives.remove(node.as_bytes())?,
+            Some(d) => t.config_drives.insert(node.as_bytes(), d.to_bytes())?,
+            None => t.config_drives.remove(node.as_bytes())?,
         };
         // Most deploys have none to drop: no flush for them.
         if drive.is_some() || changed.is_some() {
@@ -26,7 +27,8 @@ impl Store {
 
     /// The config drive of a node's deploy, if it has one.
     pub fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
-        let value = self.config_drives.get(node.as_bytes())?;
+        let t = self.t()?;
+        let value = t.config_drives.get(node.as_bytes())?;
         Ok(value.and_then(|v| ConfigDrive::from_bytes(&v)))
     }
 }

@@ -73,7 +73,8 @@ impl Store {
 
     /// The earliest deadline in the index (possibly stale; the sweep step checks).
     pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        match self.deadlines.iter().next() {
+        let t = self.t()?;
+        match t.deadlines.iter().next() {
             Some(item) => Ok(Some(record::parse_deadline_key(&item?.0)?.0)),
             None => Ok(None),
         }
@@ -81,7 +82,8 @@ impl Store {
 
     /// Every entry of the deadline index, in deadline order (for diagnostics and tests).
     pub fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
-        self.deadlines
+        let t = self.t()?;
+        t.deadlines
             .iter()
             .map(|item| record::parse_deadline_key(&item?.0))
             .collect()
@@ -102,8 +104,9 @@ impl Store {
         limit: usize,
         describe: &dyn Fn(Uuid) -> Option<String>,
     ) -> Result<Vec<TimedOut>, StoreError> {
+        let t = self.t()?;
         let mut expired = Vec::new();
-        for item in self.deadlines.iter().take(limit) {
+        for item in t.deadlines.iter().take(limit) {
             let (deadline, uuid) = record::parse_deadline_key(&item?.0)?;
             if deadline > now {
                 break;
@@ -131,15 +134,16 @@ impl Store {
         now: Timestamp,
         describe: &dyn Fn(Uuid) -> Option<String>,
     ) -> Result<Option<TimedOut>, StoreError> {
+        let t = self.t()?;
         let _owner = self.locks.lock(uuid);
-        let value = self.nodes.get(uuid.as_bytes())?;
+        let value = t.nodes.get(uuid.as_bytes())?;
         let current = value
             .as_deref()
             .map(|v| record::split(uuid, v))
             .transpose()?;
         let Some((p, json)) = current.filter(|(p, _)| p.indexed == Some(entry)) else {
             // The node moved on or is gone since the entry was written: it is stale.
-            self.deadlines.remove(record::deadline_key(entry, uuid))?;
+            t.deadlines.remove(record::deadline_key(entry, uuid))?;
             return Ok(None);
         };
         let deadline = match p.deadline {

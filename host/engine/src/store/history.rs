@@ -119,6 +119,7 @@ impl super::Store {
     /// Records a milestone of the node's flow in its history (see this module), in the
     /// state it is in now.
     pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
+        let t = self.t()?;
         let value = self.value(uuid)?;
         let (p, _) = record::split(uuid, &value)?;
         let change = Change {
@@ -130,7 +131,7 @@ impl super::Store {
             seconds: 0.0,
             note: Some(note),
         };
-        self.history.record(uuid, self.clock.now(), &change)
+        t.history.record(uuid, self.clock.now(), &change)
     }
 }
 

@@ -31,6 +31,7 @@
 mod config_drives;
 pub mod documents;
 mod expiry;
+pub mod health;
 pub mod history;
 mod last_error;
 mod locks;
@@ -115,18 +116,34 @@ pub enum StoreError {
         value: String,
     },
     #[error("storage error: {0}")]
-    Db(#[from] sled::Error),
+    Db(sled::Error),
+    /// The disk refused a write (see [`health`]): a 503, with the cause.
+    #[error(
+        "the store cannot write ({0}); nothing was changed. The engine goes on serving reads and writes again by itself once the disk has room"
+    )]
+    Unavailable(String),
     #[error(transparent)]
     Lost(Box<manifest::Lost>),
     #[error("the store's manifest: {0}")]
     Manifest(String),
 }
 
+/// An I/O error is the disk's refusal (a 503 that names it); anything else from sled is
+/// the store's own fault.
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            sled::Error::Io(io) => StoreError::Unavailable(io.to_string()),
+            e => StoreError::Db(e),
+        }
+    }
+}
+
 impl From<TransactionError<StoreError>> for StoreError {
     fn from(e: TransactionError<StoreError>) -> Self {
         match e {
             TransactionError::Abort(e) => e,
-            TransactionError::Storage(e) => StoreError::Db(e),
+            TransactionError::Storage(e) => StoreError::from(e),
         }
     }
 }
@@ -160,12 +177,10 @@ impl Default for StoreConfig {
     }
 }
 
-/// The node store. Cheap to share behind an `Arc`; every method is safe to call from many
-/// threads at once.
-pub struct Store {
+/// The open database: sled and its trees. The store swaps it whole when it reopens after a
+/// storage fault (see [`health`]); every operation works on the one it loaded.
+pub struct Trees {
     db: sled::Db,
-    /// Where it is (its manifest is beside it).
-    path: std::path::PathBuf,
     nodes: sled::Tree,
     names: sled::Tree,
     ports: sled::Tree,
@@ -178,22 +193,12 @@ pub struct Store {
     pub docs: documents::Documents,
     /// Each node's provision state changes, for `/v1/nodes/{node}/history`.
     pub history: history::History,
-    locks: locks::NodeLocks,
-    timeouts: Timeouts,
-    clock: Clock,
-    waker: Arc<SweeperWaker>,
-    metrics: Arc<Metrics>,
 }
 
-impl Store {
-    /// Opens (or creates) the store in `path` and recovers it: nodes left in busy states
-    /// are failed, deadlines are re-derived for the timeouts now configured.
-    pub fn open(
-        path: &Path,
-        config: &StoreConfig,
-        timeouts: Timeouts,
-        clock: Clock,
-    ) -> Result<(Store, Recovery), StoreError> {
+impl Trees {
+    /// Opens sled in `path` and its trees, and checks what it holds against its format
+    /// and its manifest: nothing is written but the format mark.
+    fn open(path: &Path, config: &StoreConfig) -> Result<Trees, StoreError> {
         // A damaged file can make sled panic while it reads it: that is a refusal to start
         // with the reason, never a crash loop without one.
         let db = std::panic::catch_unwind(|| open_db(path, config)).map_err(|panic| {
@@ -209,7 +214,7 @@ impl Store {
         })??;
         check_format(&db, path)?;
         let tree = |name: &str| db.open_tree(name);
-        let store = Store {
+        let trees = Trees {
             nodes: tree("nodes")?,
             names: tree("names")?,
             ports: tree("ports")?,
@@ -221,25 +226,150 @@ impl Store {
             docs: documents::Documents::open(&db)?,
             history: history::History::open(&db, config.node_history)?,
             db,
+        };
+        manifest::verify(&trees.db, path, trees.nodes.len())?;
+        ports::index_port_names(&trees)?;
+        Ok(trees)
+    }
+}
+
+/// The node store. Cheap to share behind an `Arc`; every method is safe to call from many
+/// threads at once.
+pub struct Store {
+    /// The database; empty only while it is being reopened.
+    open: arc_swap::ArcSwapOption<Trees>,
+    /// Where it is (its manifest is beside it).
+    path: std::path::PathBuf,
+    config: StoreConfig,
+    /// Whether the store can write, and what it owes once it can again.
+    health: health::Health,
+    locks: locks::NodeLocks,
+    timeouts: Timeouts,
+    clock: Clock,
+    waker: Arc<SweeperWaker>,
+    metrics: Arc<Metrics>,
+}
+
+/// The database an operation works on, loaded once for the whole operation.
+pub struct Open(arc_swap::Guard<Option<Arc<Trees>>>);
+
+impl std::ops::Deref for Open {
+    type Target = Trees;
+    fn deref(&self) -> &Trees {
+        self.0.as_deref().expect("an Open is made only of a loaded database")
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path` and recovers it: nodes left in busy states
+    /// are failed, deadlines are re-derived for the timeouts now configured.
+    pub fn open(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let trees = Trees::open(path, config)?;
+        let store = Store {
+            open: arc_swap::ArcSwapOption::from_pointee(trees),
             path: path.to_owned(),
+            config: config.clone(),
+            health: health::Health::default(),
             locks: locks::NodeLocks::new(),
             timeouts,
             clock,
             waker: Arc::new(SweeperWaker::default()),
             metrics: Arc::default(),
         };
-        manifest::verify(&store.db, path, store.nodes.len())?;
-        store.index_port_names()?;
         let recovery = store.recover()?;
         store.checkpoint()?;
         Ok((store, recovery))
     }
 
+    /// The database, for one operation; refused while it is being reopened.
+    fn t(&self) -> Result<Open, StoreError> {
+        let open = self.open.load();
+        if open.is_none() {
+            return Err(StoreError::Unavailable(
+                "the store is being reopened after a storage fault".into(),
+            ));
+        }
+        Ok(Open(open))
+    }
+
+    /// The chassis, port groups, allocations and other stored-only resources.
+    pub fn docs(&self) -> Result<Part<documents::Documents>, StoreError> {
+        Ok(Part(self.t()?, |t| &t.docs))
+    }
+
+    /// The nodes' history.
+    pub fn history(&self) -> Result<Part<history::History>, StoreError> {
+        Ok(Part(self.t()?, |t| &t.history))
+    }
+
     /// Marks everything written so far as what this store must hold from now on (see
     /// [`manifest`]): the engine calls it every few seconds and at shutdown.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let t = self.t()?;
         let at = self.clock.now().to_datetime().to_rfc3339();
-        manifest::checkpoint_now(&self.db, &self.path, self.nodes.len(), at)
+        self.wrote(manifest::checkpoint_now(&t.db, &self.path, t.nodes.len(), at))
+    }
+
+    /// Whether the store can write (see [`health`]).
+    pub fn health(&self) -> &health::Health {
+        &self.health
+    }
+
+    /// Marks the store degraded when `result` is the disk's refusal of a write.
+    fn wrote<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        result.map_err(|e| self.refused(e))
+    }
+
+    /// [`Store::wrote`] for an error.
+    fn refused(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Unavailable(cause) => self.health.failed(&cause, self.clock.now()),
+            e => e,
+        }
+    }
+
+    /// Reopens the database after a storage fault; the engine's keeper calls it once the
+    /// disk has room again. sled's error is sticky, so the faulty database is dropped
+    /// (after what it held in memory of the waiting nodes' clocks is noted, since its last
+    /// flushes failed), opened again from disk, the heartbeats received meanwhile are
+    /// written, and a checkpoint proves that writes work before the store says so.
+    /// Returns how many heartbeats it recorded. While it runs, operations are refused
+    /// (503), for as long as sled takes to open.
+    pub fn reopen(&self) -> Result<usize, StoreError> {
+        if !self.health.is_degraded() {
+            return Ok(0);
+        }
+        if let Some(old) = self.open.swap(None) {
+            self.note_clocks(&old);
+            if let Err(old) = release(old) {
+                self.open.store(Some(old));
+                return Err(StoreError::Unavailable(
+                    "an operation on the faulty store has not returned, so it cannot be reopened yet; restart deployd if this lasts".into(),
+                ));
+            }
+        }
+        // On failure the store stays closed (reads are refused too) until the next try.
+        self.open.store(Some(Arc::new(Trees::open(&self.path, &self.config)?)));
+        let missed = self.health.take_missed();
+        let replayed = missed.len();
+        if let Err(e) = self.record_missed(&missed).and_then(|()| self.checkpoint()) {
+            for (node, m) in missed {
+                self.health.missed(node, m.at, m.progress);
+            }
+            return Err(e);
+        }
+        self.health.healed(self.clock.now(), replayed);
+        Ok(replayed)
+    }
+
+    /// Where the store is on disk.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     pub fn clock(&self) -> &Clock {
@@ -262,12 +392,14 @@ impl Store {
     /// stalling behind an fsync, and concurrent flushes share sled's one write to disk
     /// (group commit), so durable writes from many requests cost about one fsync.
     pub fn flush(&self) -> Result<(), StoreError> {
-        flush(&self.db)
+        let t = self.t()?;
+        self.wrote(flush(&t.db))
     }
 
     /// Bytes sled uses on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.db.size_on_disk()?)
+        let t = self.t()?;
+        Ok(t.db.size_on_disk()?)
     }
 
     /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on).
@@ -289,6 +421,7 @@ impl Store {
     }
 
     fn insert_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        let t = self.t()?;
         if let Some(name) = &new.name {
             node::validate_name(name)?;
         }
@@ -327,7 +460,7 @@ impl Store {
         node::check_sizes(&body, json.len(), None)?;
         let value = record::join(&provision, &json);
         let _owner = self.locks.lock(uuid);
-        (&self.nodes, &self.names).transaction(|(nodes, names)| {
+        (&t.nodes, &t.names).transaction(|(nodes, names)| {
             if nodes.get(uuid.as_bytes())?.is_some() {
                 return abort(StoreError::UuidTaken(uuid));
             }
@@ -355,6 +488,7 @@ impl Store {
         let uuid = match Uuid::parse_str(ident) {
             Ok(uuid) => uuid,
             Err(_) => self
+                .t()?
                 .names
                 .get(ident.as_bytes())?
                 .map(|v| uuid_from(&v))
@@ -382,17 +516,25 @@ impl Store {
             Some(m) => std::ops::Bound::Excluded(m.as_bytes().to_vec()),
             None => std::ops::Bound::Unbounded,
         };
-        self.nodes
-            .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
-            .map(|item| {
-                let (key, value) = item?;
-                parse_node(uuid_from(&key)?, &value)
-            })
+        // The tree is held (not the database), so a reopen is not kept waiting by a list.
+        let (nodes, refused) = match self.t() {
+            Ok(t) => (Some(t.nodes.clone()), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        let nodes = nodes.into_iter().flat_map(move |nodes| {
+            nodes
+                .range::<Vec<u8>, _>((start.clone(), std::ops::Bound::Unbounded))
+                .map(|item| {
+                    let (key, value) = item?;
+                    parse_node(uuid_from(&key)?, &value)
+                })
+        });
+        refused.into_iter().chain(nodes)
     }
 
     /// How many nodes are enrolled.
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.t().map_or(0, |t| t.nodes.len())
     }
 
     /// Changes a node's body (never its provision state: that is what events are for).
@@ -412,6 +554,7 @@ impl Store {
         uuid: Uuid,
         change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
     ) -> Result<Node, E> {
+        let t = self.t()?;
         let _owner = self.locks.lock(uuid);
         let Node {
             body: old,
@@ -427,7 +570,7 @@ impl Store {
         let json = serde_json::to_vec(&body).expect("a node body serialises");
         node::check_sizes(&body, json.len(), Some(&old)).map_err(StoreError::from)?;
         let value = record::join(&provision, &json);
-        (&self.nodes, &self.names)
+        (&t.nodes, &t.names)
             .transaction(|(nodes, names)| {
                 if old.name != body.name {
                     claim_name(names, body.name.as_deref(), uuid)?;
@@ -454,6 +597,7 @@ impl Store {
     /// cascade of port groups, volume records and the node's allocation) in one sled
     /// transaction: a crash leaves all of them or none.
     pub fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
+        let t = self.t()?;
         use ProvisionState as S;
         let _owner = self.locks.lock(uuid);
         let Node { body, provision } = self.node(uuid)?;
@@ -468,18 +612,18 @@ impl Store {
             });
         }
         let port_uuids = self.port_uuids_of(uuid)?;
-        let _docs = self.docs.lock();
-        let attached = self.docs.attached(uuid, &body, cascade)?;
+        let _docs = t.docs.lock();
+        let attached = t.docs.attached(uuid, &body, cascade)?;
         let trees = (
-            &self.nodes,
-            &self.names,
-            &self.deadlines,
-            &self.ports,
-            &self.macs,
-            &self.port_names,
-            &self.node_ports,
-            &self.docs.docs,
-            &self.docs.index,
+            &t.nodes,
+            &t.names,
+            &t.deadlines,
+            &t.ports,
+            &t.macs,
+            &t.port_names,
+            &t.node_ports,
+            &t.docs.docs,
+            &t.docs.index,
         );
         trees.transaction(
             |(nodes, names, deadlines, ports, macs, port_names, node_ports, docs, index)| {
@@ -502,8 +646,8 @@ impl Store {
                 Ok(())
             },
         )?;
-        self.history.forget(uuid)?;
-        self.config_drives.remove(uuid.as_bytes())?;
+        t.history.forget(uuid)?;
+        t.config_drives.remove(uuid.as_bytes())?;
         self.flush()
     }
 
@@ -530,9 +674,39 @@ impl Store {
     }
 
     fn value(&self, uuid: Uuid) -> Result<sled::IVec, StoreError> {
-        self.nodes
+        self.value_in(&*self.t()?, uuid)
+    }
+
+    fn value_in(&self, t: &Trees, uuid: Uuid) -> Result<sled::IVec, StoreError> {
+        t.nodes
             .get(uuid.as_bytes())?
             .ok_or_else(|| StoreError::NodeNotFound(uuid.to_string()))
+    }
+}
+
+/// Waits (about 2 s at most) for the operations still on `old` to end, and closes it;
+/// gives it back if one has not.
+fn release(mut old: Arc<Trees>) -> Result<(), Arc<Trees>> {
+    for _ in 0..LOCK_POLLS {
+        match Arc::try_unwrap(old) {
+            Ok(trees) => {
+                drop(trees);
+                return Ok(());
+            }
+            Err(still) => old = still,
+        }
+        std::thread::sleep(LOCK_POLL);
+    }
+    Err(old)
+}
+
+/// One part of the database, for one operation.
+pub struct Part<T: 'static>(Open, fn(&Trees) -> &T);
+
+impl<T> std::ops::Deref for Part<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        (self.1)(&self.0)
     }
 }
 

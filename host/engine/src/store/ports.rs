@@ -12,7 +12,7 @@
 use sled::transaction::{ConflictableTransactionError, Transactional, TransactionalTree};
 use uuid::Uuid;
 
-use super::{Store, StoreError, TxResult, abort, pair_key, parse_json, uuid_from};
+use super::{Store, StoreError, Trees, TxResult, abort, pair_key, parse_json, uuid_from};
 use crate::node::{self, Port};
 
 impl Store {
@@ -44,7 +44,7 @@ impl Store {
         let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
-        self.port_trees()
+        port_trees(&*self.t()?)
             .transaction(|(nodes, ports, macs, names, node_ports)| {
                 if nodes.get(node.as_bytes())?.is_none() {
                     return abort(StoreError::NodeNotFound(node.to_string()));
@@ -61,7 +61,8 @@ impl Store {
 
     /// Every port, in uuid order.
     pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
-        self.ports
+        let t = self.t()?;
+        t.ports
             .iter()
             .map(|item| parse_json("port", &item?.1))
             .collect()
@@ -69,6 +70,7 @@ impl Store {
 
     pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
         let json = self
+            .t()?
             .ports
             .get(uuid.as_bytes())?
             .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
@@ -77,7 +79,8 @@ impl Store {
 
     /// The port with this name, if one has it.
     pub fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
-        self.port_names
+        let t = self.t()?;
+        t.port_names
             .get(name.as_bytes())?
             .map(|uuid| uuid_from(&uuid))
             .transpose()
@@ -85,7 +88,8 @@ impl Store {
 
     /// The port with this MAC address (normalised), if one has it.
     pub fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
-        match self.macs.get(mac.as_bytes())? {
+        let t = self.t()?;
+        match t.macs.get(mac.as_bytes())? {
             Some(uuid) => self.port(uuid_from(&uuid)?).map(Some),
             None => Ok(None),
         }
@@ -116,9 +120,10 @@ impl Store {
     }
 
     pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let t = self.t()?;
         let port = self.port(uuid)?;
         let _owner = self.locks.lock(port.node_uuid);
-        let trees = (&self.ports, &self.macs, &self.port_names, &self.node_ports);
+        let trees = (&t.ports, &t.macs, &t.port_names, &t.node_ports);
         trees.transaction(|(ports, macs, names, node_ports)| {
             let Some(json) = ports.remove(uuid.as_bytes())? else {
                 return abort(StoreError::PortNotFound(uuid.to_string()));
@@ -145,7 +150,7 @@ impl Store {
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let old_json = serde_json::to_vec(&old).expect("a port serialises");
         let _old_owner = self.locks.lock(old.node_uuid);
-        self.port_trees()
+        port_trees(&*self.t()?)
             .transaction(|(nodes, ports, macs, names, node_ports)| {
                 if ports.get(uuid.as_bytes())?.as_deref() != Some(&old_json[..]) {
                     return abort(StoreError::PortNotFound(uuid.to_string()));
@@ -178,46 +183,43 @@ impl Store {
 
     /// The trees a port's create or change writes in one transaction: nodes (read, for
     /// the owner), ports, and the MAC, name and node indexes.
-    fn port_trees(
-        &self,
-    ) -> (
-        &sled::Tree,
-        &sled::Tree,
-        &sled::Tree,
-        &sled::Tree,
-        &sled::Tree,
-    ) {
-        (
-            &self.nodes,
-            &self.ports,
-            &self.macs,
-            &self.port_names,
-            &self.node_ports,
-        )
-    }
-
     pub(super) fn port_uuids_of(&self, node: Uuid) -> Result<Vec<Uuid>, StoreError> {
-        self.node_ports
+        let t = self.t()?;
+        t.node_ports
             .scan_prefix(node.as_bytes())
             .map(|item| uuid_from(&item?.0[16..]))
             .collect()
     }
 
-    /// Rebuilds `port_names` from the ports (see the module's doc).
-    pub(super) fn index_port_names(&self) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for key in self.port_names.iter().keys() {
-            batch.remove(key?);
-        }
-        for item in self.ports.iter() {
-            let (uuid, json) = item?;
-            let port: Port = parse_json("port", &json)?;
-            if let Some(name) = name_of(&port) {
-                batch.insert(name.as_bytes(), uuid);
-            }
-        }
-        Ok(self.port_names.apply_batch(batch)?)
+}
+
+/// Rebuilds `port_names` from the ports (see the module's doc).
+pub(super) fn index_port_names(t: &Trees) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    for key in t.port_names.iter().keys() {
+        batch.remove(key?);
     }
+    for item in t.ports.iter() {
+        let (uuid, json) = item?;
+        let port: Port = parse_json("port", &json)?;
+        if let Some(name) = name_of(&port) {
+            batch.insert(name.as_bytes(), uuid);
+        }
+    }
+    Ok(t.port_names.apply_batch(batch)?)
+}
+
+/// The trees a port's writes touch, for one transaction.
+fn port_trees(
+    t: &Trees,
+) -> (
+    &sled::Tree,
+    &sled::Tree,
+    &sled::Tree,
+    &sled::Tree,
+    &sled::Tree,
+) {
+    (&t.nodes, &t.ports, &t.macs, &t.port_names, &t.node_ports)
 }
 
 /// A port's name (API 1.88), if it has one.

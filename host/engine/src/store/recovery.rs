@@ -34,9 +34,10 @@ pub struct Recovery {
 
 impl Store {
     pub(super) fn recover(&self) -> Result<Recovery, StoreError> {
+        let t = self.t()?;
         let mut report = Recovery::default();
         let mut busy = Vec::new();
-        for item in self.nodes.iter() {
+        for item in t.nodes.iter() {
             let (key, value) = item?;
             let uuid = uuid_from(&key)?;
             let (p, json) = record::split(uuid, &value)?;
@@ -67,18 +68,18 @@ impl Store {
                 self.write_node(uuid, &p, &fresh, json)?;
                 report.rescheduled += 1;
             } else if let Some(i) = indexed {
-                self.deadlines.insert(record::deadline_key(i, uuid), &[])?;
+                t.deadlines.insert(record::deadline_key(i, uuid), &[])?;
             }
         }
-        for item in self.deadlines.iter() {
+        for item in t.deadlines.iter() {
             let (key, _) = item?;
             let (deadline, uuid) = record::parse_deadline_key(&key)?;
-            let live = match self.nodes.get(uuid.as_bytes())? {
+            let live = match t.nodes.get(uuid.as_bytes())? {
                 Some(value) => record::split(uuid, &value)?.0.indexed == Some(deadline),
                 None => false,
             };
             if !live {
-                self.deadlines.remove(&key)?;
+                t.deadlines.remove(&key)?;
                 report.stale_entries += 1;
             }
         }

@@ -371,15 +371,18 @@ fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() 
     };
     let (mine, theirs, allocation) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Portgroup", mine, &doc("pg-mine", node), UNIQUE)
         .unwrap();
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Portgroup", theirs, &doc("pg-theirs", other), UNIQUE)
         .unwrap();
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Allocation", allocation, &doc("alloc", node), UNIQUE)
         .unwrap();
     store
@@ -396,20 +399,22 @@ fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() 
     store.delete_node_with(node, &cascade).unwrap();
     assert!(matches!(store.node(node), Err(StoreError::NodeNotFound(_))));
     for (kind, gone) in [("Portgroup", mine), ("Allocation", allocation)] {
-        let err = store.docs.get(kind, gone).unwrap_err();
+        let err = store.docs().unwrap().get(kind, gone).unwrap_err();
         assert!(matches!(err, StoreError::DocumentNotFound { .. }), "{err}");
     }
     assert_eq!(
-        store.docs.get("Portgroup", theirs).unwrap()["name"],
+        store.docs().unwrap().get("Portgroup", theirs).unwrap()["name"],
         "pg-theirs"
     );
     // Their unique names are free again: the index entries went with them.
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Portgroup", Uuid::new_v4(), &doc("pg-mine", other), UNIQUE)
         .unwrap();
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Allocation", Uuid::new_v4(), &doc("alloc", other), UNIQUE)
         .unwrap();
 
@@ -417,12 +422,13 @@ fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() 
     let busy = store.create_node(new_node(None)).unwrap().uuid();
     let kept = Uuid::new_v4();
     store
-        .docs
+        .docs()
+        .unwrap()
         .insert("Portgroup", kept, &doc("pg-busy", busy), UNIQUE)
         .unwrap();
     to_wait_call_back(&store, busy);
     assert!(store.delete_node_with(busy, &cascade).is_err());
-    assert!(store.docs.get("Portgroup", kept).is_ok());
+    assert!(store.docs().unwrap().get("Portgroup", kept).is_ok());
 }
 
 #[test]
@@ -549,8 +555,10 @@ fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
         store.delete_node(b).unwrap();
         assert_eq!(store.port_named("eth0").unwrap(), None);
         // An index lost (a store from before it existed) comes back at open.
-        store.port_names.clear().unwrap();
+        store.t().unwrap().port_names.clear().unwrap();
         store
+            .t()
+            .unwrap()
             .port_names
             .insert("stale", Uuid::new_v4().as_bytes())
             .unwrap();
@@ -603,14 +611,20 @@ fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
         // record's real deadline.
         let real = store.node(uuid).unwrap().provision.indexed.unwrap();
         store
+            .t()
+            .unwrap()
             .deadlines
             .remove(record::deadline_key(real, uuid))
             .unwrap();
         store
+            .t()
+            .unwrap()
             .deadlines
             .insert(record::deadline_key(T0, uuid), &[])
             .unwrap();
         store
+            .t()
+            .unwrap()
             .deadlines
             .insert(record::deadline_key(T0, Uuid::new_v4()), &[])
             .unwrap();
@@ -633,6 +647,8 @@ fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
     let uuid = store.create_node(new_node(None)).unwrap().uuid();
     to_wait_call_back(&store, uuid);
     store
+        .t()
+        .unwrap()
         .deadlines
         .insert(record::deadline_key(T0, uuid), &[])
         .unwrap();
@@ -758,7 +774,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     assert_eq!(node.provision.progress_at, node.provision.updated_at);
     // A touch writes it back in the current layout.
     store.touch_provisioning(uuid).unwrap();
-    let now = store.nodes.get(uuid.as_bytes()).unwrap().unwrap();
+    let now = store.t().unwrap().nodes.get(uuid.as_bytes()).unwrap().unwrap();
     assert_eq!((now[0], now.len()), (3, written.len()));
     drop(store);
     let db = super::open_db(&path, &StoreConfig::default()).unwrap();

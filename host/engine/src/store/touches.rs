@@ -7,7 +7,11 @@
 
 use uuid::Uuid;
 
-use super::{Store, StoreError, parse_body, record};
+use std::collections::HashMap;
+
+use super::health::Missed;
+use super::{Store, StoreError, Trees, parse_body, record};
+use crate::clock::Timestamp;
 use crate::metrics::Metrics;
 use crate::node::{Node, Provision};
 
@@ -24,8 +28,17 @@ impl Store {
     /// written, its command list). One that differs from the last is progress and restarts
     /// the stall timeout; the same one again only proves the agent alive.
     pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+        let now = self.clock.now();
+        // A heartbeat the store cannot record is remembered for when it can (`health`).
+        let missed = |e: StoreError| {
+            if let StoreError::Unavailable(_) = e {
+                self.health.missed(uuid, now, progress);
+            }
+            self.refused(e)
+        };
+        let t = self.t().map_err(missed)?;
         let _owner = self.locks.lock(uuid);
-        let value = self.value(uuid)?;
+        let value = self.value_in(&t, uuid)?;
         let (old, json) = record::split(uuid, &value)?;
         if old.state.wait_kind().is_none() {
             return Err(StoreError::NotWaiting {
@@ -33,23 +46,10 @@ impl Store {
                 state: old.state,
             });
         }
-        let now = self.clock.now();
-        let (progress_at, progress) = match progress {
-            Some(mark) if mark != old.progress => (now, mark),
-            _ => (old.progress_at, old.progress),
-        };
-        let new = Provision {
-            updated_at: now,
-            deadline: self
-                .timeouts
-                .deadline(old.state, now, progress_at)
-                .map(|(d, _)| d),
-            progress_at,
-            progress,
-            ..old
-        };
-        self.nodes
-            .insert(uuid.as_bytes(), record::join(&new, json))?;
+        let new = self.touched(&old, now, progress);
+        t.nodes
+            .insert(uuid.as_bytes(), record::join(&new, json))
+            .map_err(|e| missed(e.into()))?;
         Metrics::count(&self.metrics.touches, 1);
         Ok(Touched {
             provision: new,
@@ -58,11 +58,68 @@ impl Store {
         })
     }
 
+    /// `old` touched at `at`, with the agent's `progress` mark.
+    fn touched(&self, old: &Provision, at: Timestamp, progress: Option<u64>) -> Provision {
+        let (progress_at, progress) = match progress {
+            Some(mark) if mark != old.progress => (at, mark),
+            _ => (old.progress_at, old.progress),
+        };
+        Provision {
+            updated_at: at,
+            deadline: self
+                .timeouts
+                .deadline(old.state, at, progress_at)
+                .map(|(d, _)| d),
+            progress_at,
+            progress,
+            ..*old
+        }
+    }
+
+    /// Notes, for a reopen, the clock of each waiting node as the faulty database `old`
+    /// holds it in memory: the touches since its last good flush are there and nowhere
+    /// else.
+    pub(super) fn note_clocks(&self, old: &Trees) {
+        for key in old.deadlines.iter().keys().flatten() {
+            let Ok((_, uuid)) = record::parse_deadline_key(&key) else {
+                continue;
+            };
+            let Ok(Some(value)) = old.nodes.get(uuid.as_bytes()) else {
+                continue;
+            };
+            if let Ok((p, _)) = record::split(uuid, &value)
+                && p.state.wait_kind().is_some()
+            {
+                self.health.missed(uuid, p.updated_at, Some(p.progress));
+            }
+        }
+    }
+
+    /// Writes the touches a degraded store missed, each where the node is still waiting
+    /// and has not been touched since, then flushes.
+    pub(super) fn record_missed(&self, missed: &HashMap<Uuid, Missed>) -> Result<(), StoreError> {
+        let t = self.t()?;
+        for (&uuid, m) in missed {
+            let _owner = self.locks.lock(uuid);
+            let Some(value) = t.nodes.get(uuid.as_bytes())? else {
+                continue;
+            };
+            let (old, json) = record::split(uuid, &value)?;
+            if old.state.wait_kind().is_none() || old.updated_at >= m.at {
+                continue;
+            }
+            let new = self.touched(&old, m.at, m.progress);
+            t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
+        }
+        self.flush()
+    }
+
     /// Records progress seen elsewhere than in a heartbeat (a driver reading its agent's
     /// command list): like [`Store::touch`] with `progress`, but it writes only when the
     /// fingerprint differs, and leaves `provision_updated_at` alone. Returns whether it
     /// was progress.
     pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+        let t = self.t()?;
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;
@@ -79,7 +136,7 @@ impl Store {
             progress,
             ..old
         };
-        self.nodes
+        t.nodes
             .insert(uuid.as_bytes(), record::join(&new, json))?;
         Ok(true)
     }

@@ -65,14 +65,15 @@ impl Store {
         new: &Provision,
         json: &[u8],
     ) -> Result<(), StoreError> {
+        let t = self.t()?;
         if let Some(d) = new.indexed.filter(|&d| Some(d) != old.indexed) {
-            self.deadlines.insert(record::deadline_key(d, uuid), &[])?;
+            t.deadlines.insert(record::deadline_key(d, uuid), &[])?;
             self.waker.deadline_added(d);
         }
-        self.nodes
+        t.nodes
             .insert(uuid.as_bytes(), record::join(new, json))?;
         if let Some(d) = old.indexed.filter(|&d| Some(d) != new.indexed) {
-            self.deadlines.remove(record::deadline_key(d, uuid))?;
+            t.deadlines.remove(record::deadline_key(d, uuid))?;
         }
         Ok(())
     }
@@ -109,6 +110,7 @@ impl Store {
         last_error: Option<String>,
         now: Timestamp,
     ) -> Result<Node, StoreError> {
+        let t = self.t()?;
         let to = old
             .state
             .next(event)
@@ -145,7 +147,7 @@ impl Store {
             let json = serde_json::to_vec(&body).expect("a node body serialises");
             self.write_node(uuid, &old, &new, &json)?;
         }
-        self.history.record(uuid, now, &change)?;
+        t.history.record(uuid, now, &change)?;
         if matches!(event, Event::Done | Event::Fail) && (to.is_stable() || to.is_failed()) {
             self.metrics.flow(&body.driver, to.as_str());
         }

@@ -289,7 +289,8 @@ async fn inspection_rules_are_validated_and_sensitive_ones_stay_hidden() {
         .engine
         .conductor
         .store()
-        .docs
+        .docs()
+        .unwrap()
         .get("InspectionRule", secret_uuid.parse().unwrap())
         .unwrap();
     assert_eq!(stored["actions"], actions, "hidden, not lost, by a PATCH");
@@ -662,7 +663,7 @@ async fn history_records_each_state_change_with_its_duration() {
     .await;
     let uuid = looping.parse().unwrap();
     assert_eq!(
-        s.engine.conductor.store().history.list(uuid).unwrap(),
+        s.engine.conductor.store().history().unwrap().list(uuid).unwrap(),
         vec![]
     );
 }

@@ -79,6 +79,7 @@ impl From<StoreError> for ApiError {
             | StoreError::Lost(_)
             | StoreError::Manifest(_)
             | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),

@@ -39,7 +39,8 @@ impl From<StoreError> for CapabilityError {
             StoreError::Db(_)
             | StoreError::Corrupt(_)
             | StoreError::Locked(_)
-            | StoreError::Format { .. } => CapabilityError::Host(e.to_string()),
+            | StoreError::Format { .. }
+            | StoreError::Unavailable(_) => CapabilityError::Host(e.to_string()),
             StoreError::NodeNotFound(_)
             | StoreError::NotWaiting { .. }
             | StoreError::StateChanged { .. }

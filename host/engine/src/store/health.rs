@@ -1,0 +1,110 @@
+//! Whether the store can write: a storage fault (a full disk, an I/O error) is a state the
+//! engine reports and leaves by itself, never a hang or a stream of 500s.
+//!
+//! sled's first failed write is sticky: every later write fails with the same error until
+//! the database is reopened. So the first failed write or flush marks the store degraded
+//! (logged once, with its cause). Writes are then refused with 503 naming the cause, reads
+//! go on from what the store holds, the sweeper fails no node, and the engine's keeper
+//! (`engine.rs`) reopens the database once the disk takes writes again
+//! ([`super::Store::reopen`]).
+//!
+//! A heartbeat that arrives meanwhile is refused too (the agent retries it), but its time
+//! is remembered here, the latest per node, and written at the reopen: no node times out
+//! because the store could not record that its agent was alive.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use uuid::Uuid;
+
+use crate::clock::Timestamp;
+
+/// The most heartbeats remembered while degraded (one per node: far more than a fleet).
+const MAX_MISSED: usize = 1 << 20;
+
+/// Why the store cannot write, and since when.
+#[derive(Clone, Debug)]
+pub struct Degraded {
+    pub cause: String,
+    pub since: Timestamp,
+}
+
+/// A heartbeat the store could not record.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Missed {
+    pub at: Timestamp,
+    pub progress: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Health {
+    /// Read on every write and sweep: an atomic, not the mutex.
+    degraded: AtomicBool,
+    state: Mutex<Option<Degraded>>,
+    missed: Mutex<HashMap<Uuid, Missed>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Health {
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::Acquire)
+    }
+
+    /// Why the store is degraded, if it is.
+    pub fn degraded(&self) -> Option<Degraded> {
+        lock(&self.state).clone()
+    }
+
+    /// A write failed with `cause`: the store is degraded from `now` (logged the first
+    /// time only). Returns the refusal the caller answers with.
+    pub(super) fn failed(&self, cause: &str, now: Timestamp) -> super::StoreError {
+        let mut state = lock(&self.state);
+        let degraded = state.get_or_insert_with(|| {
+            tracing::error!(
+                "the store cannot write ({cause}): writes are refused with 503 and the sweeper fails no node until it can; reads go on; the engine reopens the store by itself once the disk takes writes again"
+            );
+            Degraded {
+                cause: cause.to_owned(),
+                since: now,
+            }
+        });
+        self.degraded.store(true, Ordering::Release);
+        super::StoreError::Unavailable(degraded.cause.clone())
+    }
+
+    /// The store writes again (logged once, with how long it could not).
+    pub(super) fn healed(&self, now: Timestamp, replayed: usize) {
+        if let Some(was) = lock(&self.state).take() {
+            tracing::info!(
+                "the store writes again, after {:.1} s ({}); {replayed} heartbeats received meanwhile were recorded",
+                now.since(was.since).as_secs_f64(),
+                was.cause
+            );
+        }
+        self.degraded.store(false, Ordering::Release);
+    }
+
+    /// Remembers a heartbeat the store could not record.
+    pub(super) fn missed(&self, node: Uuid, at: Timestamp, progress: Option<u64>) {
+        let mut missed = lock(&self.missed);
+        if missed.len() >= MAX_MISSED && !missed.contains_key(&node) {
+            return;
+        }
+        let entry = missed.entry(node).or_insert(Missed { at, progress });
+        if at >= entry.at {
+            entry.at = at;
+            entry.progress = progress.or(entry.progress);
+        } else {
+            entry.progress = entry.progress.or(progress);
+        }
+    }
+
+    /// The heartbeats to record now, each node's latest.
+    pub(super) fn take_missed(&self) -> HashMap<Uuid, Missed> {
+        std::mem::take(&mut *lock(&self.missed))
+    }
+}
