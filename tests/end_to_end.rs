@@ -10,4 +10,5 @@ mod images;
 mod real_ipa;
 mod seed_end_to_end;
 mod serve;
+mod storage_faults;
 mod vm;

@@ -21,7 +21,7 @@ use support::{
 
 /// Engine flags: this deploy timeout, sweeps every second, agents heartbeating every
 /// 0.3–0.6 s (30–60 % of a 1 s heartbeat timeout), local images allowed from `dir`.
-fn flags(dir: &Path, timeout: u64) -> Vec<String> {
+pub(crate) fn flags(dir: &Path, timeout: u64) -> Vec<String> {
     let allowed = format!("--file-url-allowed-path={}", dir.display());
     [
         "--deploy-callback-timeout",
@@ -47,7 +47,13 @@ fn engine(dir: &Path, timeout: u64) -> Engine {
 }
 
 /// Enrolls a lab machine with `driver`, its port, and the image; walks it to available.
-fn enroll(url: &str, machine: &Value, driver: &str, image: &Path, sha256: &str) -> String {
+pub(crate) fn enroll(
+    url: &str,
+    machine: &Value,
+    driver: &str,
+    image: &Path,
+    sha256: &str,
+) -> String {
     let (status, node) = call(
         "POST",
         &format!("{url}/v1/nodes"),
@@ -91,7 +97,7 @@ fn written(n: &Value) -> u64 {
 
 /// Waits until the node is active; a failure on the way stops the test with its
 /// `last_error` and the logs (the engine's and these).
-fn wait_active(engine: &Engine, node: &str, logs: &[&Path]) -> Value {
+pub(crate) fn wait_active(engine: &Engine, node: &str, logs: &[&Path]) -> Value {
     let n = wait_node(&engine.url, node, 90, |n| {
         if matches!(state(n), "deploy failed" | "error") {
             let logs: Vec<String> = logs

@@ -6,6 +6,7 @@ mod cli;
 mod demo;
 mod dnsmasq;
 mod driver_test;
+mod store_cli;
 
 use clap::{Parser, Subcommand};
 use deployd_engine::clock::Clock;
@@ -48,6 +49,9 @@ enum Command {
         #[command(subcommand)]
         command: crate::cli::DriverCommand,
     },
+    /// The store: an online backup, a restore into a new data directory, a check at rest.
+    #[command(subcommand)]
+    Store(store_cli::StoreCommand),
     /// A ramdisk agent: looks its machine up, heartbeats, writes images to its disk.
     Agent(deployd_agent::AgentArgs),
     /// The whole story in a minute: engine, lab, image, deploys, a killed agent, a summary.
@@ -127,7 +131,9 @@ fn main() -> anyhow::Result<()> {
             command: cli::DriverCommand::Test(_),
             ..
         } => "warn,deployd_engine::driver_host::capability::log=info",
-        _ => "info",
+        // sled logs each failed flush of a full disk; the store says it once, with the
+        // cause, and again when it recovers (`store::health`).
+        _ => "info,sled=off",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -146,6 +152,7 @@ fn main() -> anyhow::Result<()> {
             ..
         } => runtime()?.block_on(driver_test::run(args)),
         Command::Driver { endpoint, command } => crate::cli::driver(&endpoint, command),
+        Command::Store(command) => store_cli::run(command),
         Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
         Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),

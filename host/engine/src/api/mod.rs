@@ -36,6 +36,7 @@
 //! | [`inspection_rules`] | `/v1/inspection_rules` (1.96) |
 //! | [`steps`] | the steps deploy templates and runbooks carry |
 //! | [`metrics`] | `GET /metrics` (Prometheus) |
+//! | [`store_backup`] | `GET /store/backup` (an online backup of the store) |
 //!
 //! Every answer carries the microversion headers ([`http::version`]) and an
 //! `openstack-request-id`; errors are in Ironic's shape ([`http::error`]); operator routes
@@ -68,6 +69,7 @@ pub mod root;
 mod runbooks;
 pub mod schema;
 mod steps;
+mod store_backup;
 mod traits;
 mod view;
 mod vifs;
@@ -158,6 +160,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(node_groups::routes())
         .merge(node_history::routes())
         .merge(metrics::routes())
+        .merge(store_backup::routes())
         .fallback(plumbing::unrouted)
         .method_not_allowed_fallback(plumbing::not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))

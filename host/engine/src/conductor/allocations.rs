@@ -146,7 +146,10 @@ impl Conductor {
     /// Takes a node for allocation `uuid`, or says why none fits.
     fn find_node_for(&self, uuid: Uuid) -> Result<(), String> {
         let store = &self.store;
-        let want = store.docs().and_then(|d| d.get(KIND, uuid)).map_err(|e| e.to_string())?;
+        let want = store
+            .docs()
+            .and_then(|d| d.get(KIND, uuid))
+            .map_err(|e| e.to_string())?;
         let name = want.get("name").and_then(Value::as_str);
         let mut candidates: Vec<(bool, Uuid)> = store
             .nodes_after(None)

@@ -38,7 +38,7 @@ fn index_key(kind: &str, field: &str, value: &str) -> Vec<u8> {
 }
 
 /// The indexed values of a document: for `"type+connector_id"`, the two values joined.
-fn unique_values(doc: &Doc, unique: &[&'static str]) -> Vec<(&'static str, String)> {
+pub(super) fn unique_values<'a>(doc: &Doc, unique: &[&'a str]) -> Vec<(&'a str, String)> {
     unique
         .iter()
         .filter_map(|spec| {

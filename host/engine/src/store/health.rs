@@ -108,3 +108,38 @@ impl Health {
         std::mem::take(&mut *lock(&self.missed))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_keeps_its_latest_missed_heartbeat_and_its_latest_progress() {
+        let health = Health::default();
+        let node = Uuid::new_v4();
+        let t0 = Timestamp::from_micros(1_000_000);
+        let t1 = Timestamp::from_micros(2_000_000);
+        health.missed(node, t1, Some(7));
+        // An older clock (the faulty database's, noted at the reopen) changes nothing
+        // but a missing progress mark.
+        health.missed(node, t0, Some(3));
+        health.missed(node, t1, None);
+        let missed = health.take_missed();
+        assert_eq!(missed[&node].at, t1);
+        assert_eq!(missed[&node].progress, Some(7));
+        assert!(health.take_missed().is_empty(), "taken once");
+    }
+
+    #[test]
+    fn the_first_failure_is_the_cause_until_the_store_heals() {
+        let health = Health::default();
+        let t0 = Timestamp::from_micros(1_000_000);
+        assert!(!health.is_degraded());
+        health.failed("disk full", t0);
+        health.failed("something later", t0);
+        assert!(health.is_degraded());
+        assert_eq!(health.degraded().unwrap().cause, "disk full");
+        health.healed(t0, 0);
+        assert!(!health.is_degraded() && health.degraded().is_none());
+    }
+}

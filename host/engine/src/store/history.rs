@@ -144,6 +144,16 @@ impl History {
         })
     }
 
+    /// How many events are stored.
+    pub fn len(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether no event is stored.
+    pub fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+
     /// Appends an event (the caller flushes with the transition it records).
     pub fn record(&self, node: Uuid, at: Timestamp, change: &Change) -> Result<(), StoreError> {
         if !self.enabled {

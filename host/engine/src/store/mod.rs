@@ -28,6 +28,7 @@
 //! much of the touches, and a node can come back at most `flush_every_ms` older than it
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
+pub mod backup;
 mod config_drives;
 pub mod documents;
 mod expiry;
@@ -41,6 +42,7 @@ mod record;
 mod recovery;
 mod touches;
 mod transitions;
+pub mod verify;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -256,7 +258,9 @@ pub struct Open(arc_swap::Guard<Option<Arc<Trees>>>);
 impl std::ops::Deref for Open {
     type Target = Trees;
     fn deref(&self) -> &Trees {
-        self.0.as_deref().expect("an Open is made only of a loaded database")
+        self.0
+            .as_deref()
+            .expect("an Open is made only of a loaded database")
     }
 }
 
@@ -312,7 +316,12 @@ impl Store {
     pub fn checkpoint(&self) -> Result<(), StoreError> {
         let t = self.t()?;
         let at = self.clock.now().to_datetime().to_rfc3339();
-        self.wrote(manifest::checkpoint_now(&t.db, &self.path, t.nodes.len(), at))
+        self.wrote(manifest::checkpoint_now(
+            &t.db,
+            &self.path,
+            t.nodes.len(),
+            at,
+        ))
     }
 
     /// Whether the store can write (see [`health`]).
@@ -354,7 +363,8 @@ impl Store {
             }
         }
         // On failure the store stays closed (reads are refused too) until the next try.
-        self.open.store(Some(Arc::new(Trees::open(&self.path, &self.config)?)));
+        self.open
+            .store(Some(Arc::new(Trees::open(&self.path, &self.config)?)));
         let missed = self.health.take_missed();
         let replayed = missed.len();
         if let Err(e) = self.record_missed(&missed).and_then(|()| self.checkpoint()) {

@@ -44,17 +44,16 @@ impl Store {
         let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
-        port_trees(&*self.t()?)
-            .transaction(|(nodes, ports, macs, names, node_ports)| {
-                if nodes.get(node.as_bytes())?.is_none() {
-                    return abort(StoreError::NodeNotFound(node.to_string()));
-                }
-                take_mac(macs, &port.address, port.uuid)?;
-                take_port_name(names, name_of(&port), port.uuid)?;
-                ports.insert(port.uuid.as_bytes(), json.as_slice())?;
-                node_ports.insert(&pair_key(node, port.uuid), &[])?;
-                Ok(())
-            })?;
+        port_trees(&*self.t()?).transaction(|(nodes, ports, macs, names, node_ports)| {
+            if nodes.get(node.as_bytes())?.is_none() {
+                return abort(StoreError::NodeNotFound(node.to_string()));
+            }
+            take_mac(macs, &port.address, port.uuid)?;
+            take_port_name(names, name_of(&port), port.uuid)?;
+            ports.insert(port.uuid.as_bytes(), json.as_slice())?;
+            node_ports.insert(&pair_key(node, port.uuid), &[])?;
+            Ok(())
+        })?;
         self.flush()?;
         Ok(port)
     }
@@ -190,7 +189,6 @@ impl Store {
             .map(|item| uuid_from(&item?.0[16..]))
             .collect()
     }
-
 }
 
 /// Rebuilds `port_names` from the ports (see the module's doc).

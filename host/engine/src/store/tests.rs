@@ -774,7 +774,13 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     assert_eq!(node.provision.progress_at, node.provision.updated_at);
     // A touch writes it back in the current layout.
     store.touch_provisioning(uuid).unwrap();
-    let now = store.t().unwrap().nodes.get(uuid.as_bytes()).unwrap().unwrap();
+    let now = store
+        .t()
+        .unwrap()
+        .nodes
+        .get(uuid.as_bytes())
+        .unwrap()
+        .unwrap();
     assert_eq!((now[0], now.len()), (3, written.len()));
     drop(store);
     let db = super::open_db(&path, &StoreConfig::default()).unwrap();

@@ -136,8 +136,7 @@ impl Store {
             progress,
             ..old
         };
-        t.nodes
-            .insert(uuid.as_bytes(), record::join(&new, json))?;
+        t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
         Ok(true)
     }
 }

@@ -70,8 +70,7 @@ impl Store {
             t.deadlines.insert(record::deadline_key(d, uuid), &[])?;
             self.waker.deadline_added(d);
         }
-        t.nodes
-            .insert(uuid.as_bytes(), record::join(new, json))?;
+        t.nodes.insert(uuid.as_bytes(), record::join(new, json))?;
         if let Some(d) = old.indexed.filter(|&d| Some(d) != new.indexed) {
             t.deadlines.remove(record::deadline_key(d, uuid))?;
         }

@@ -129,22 +129,33 @@ async fn write(
         Metrics::count(&s.store.metrics().image_bytes, chunk.len() as u64);
         if last_touch.elapsed() >= TOUCH_EVERY {
             last_touch = Instant::now();
-            s.store
-                .touch_provisioning(node)
-                .map_err(|e| format!("stopped writing: {e}"))?;
+            match s.store.touch_provisioning(node) {
+                // A store that cannot write remembers the touch for when it can
+                // (`store::health`): the write goes on.
+                Ok(_) | Err(crate::store::StoreError::Unavailable(_)) => {}
+                Err(e) => return Err(format!("stopped writing: {e}")),
+            }
         }
         Ok::<_, String>(chunk)
     });
+    // The target's query holds the agent's token: never in a message.
+    let mut shown = target.clone();
+    shown.set_query(None);
     let mut put = agent.put(target.clone());
     if let Some(length) = length {
         // Lets the agent report progress as a fraction.
         put = put.header(reqwest::header::CONTENT_LENGTH, length);
     }
     let put = put.body(reqwest::Body::wrap_stream(body)).send().await;
-    let put = put.map_err(|e| format!("writing to the agent's disk at {target}: {e}"))?;
+    let put = put.map_err(|e| {
+        format!(
+            "writing to the agent's disk at {shown}: {}",
+            e.without_url()
+        )
+    })?;
     if !put.status().is_success() {
         return Err(format!(
-            "the agent's disk at {target} answered {}",
+            "the agent's disk at {shown} answered {}",
             put.status()
         ));
     }

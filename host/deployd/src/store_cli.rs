@@ -1,0 +1,113 @@
+//! `deployd store`: backup (online, through the engine), restore and verify (offline,
+//! on a data directory). See `deployd_engine::store::backup` and `::verify`.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use deployd_engine::store::{StoreConfig, backup, verify};
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Writes a backup of the running engine's store to a file (the engine keeps serving).
+    Backup {
+        #[command(flatten)]
+        endpoint: crate::cli::Endpoint,
+        /// Where the backup goes (written to a temporary file, renamed when complete).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Restores a backup into a new data directory (start `deployd serve` on it after).
+    Restore {
+        #[arg(long)]
+        from: PathBuf,
+        #[arg(long, env = "DEPLOYD_DATA_DIR")]
+        data_dir: PathBuf,
+    },
+    /// Reads every record and index entry of a stopped engine's store; exits 1 on a problem.
+    Verify {
+        #[arg(long, env = "DEPLOYD_DATA_DIR", default_value = "deployd-data")]
+        data_dir: PathBuf,
+    },
+}
+
+pub fn run(command: StoreCommand) -> anyhow::Result<()> {
+    match command {
+        StoreCommand::Backup { endpoint, to } => download(&endpoint, &to),
+        StoreCommand::Restore { from, data_dir } => {
+            let file = std::fs::File::open(&from)
+                .with_context(|| format!("opening {}", from.display()))?;
+            std::fs::create_dir_all(&data_dir)?;
+            let done = backup::restore(
+                &data_dir.join("store"),
+                &StoreConfig::default(),
+                BufReader::new(file),
+            )?;
+            println!(
+                "restored {} nodes, {} ports and {} documents ({} entries) into {}; {} ports whose node was not in the backup were dropped",
+                done.nodes,
+                done.ports,
+                done.documents,
+                done.entries,
+                data_dir.display(),
+                done.dropped_ports
+            );
+            Ok(())
+        }
+        StoreCommand::Verify { data_dir } => {
+            let v = verify::verify(&data_dir.join("store"), &StoreConfig::default())?;
+            println!(
+                "{} nodes, {} ports, {} documents, {} history events, {} stale deadline entries (dropped at start): {} problems",
+                v.nodes, v.ports, v.documents, v.history_events, v.stale_deadlines, v.problems
+            );
+            for problem in &v.found {
+                println!("  {problem}");
+            }
+            if v.problems > 0 {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Streams `GET /store/backup` to `to`; only a backup that ended with its trailer is kept.
+fn download(endpoint: &crate::cli::Endpoint, to: &std::path::Path) -> anyhow::Result<()> {
+    let url = format!("{}/store/backup", endpoint.url.trim_end_matches('/'));
+    let mut request = reqwest::blocking::Client::builder()
+        .timeout(None)
+        .build()?
+        .get(&url);
+    if let Some(user) = &endpoint.user {
+        request = request.basic_auth(user, std::env::var("DEPLOYD_PASSWORD").ok());
+    }
+    let mut response = request.send().with_context(|| format!("GET {url}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "GET {url}: {} {}",
+        response.status(),
+        response.text().unwrap_or_default()
+    );
+    let dir = to
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let file = tempfile::NamedTempFile::new_in(dir)?;
+    let mut out = BufWriter::new(file);
+    let bytes = response
+        .copy_to(&mut out)
+        .context("the backup was cut off")?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    let tail = std::fs::read(file.path())?;
+    let last = tail.rsplit(|&b| b == b'\n').nth(1).unwrap_or_default();
+    anyhow::ensure!(
+        last.starts_with(b"{\"end\""),
+        "the backup ended without its trailer (the engine logged why); nothing was kept"
+    );
+    file.as_file().sync_all()?;
+    file.persist(to)?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "wrote {} ({bytes} bytes)", to.display())?;
+    Ok(())
+}

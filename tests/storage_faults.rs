@@ -1,0 +1,276 @@
+//! A full disk under the store, mid-deploy, over real processes: the engine's data
+//! directory is a small tmpfs the test mounts and fills. The engine must not hang (a probe
+//! of `GET /v1` answers within 1 s throughout), must refuse writes with a 503 naming the
+//! cause and keep serving reads, must say so in `/v1/conductors` and `/metrics` and once
+//! in its log, must fail no node whose agent heartbeated while it could not record it,
+//! must write again by itself once space returns, and must lose no acknowledged write.
+
+use deployd_test_support::processes as support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Engine, Lab, call, image, provision, wait_node};
+use tokio::time::Instant;
+
+use crate::seed_end_to_end::{enroll, flags, wait_active};
+
+/// A tmpfs of `mib` MiB at `path`, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, mib: u64) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        support::run(std::process::Command::new("mount").args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={mib}m"),
+            "tmpfs",
+            path.to_str().unwrap(),
+        ]));
+        Tmpfs(path.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the filesystem holding `dir` with one file until it is full.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0x5a_u8; 64 << 10];
+    while file.write_all(&chunk).is_ok() {}
+    while file.write_all(&chunk[..512]).is_ok() {}
+    let _ = file.sync_all();
+    path
+}
+
+/// How long `GET /v1` took on a new connection (a refusal or a timeout counts as 10 s).
+fn probe(url: &str) -> Duration {
+    let addr = url.trim_start_matches("http://");
+    let started = Instant::now();
+    let answered = (|| {
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(
+            s,
+            "GET /v1 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).ok()?;
+        answer.starts_with(b"HTTP/1.1 200").then_some(())
+    })();
+    match answered {
+        Some(()) => started.elapsed(),
+        None => Duration::from_secs(10),
+    }
+}
+
+/// The store's part of `/v1/conductors`.
+fn store_state(url: &str) -> Value {
+    let (status, body) = call("GET", &format!("{url}/v1/conductors"), None);
+    assert_eq!(status, 200, "{body}");
+    body["conductors"][0]["store"].clone()
+}
+
+fn degraded_gauge(url: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", &format!("{url}/metrics")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("deployd_store_degraded "))
+        .unwrap_or_else(|| panic!("no gauge in {text}"))
+        .to_owned()
+}
+
+fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen in {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_lost_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _tmpfs = Tmpfs::mount(&data, 48);
+    // A deploy timeout of 4 s, and the disk kept full for 8 s: only heartbeats recorded
+    // after the fault can keep the deploys alive.
+    let flags = flags(dir.path(), 4);
+    let engine = Engine::start(&data, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 16 << 20);
+    let nodes: Vec<String> = ["agent_redfish", "pxe_redfish"]
+        .iter()
+        .zip(&lab.machines)
+        .map(|(driver, m)| enroll(&engine.url, m, driver, &img, &sha))
+        .collect();
+
+    // Load while it happens: a writer enrolling nodes, and a probe of `GET /v1`.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let refusals = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
+    let writer = {
+        let (url, stop, acked, refusals) = (
+            engine.url.clone(),
+            stop.clone(),
+            acked.clone(),
+            refusals.clone(),
+        );
+        std::thread::spawn(move || {
+            for i in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("load-{i}");
+                let body =
+                    json!({"driver": "fake", "name": name, "extra": {"pad": "x".repeat(1500)}});
+                match call("POST", &format!("{url}/v1/nodes"), Some(body)) {
+                    (201, _) => acked.lock().unwrap().push(name),
+                    refused => {
+                        refusals.lock().unwrap().push(refused);
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        })
+    };
+    let prober = {
+        let (url, stop) = (engine.url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut slowest = Duration::ZERO;
+            let mut probes = 0;
+            while !stop.load(Ordering::Relaxed) {
+                slowest = slowest.max(probe(&url));
+                probes += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (slowest, probes)
+        })
+    };
+
+    for n in &nodes {
+        provision(&engine.url, n, "active");
+    }
+    for n in &nodes {
+        wait_node(&engine.url, n, 30, |n| {
+            n["provision_state"] == "wait call-back"
+        });
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let filler = fill(&data);
+    wait_for("the store reporting itself degraded", 10, || {
+        store_state(&engine.url)["writable"] == false
+    });
+    let degraded = store_state(&engine.url);
+    assert!(
+        degraded["cause"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{degraded}"
+    );
+    assert_eq!(degraded_gauge(&engine.url), "deployd_store_degraded 1");
+    // A write is refused with the cause, in Ironic's shape; a read of a node is served.
+    let (status, body) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": "fake", "name": "refused"})),
+    );
+    assert_eq!(status, 503, "{body}");
+    let fault = body["error_message"].as_str().unwrap();
+    assert!(fault.contains("No space left on device"), "{fault}");
+    assert!(fault.contains("\"faultcode\""), "{fault}");
+    let (status, node) = call(
+        "GET",
+        &format!("{}/v1/nodes/{}", engine.url, nodes[0]),
+        None,
+    );
+    assert_eq!(status, 200, "{node}");
+    // Twice the deploy timeout with a full disk; the agents go on heartbeating.
+    std::thread::sleep(Duration::from_secs(8));
+    for n in &nodes {
+        let (_, node) = call("GET", &format!("{}/v1/nodes/{n}", engine.url), None);
+        assert_eq!(node["provision_state"], "wait call-back", "{node}");
+    }
+
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    wait_for("the store writing again", 10, || {
+        store_state(&engine.url)["writable"] == true
+    });
+    let recovered_in = freed.elapsed();
+    assert_eq!(degraded_gauge(&engine.url), "deployd_store_degraded 0");
+    let (status, body) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": "fake", "name": "after"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    for n in &nodes {
+        wait_active(&engine, n, &[]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let (slowest, probes) = prober.join().unwrap();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "GET /v1 took {slowest:?} at worst over {probes} probes"
+    );
+    let refusals = refusals.lock().unwrap();
+    assert!(!refusals.is_empty(), "the writer met the full disk");
+    for (status, body) in refusals.iter() {
+        assert_eq!(*status, 503, "{body}");
+    }
+    let log = engine.log_text();
+    assert_eq!(log.matches("the store cannot write (").count(), 1, "{log}");
+    assert_eq!(log.matches("the store writes again").count(), 1, "{log}");
+    // Both waiting nodes' clocks, as the faulty database last held them or as heartbeats
+    // refused meanwhile set them, were written at the reopen.
+    assert!(
+        log.contains("2 heartbeats received meanwhile were recorded"),
+        "{log}"
+    );
+
+    // Every acknowledged write is there after a restart.
+    let acked = acked.lock().unwrap().clone();
+    engine.stop();
+    let engine = Engine::start(&data, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|n| call("GET", &format!("{}/v1/nodes/{n}", engine.url), None).0 != 200)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acked nodes lost: {lost:?}",
+        lost.len(),
+        acked.len()
+    );
+    eprintln!(
+        "full disk: {} acked writes, {} refused (503), 0 lost; GET /v1 at worst {slowest:?} over {probes} probes; writes back {recovered_in:?} after space returned",
+        acked.len(),
+        refusals.len()
+    );
+    engine.stop();
+}
