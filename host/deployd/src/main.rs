@@ -177,6 +177,7 @@ fn serve(config: &Config) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        let stop = deployd_agent::signal::shutdown();
         let engine = Engine::start(config, Clock::new()).await?;
         let r = &engine.recovery;
         tracing::info!(
@@ -188,7 +189,7 @@ fn serve(config: &Config) -> anyhow::Result<()> {
             drivers = engine.conductor.registry().list().len(),
             "deployd is running"
         );
-        deployd_agent::signal::shutdown().await;
+        stop.await;
         tracing::info!("shutting down");
         engine.shutdown().await
     })

@@ -33,7 +33,7 @@ struct Manifest {
 /// What a store's check at open found wrong.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the store in {path} has lost data: it holds checkpoint {found} and {nodes} nodes, but its manifest ({manifest}) records checkpoint {expected} with {expected_nodes} nodes, written at {written_at}. deployd refuses to start on it rather than serve a store with nodes missing. Restore the data directory from a copy taken with the engine stopped, or, to go on with what is left, delete {manifest}"
+    "the store in {path} has lost data: it holds checkpoint {found} and {nodes} nodes, but its manifest ({manifest}) records checkpoint {expected} with {expected_nodes} nodes, written at {written_at}. deployd refuses to start on it rather than serve a store with nodes missing. Restore it from a backup (`deployd store restore`) or from a copy of the data directory taken with the engine stopped, or, to go on with what is left, delete {manifest}"
 )]
 pub struct Lost {
     path: PathBuf,

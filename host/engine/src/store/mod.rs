@@ -210,7 +210,7 @@ impl Trees {
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("no message");
             StoreError::Corrupt(format!(
-                "sled could not read the store in {} ({why}); restore the data directory from a copy taken with the engine stopped",
+                "sled could not read the store in {} ({why}); restore it from a backup (`deployd store restore`) or from a copy of the data directory taken with the engine stopped",
                 path.display()
             ))
         })??;
