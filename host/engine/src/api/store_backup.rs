@@ -22,7 +22,7 @@ const CHUNK: usize = 256 << 10;
 
 async fn backup(app: State) -> impl IntoResponse {
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    let store = app.conductor.store().clone();
+    let store = std::sync::Arc::clone(app.conductor.store());
     // sled is read on a blocking thread; the body ends in an error (no trailer, which a
     // restore refuses) if the export fails or the client goes away.
     tokio::task::spawn_blocking(move || {
