@@ -2,6 +2,8 @@
 //! (`fields`, `detail`, `limit`, `marker`, sorting by uuid, per-resource filters) and the
 //! `{"<key>": [...], "next": …}` answer.
 
+use std::io::Write;
+
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -116,18 +118,28 @@ impl Params {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `{"<key>": [...]}` from documents in uuid order: after the marker, at most `limit`,
-    /// each cut to `fields` (or to `short` unless `detail`), with a `next` link when full.
-    pub fn render(
+    /// The uuid a page starts after.
+    pub fn marker(&self) -> Option<Uuid> {
+        self.marker
+    }
+
+    /// Writes `{"<key>": [...]}` from documents in uuid order, one at a time: after the
+    /// marker, at most `limit`, each cut to `fields` (or to `short` unless `detail`), with
+    /// a `next` link when full. A write that fails means the client left: it stops there.
+    pub fn write(
         &self,
+        out: &mut impl Write,
         key: &str,
-        docs: impl IntoIterator<Item = (Uuid, Map<String, Value>)>,
+        docs: impl IntoIterator<Item = Result<(Uuid, Map<String, Value>), ApiError>>,
         short: &[&str],
         next_base: &str,
-    ) -> Value {
-        let mut out = Vec::new();
-        let mut last = None;
-        for (uuid, doc) in docs {
+    ) -> Result<(), ApiError> {
+        if write!(out, "{{{}: [", json!(key)).is_err() {
+            return Ok(());
+        }
+        let (mut count, mut last) = (0, None);
+        for item in docs {
+            let (uuid, doc) = item?;
             if self.marker.is_some_and(|m| uuid <= m) {
                 continue;
             }
@@ -136,14 +148,19 @@ impl Params {
                 (None, true) => doc,
                 (None, false) => keep(doc, short.iter().copied()),
             };
-            out.push(Value::Object(doc));
+            let sent = (count == 0 || out.write_all(b", ").is_ok())
+                && serde_json::to_writer(&mut *out, &doc).is_ok();
+            if !sent {
+                return Ok(());
+            }
+            count += 1;
             last = Some(uuid);
-            if out.len() == self.limit {
+            if count == self.limit {
                 break;
             }
         }
-        let mut answer = json!({ key: out });
-        if let (true, Some(last)) = (out_full(&answer, key, self.limit), last) {
+        let mut tail = String::from("]");
+        if let (true, Some(last)) = (count == self.limit, last) {
             let mut parts = vec![format!("limit={}", self.limit), format!("marker={last}")];
             parts.extend(
                 self.raw
@@ -151,14 +168,13 @@ impl Params {
                     .filter(|(k, _)| k != "limit" && k != "marker")
                     .map(|(k, v)| format!("{k}={}", v.replace(' ', "%20"))),
             );
-            answer["next"] = json!(format!("{next_base}?{}", parts.join("&")));
+            let next = format!("{next_base}?{}", parts.join("&"));
+            tail.push_str(&format!(", \"next\": {}", json!(next)));
         }
-        answer
+        tail.push('}');
+        let _ = out.write_all(tail.as_bytes());
+        Ok(())
     }
-}
-
-fn out_full(answer: &Value, key: &str, limit: usize) -> bool {
-    answer[key].as_array().is_some_and(|a| a.len() == limit)
 }
 
 /// Only the named fields of a document.

@@ -8,17 +8,17 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use std::io::Write;
+
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Query};
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use super::http::error::ApiError;
+use super::http::streamed::{self, Chunks};
 use super::http::version::Version;
 use super::{App, State, node_doc, schema, view};
 
@@ -34,8 +34,6 @@ const DEFAULT_FIELDS: &[&str] = &[
 const MAX_LIMIT: usize = 1000;
 /// Lists worked on at once; more wait their turn (not holding a worker).
 pub const LISTS: usize = 2;
-/// How much of a list is written before it is sent on.
-const CHUNK: usize = 64 << 10;
 
 /// Bounds the lists worked on at once.
 pub fn permits() -> Arc<Semaphore> {
@@ -262,27 +260,16 @@ async fn respond(
         .acquire_owned()
         .await
         .expect("the list semaphore is never closed");
-    let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     let app = app.0.clone();
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let shape = Shape {
-            version,
-            detail,
-            fields,
-            path,
-        };
-        if let Err(e) = write_list(&app, &q, &shape, &chunks) {
-            // The status is sent already: cut the body short, so the client sees an error.
-            let _ = chunks.blocking_send(Err(std::io::Error::other(e.message)));
-        }
-    });
-    let stream = stream_of(body);
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(stream),
-    )
-        .into_response()
+    let shape = Shape {
+        version,
+        detail,
+        fields,
+        path,
+    };
+    streamed::respond("application/json", Some(permit), move |out| {
+        write_list(&app, &q, &shape, out)
+    })
 }
 
 /// What each listed node looks like.
@@ -293,27 +280,18 @@ struct Shape {
     path: &'static str,
 }
 
-fn stream_of(
-    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
-) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// Writes `{"nodes": [...], "next": ...}` into `chunks`, a node at a time.
-fn write_list(
-    app: &App,
-    q: &ListQuery,
-    shape: &Shape,
-    chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
-) -> Result<(), ApiError> {
+/// Writes `{"nodes": [...], "next": ...}` into `out`, a node at a time. A write that
+/// fails means the client went away: the list stops there.
+fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Result<(), ApiError> {
     let limit = q.limit();
     let fields: Option<Vec<&str>> = shape
         .fields
         .as_ref()
         .map(|f| f.iter().map(String::as_str).collect());
     let base = &app.public_url;
-    let mut buf = Vec::with_capacity(CHUNK + 4096);
-    buf.extend_from_slice(b"{\"nodes\": [");
+    if out.write_all(b"{\"nodes\": [").is_err() {
+        return Ok(());
+    }
     let (mut count, mut last) = (0, None);
     for node in app.conductor.store().nodes_after(q.marker) {
         let node = node?;
@@ -330,33 +308,24 @@ fn write_list(
             (None, true) => doc,
             (None, false) => view::fields(doc, DEFAULT_FIELDS),
         };
-        if count > 0 {
-            buf.extend_from_slice(b", ");
+        let sent = (count == 0 || out.write_all(b", ").is_ok())
+            && serde_json::to_writer(&mut *out, &doc).is_ok();
+        if !sent {
+            return Ok(());
         }
-        serde_json::to_writer(&mut buf, &doc).expect("a document serialises");
         count += 1;
         last = Some(node.uuid());
-        if buf.len() >= CHUNK && !send(chunks, &mut buf) {
-            return Ok(()); // the client went away
-        }
         if count == limit {
             break;
         }
     }
-    buf.push(b']');
+    let mut tail = b"]".to_vec();
     if let (true, Some(last)) = (count == limit, last) {
         let next = format!("{base}{}?{}", shape.path, q.next_query(limit, last));
-        buf.extend_from_slice(b", \"next\": ");
-        serde_json::to_writer(&mut buf, &next).expect("a string serialises");
+        tail.extend_from_slice(b", \"next\": ");
+        serde_json::to_writer(&mut tail, &next).expect("a string serialises");
     }
-    buf.push(b'}');
-    send(chunks, &mut buf);
+    tail.push(b'}');
+    let _ = out.write_all(&tail);
     Ok(())
-}
-
-/// Sends what is buffered; false if the client is gone.
-fn send(chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>, buf: &mut Vec<u8>) -> bool {
-    let chunk = Bytes::from(std::mem::take(buf));
-    buf.reserve(CHUNK + 4096);
-    chunks.blocking_send(Ok(chunk)).is_ok()
 }

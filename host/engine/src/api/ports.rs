@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::http::error::{ApiError, parse};
+use super::http::streamed;
 use super::http::version::Version;
 use super::listing::{Params, ShowQuery, keep};
 use super::schema::{Field, Schema, Ty};
@@ -240,7 +241,7 @@ async fn respond(
     query: Pairs,
     detail: bool,
     scope: Scope,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let params = Params::parse(pairs, &PORT, FILTERS, version, detail)?;
     let store = &app.conductor.store();
@@ -285,9 +286,8 @@ async fn respond(
         (None, Some(n)) => store.ports_of(n)?,
         (None, None) => store.list_ports()?,
     };
-    let base = &app.public_url;
-    let mut matching: Vec<(Uuid, Map<String, Value>)> = ports
-        .iter()
+    let mut matching: Vec<_> = ports
+        .into_iter()
         .filter(|p| node.is_none_or(|n| p.node_uuid == n))
         .filter(|p| of_nodes.as_ref().is_none_or(|n| n.contains(&p.node_uuid)))
         .filter(|p| {
@@ -295,22 +295,23 @@ async fn respond(
                 .as_ref()
                 .is_none_or(|g| p.attrs.get("portgroup_uuid") == Some(g))
         })
-        .map(|p| (p.uuid, document(base, p, version)))
         .collect();
-    matching.sort_by_key(|(u, _)| *u);
-    Ok(Json(params.render(
-        "ports",
-        matching,
-        SHORT,
-        &format!("{base}/v1/ports"),
-    )))
+    matching.sort_by_key(|p| p.uuid);
+    let base = app.public_url.clone();
+    // Each port is shown as it is written: the answer is never held whole.
+    Ok(streamed::respond("application/json", None, move |out| {
+        let shown = matching
+            .iter()
+            .map(|p| Ok((p.uuid, document(&base, p, version))));
+        params.write(out, "ports", shown, SHORT, &format!("{base}/v1/ports"))
+    }))
 }
 
 async fn list(
     app: State,
     Extension(v): Extension<Version>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, false, Scope::All).await
 }
 
@@ -318,7 +319,7 @@ async fn list_detail(
     app: State,
     Extension(v): Extension<Version>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, true, Scope::All).await
 }
 
@@ -327,7 +328,7 @@ async fn of_node(
     Extension(v): Extension<Version>,
     Path(ident): Path<String>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, false, Scope::Node(ident)).await
 }
 
@@ -336,7 +337,7 @@ async fn of_node_detail(
     Extension(v): Extension<Version>,
     Path(ident): Path<String>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, true, Scope::Node(ident)).await
 }
 
@@ -345,7 +346,7 @@ async fn of_portgroup(
     Extension(v): Extension<Version>,
     Path(ident): Path<String>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, false, Scope::Portgroup(ident)).await
 }
 
@@ -354,7 +355,7 @@ async fn of_portgroup_detail(
     Extension(v): Extension<Version>,
     Path(ident): Path<String>,
     q: Pairs,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     respond(&app, v, q, true, Scope::Portgroup(ident)).await
 }
 

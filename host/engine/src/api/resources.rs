@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::http::error::{ApiError, parse};
+use super::http::streamed;
 use super::http::version::Version;
 use super::listing::{Params, ShowQuery, keep};
 use super::schema::Schema;
@@ -173,7 +174,7 @@ async fn list(
     Extension(version): Extension<Version>,
     query: Pairs,
     detail: bool,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     exists(r, version)?;
     let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let params = Params::parse(pairs, &r.schema, r.filters, version, detail)?;
@@ -191,35 +192,58 @@ async fn list(
             });
         }
     }
-    let in_nodes = |d: &Doc| {
-        of_nodes.as_ref().is_none_or(|set| {
-            d.get("node_uuid")
-                .and_then(Value::as_str)
-                .and_then(|u| Uuid::parse_str(u).ok())
-                .is_some_and(|u| set.contains(&u))
+    let permit = app
+        .lists
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the list semaphore is never closed");
+    let app = app.0.clone();
+    Ok(streamed::respond(
+        "application/json",
+        Some(permit),
+        move |out| {
+            let in_nodes = |d: &Doc| {
+                of_nodes.as_ref().is_none_or(|set| {
+                    d.get("node_uuid")
+                        .and_then(Value::as_str)
+                        .and_then(|u| Uuid::parse_str(u).ok())
+                        .is_some_and(|u| set.contains(&u))
+                })
+            };
+            let docs = app.conductor.store().docs()?.after(r.kind, params.marker());
+            let shown = docs
+                .filter(|item| {
+                    item.as_ref().is_err()
+                        || item.as_ref().is_ok_and(|(_, d)| {
+                            node.as_ref().is_none_or(|n| d.get("node_uuid") == Some(n))
+                                && in_nodes(d)
+                                && filters_match(&params, d)
+                        })
+                })
+                .map(|item| {
+                    let (u, d) = item?;
+                    Ok((u, document(&app, r, u, d, version)))
+                });
+            let next = format!("{}/v1/{}", app.public_url, r.path);
+            params.write(out, r.key, shown, r.short, &next)
+        },
+    ))
+}
+
+/// Whether a document passes the list's own filters (a node's are checked apart).
+fn filters_match(params: &Params, d: &Doc) -> bool {
+    params
+        .filters
+        .iter()
+        .filter(|(k, _)| k != "node" && !super::node_doc::NODE_FILTERS.contains(&k.as_str()))
+        .all(|(k, v)| match d.get(k) {
+            Some(Value::String(s)) => s.eq_ignore_ascii_case(v),
+            Some(Value::Bool(b)) => super::schema::parse_bool(&json!(v)) == Some(*b),
+            Some(Value::Number(n)) => v.parse::<i64>().ok() == n.as_i64(),
+            Some(_) => false,
+            None => false,
         })
-    };
-    let docs = app.conductor.store().docs()?.list(r.kind)?;
-    let matching = docs.into_iter().filter(|(_, d)| {
-        node.as_ref().is_none_or(|n| d.get("node_uuid") == Some(n))
-            && in_nodes(d)
-            && params
-                .filters
-                .iter()
-                .filter(|(k, _)| {
-                    k != "node" && !super::node_doc::NODE_FILTERS.contains(&k.as_str())
-                })
-                .all(|(k, v)| match d.get(k) {
-                    Some(Value::String(s)) => s.eq_ignore_ascii_case(v),
-                    Some(Value::Bool(b)) => super::schema::parse_bool(&json!(v)) == Some(*b),
-                    Some(Value::Number(n)) => v.parse::<i64>().ok() == n.as_i64(),
-                    Some(_) => false,
-                    None => false,
-                })
-    });
-    let shown = matching.map(|(u, d)| (u, document(&app, r, u, d, version)));
-    let next = format!("{}/v1/{}", app.public_url, r.path);
-    Ok(Json(params.render(r.key, shown, r.short, &next)))
 }
 
 async fn show(

@@ -143,22 +143,40 @@ impl Documents {
 
     /// Every document of a kind, in uuid order.
     pub fn list(&self, kind: &'static str) -> Result<Vec<(Uuid, Doc)>, StoreError> {
-        let mut prefix = kind.as_bytes().to_vec();
-        prefix.push(0);
-        self.docs
-            .scan_prefix(&prefix)
-            .map(|item| {
-                let (k, v) = item?;
-                let uuid = Uuid::from_slice(&k[prefix.len()..])
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                let doc = serde_json::from_slice(&v)
-                    .map_err(|e| StoreError::Corrupt(format!("{kind} {uuid}: {e}")))?;
-                Ok((uuid, doc))
-            })
-            .collect()
+        self.after(kind, None).collect()
     }
 
-    /// Adds a document; refuses a taken uuid or unique value.
+    /// The documents of a kind after `marker` (all, if none), in uuid order, read one at
+    /// a time as the iterator is driven: a list never holds more than the one it shows.
+    pub fn after(
+        &self,
+        kind: &'static str,
+        marker: Option<Uuid>,
+    ) -> impl Iterator<Item = Result<(Uuid, Doc), StoreError>> + Send + 'static {
+        let mut prefix = kind.as_bytes().to_vec();
+        prefix.push(0);
+        let start = match marker {
+            // The key right after the marker's: the marker itself is not listed.
+            Some(m) => {
+                let mut k = doc_key(kind, m);
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let mut end = kind.as_bytes().to_vec();
+        end.push(1);
+        let skip = prefix.len();
+        self.docs.range(start..end).map(move |item| {
+            let (k, v) = item?;
+            let uuid =
+                Uuid::from_slice(&k[skip..]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let doc = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("{kind} {uuid}: {e}")))?;
+            Ok((uuid, doc))
+        })
+    }
+
     pub fn insert(
         &self,
         kind: &'static str,

@@ -49,6 +49,13 @@ pub fn error_body(faultstring: &str) -> String {
     fault::envelope("Server", faultstring).to_string()
 }
 
+/// The message, as a log line or a cut-short answer gives it.
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let faultcode = fault::faultcode(self.status.as_u16());

@@ -9,6 +9,7 @@
 //! | [`version`] | the microversion a request asked for, and the headers of every answer |
 //! | [`gate`] | routes that exist only from a microversion on |
 //! | [`error`] | [`error::ApiError`] and Ironic's error body |
+//! | [`streamed`] | answers written on a blocking thread and sent as they are written |
 //! | [`plumbing`] | request ids, the request timeout, unrouted paths and methods, closing after a refused body |
 
 pub mod auth;
@@ -16,4 +17,5 @@ pub mod error;
 pub mod gate;
 pub mod listener;
 pub mod plumbing;
+pub mod streamed;
 pub mod version;
