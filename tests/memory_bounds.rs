@@ -110,7 +110,7 @@ fn lists_of_large_documents_are_streamed_in_bounded_memory() {
     }
     let peak = sampler.peak();
     drop(sampler);
-    let one_answer = (CHASSIS * 60_000 >> 20) as u64;
+    let one_answer = ((CHASSIS * 60_000) >> 20) as u64;
     eprintln!(
         "listing {CHASSIS} chassis × 60 KB 18 times: RSS {before} MiB → peak {peak} MiB (one answer is {one_answer} MiB)"
     );
