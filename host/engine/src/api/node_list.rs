@@ -40,6 +40,15 @@ pub fn permits() -> Arc<Semaphore> {
     Arc::new(Semaphore::new(LISTS))
 }
 
+/// Waits for a list's turn (one of [`LISTS`]), held until its answer is written.
+pub async fn turn(app: &App) -> tokio::sync::OwnedSemaphorePermit {
+    app.lists
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the list semaphore is never closed")
+}
+
 /// A list's query: Ironic's filters (booleans in any case, as Ironic parses them),
 /// `fields`, `detail`, pagination.
 #[derive(Default)]
@@ -254,12 +263,7 @@ async fn respond(
         )
         .into_response();
     }
-    let permit = app
-        .lists
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("the list semaphore is never closed");
+    let permit = turn(&app).await;
     let app = app.0.clone();
     let shape = Shape {
         version,

@@ -192,12 +192,7 @@ async fn list(
             });
         }
     }
-    let permit = app
-        .lists
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("the list semaphore is never closed");
+    let permit = super::node_list::turn(&app).await;
     let app = app.0.clone();
     Ok(streamed::respond(
         "application/json",
