@@ -276,17 +276,8 @@ fn built(mut command: Command) {
 /// filesystem and sockets, which the host links without any capability.
 #[test]
 fn a_python_driver_built_with_componentize_py_deploys_a_lab_machine() {
-    let root = emulators::repo_root();
     let dir = tempfile::tempdir().unwrap();
-    let wasm = dir.path().join("py_redfish.wasm");
-    let mut build = Command::new(emulators::venv_bin("componentize-py"));
-    build
-        .current_dir(root.join("plugins/examples/python"))
-        .arg("-d")
-        .arg(root.join("wit"))
-        .args(["-w", "driver", "componentize", "driver", "-o"])
-        .arg(&wasm);
-    built(build);
+    let wasm = emulators::python_driver(dir.path());
     example_deploys("py_redfish", &wasm);
 }
 

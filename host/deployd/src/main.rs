@@ -61,6 +61,16 @@ enum Command {
     /// Network boot: the configuration of the operator's DHCP server for the boot chain.
     #[command(subcommand)]
     Boot(Boot),
+    /// Compiles the driver component on stdin (what `deployd serve` runs per driver).
+    #[command(hide = true)]
+    CompileDriver {
+        #[arg(long)]
+        compat: String,
+        #[arg(long)]
+        memory_mib: u64,
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// Carries one connection of a lab VM to the engine (QEMU runs it per connection).
     #[command(hide = true)]
     LabRelay { addr: std::net::SocketAddr },
@@ -144,7 +154,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let runtime = || tokio::runtime::Runtime::new();
     match cli.command {
-        Command::Serve(overrides) => serve(&Config::load(&overrides)?),
+        Command::Serve(overrides) => serve(Config::load(&overrides)?),
         Command::Node { endpoint, command } => crate::cli::node(&endpoint, command),
         Command::Port { endpoint, command } => crate::cli::port(&endpoint, command),
         Command::Driver {
@@ -161,13 +171,25 @@ fn main() -> anyhow::Result<()> {
             print!("{}", dnsmasq::config(&args));
             Ok(())
         }
+        Command::CompileDriver {
+            compat,
+            memory_mib,
+            out,
+        } => std::process::exit(deployd_engine::driver_host::compiler::child_main(
+            &compat, memory_mib, &out,
+        )),
         Command::LabRelay { addr } => Ok(deployd_lab::vm::relay(addr)?),
         #[cfg(feature = "bench")]
         Command::Bench(which) => bench::run(which),
     }
 }
 
-fn serve(config: &Config) -> anyhow::Result<()> {
+fn serve(mut config: Config) -> anyhow::Result<()> {
+    // Drivers compile in this binary's `compile-driver`, so their memory is the child's.
+    config.plugins.compiler = deployd_engine::driver_host::compiler::Compiler::this_executable(
+        config.plugins.compile_memory_mib,
+    )?;
+    let config = &config;
     // Transparent huge pages off for the engine: mimalloc asks for them, and compiling the
     // drivers at start then left 70 MiB of huge pages resident for good (RSS 140 MiB on a
     // fresh data dir, 80 MiB without them; throughput is unchanged). Only here: the lab's

@@ -45,6 +45,7 @@
 //! dir = "deployd-data/plugins"       # *.wasm loaded at start; uploads are kept here
 //! bundled = true                     # load the drivers built into the binary
 //! max_concurrent_calls = 256         # driver instances alive at once
+//! compile_memory_mib = 4096          # address space of the process a driver compiles in
 //! ```
 
 use std::net::SocketAddr;
@@ -124,6 +125,14 @@ pub struct Plugins {
     pub dir: Option<PathBuf>,
     pub bundled: bool,
     pub max_concurrent_calls: u32,
+    /// The address-space limit of the process each driver is compiled in, in MiB: a
+    /// compile past it is stopped and the upload refused (an 18 MB Python driver needs
+    /// about 1 GiB of address space).
+    pub compile_memory_mib: u64,
+    /// How drivers are compiled: in a child process under `compile_memory_mib` when the
+    /// engine is the `deployd` binary (`deployd serve` sets it), else in process.
+    #[serde(skip)]
+    pub compiler: crate::driver_host::compiler::Compiler,
 }
 
 impl Default for Api {
@@ -148,6 +157,8 @@ impl Default for Plugins {
             dir: None,
             bundled: true,
             max_concurrent_calls: 256,
+            compile_memory_mib: crate::driver_host::compiler::DEFAULT_COMPILE_MEMORY_MIB,
+            compiler: crate::driver_host::compiler::Compiler::InProcess,
         }
     }
 }

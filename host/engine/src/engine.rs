@@ -108,11 +108,10 @@ impl Engine {
         let agents = Arc::new(AgentSessions::default());
         let calls = config.plugins.max_concurrent_calls;
         let services = Services::new(store.clone(), agents.clone(), calls);
-        let registry = Arc::new(Registry::new(
-            services,
-            Some(config.data_dir.join("compiled")),
-            calls,
-        )?);
+        let registry = Arc::new(
+            Registry::new(services, Some(config.data_dir.join("compiled")), calls)?
+                .compiling_with(config.plugins.compiler.clone()),
+        );
         load_drivers(config, &registry).await?;
 
         let auth = match config.api.auth_strategy {

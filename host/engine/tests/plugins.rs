@@ -258,12 +258,14 @@ async fn compiled_drivers_are_cached_on_disk_by_hash_and_engine() {
     let lab = lab(Duration::from_secs(60)).await;
     lab.load(deployd_fixtures::FAKE, Limits::default()).await;
     let hash = lab.registry.get("fake").unwrap().hash.clone();
-    let cached: Vec<_> = std::fs::read_dir(lab.dir.path().join("compiled"))
+    let mut cached: Vec<_> = std::fs::read_dir(lab.dir.path().join("compiled"))
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(cached.len(), 1);
-    assert!(cached[0].to_string_lossy().starts_with(&hash));
+    cached.sort();
+    assert_eq!(cached.len(), 2, "the artifact and its digest: {cached:?}");
+    assert!(cached[0].starts_with(&hash) && cached[0].ends_with(".cwasm"));
+    assert_eq!(cached[1], format!("{}.sha256", cached[0]));
     // A second registry on the same cache loads from the artifact.
     let driver = load_fake_afresh(&lab).await;
     assert_eq!(driver.hash, hash);

@@ -41,6 +41,28 @@ pub fn venv_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// The Python driver example (`plugins/examples/python`), built into `dir` with
+/// componentize-py from the test virtualenv: an 18 MB component carrying CPython.
+pub fn python_driver(dir: &std::path::Path) -> PathBuf {
+    let root = repo_root();
+    let wasm = dir.join("py_redfish.wasm");
+    let out = Command::new(venv_bin("componentize-py"))
+        .current_dir(root.join("plugins/examples/python"))
+        .arg("-d")
+        .arg(root.join("wit"))
+        .args(["-w", "driver", "componentize", "driver", "-o"])
+        .arg(&wasm)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "componentize-py: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wasm
+}
+
 pub fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -289,16 +289,19 @@ async fn receive_and_load(
     let limits = Limits::checked(q.memory_mib, q.deadline_ms).map_err(ApiError::bad_request)?;
     let dir = app.plugins_dir.clone().unwrap_or_else(std::env::temp_dir);
     let upload = receive(body, &dir).await?;
-    let bytes = tokio::fs::read(upload.path())
-        .await
-        .map_err(|e| server_error(format!("reading the upload back: {e}")))?;
-    let driver = app
-        .conductor
-        .registry()
-        .load(&bytes, limits)
-        .await
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Mapped, not read: the component's pages are the file's, so they leave the engine's
+    // memory with the mapping instead of staying in the allocator after the load.
+    // SAFETY: the file is this upload's own temporary file in the plugins directory;
+    // nothing else writes it while it is mapped (until `save` renames it).
+    #[allow(unsafe_code)]
+    let bytes = unsafe { memmap2::Mmap::map(upload.as_file()) }
+        .map_err(|e| server_error(format!("mapping the upload: {e}")))?;
+    let loaded = app.conductor.registry().load(&bytes, limits).await;
     drop(bytes);
+    let driver = loaded.map_err(|e| match e {
+        LoadError::Io(_) => server_error(e.to_string()),
+        e => ApiError::bad_request(e.to_string()),
+    })?;
     if app.plugins_dir.is_some() {
         let kept = dir.join(format!("{}.wasm", driver.description.name));
         crate::driver_host::component_file::save(upload, &kept, &driver.hash)

@@ -2,30 +2,33 @@
 //!
 //! Loading a compiled artifact is `unsafe`: wasmtime maps its bytes as native code and
 //! trusts them. A flipped bit in the file would run as corrupted machine code (an `int3`
-//! stops the engine with SIGTRAP at every start). So each artifact carries a digest, and
-//! nothing is deserialized unless the digest matches:
+//! stops the engine with SIGTRAP at every start). So each artifact has a digest beside it,
+//! and nothing is mapped unless the digest matches:
 //!
 //! ```text
-//! deployd-cwasm-1\n | sha256(component hash, compatibility key, code) | code
+//! <component hash>-<compatibility key>.cwasm          the code, as wasmtime wrote it
+//! <component hash>-<compatibility key>.cwasm.sha256   sha256(hash \n key \n code), hex
 //! ```
 //!
-//! The digest covers the key the file is named by (the component's hash and the engine's
-//! compatibility key: wasmtime's version and settings), so an artifact renamed to another
-//! key fails too. A file that fails is logged, removed and compiled again. Writes go to a
-//! file unique to the writer, fsynced, then renamed into place and the directory fsynced,
-//! so a crash leaves the old artifact, the new one, or none: never half of one.
+//! The code stays a file of its own so wasmtime maps it (`Component::deserialize_file`):
+//! a loaded driver's code is file-backed pages the kernel can drop and read again, not a
+//! heap copy. The digest covers the key the file is named by (the component's hash and
+//! the engine's compatibility key: wasmtime's version and settings), so an artifact
+//! renamed to another key fails too. A file that fails is logged, removed and compiled
+//! again. The code is written to a file unique to its writer and fsynced, then renamed
+//! into place, the digest last, and the directory fsynced: a crash leaves the old
+//! artifact, the new one, or a digest that does not match (compiled again); never half
+//! of one that loads.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-const MAGIC: &[u8] = b"deployd-cwasm-1\n";
-const HEADER: usize = MAGIC.len() + 32;
-
 /// The directory of compiled artifacts of one engine configuration.
+#[derive(Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
     compat: String,
@@ -34,8 +37,8 @@ pub struct ArtifactCache {
 /// Why a cached artifact was not used.
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
-    #[error("it is not a deployd artifact (no header)")]
-    NoHeader,
+    #[error("it has no digest beside it")]
+    NoDigest,
     #[error("its digest does not match its contents")]
     Digest,
     #[error("reading it: {0}")]
@@ -55,14 +58,26 @@ impl ArtifactCache {
         self.dir.join(format!("{hash}-{}.cwasm", self.compat))
     }
 
-    fn digest(&self, hash: &str, code: &[u8]) -> [u8; 32] {
+    fn digest_path(&self, hash: &str) -> PathBuf {
+        self.dir
+            .join(format!("{hash}-{}.cwasm.sha256", self.compat))
+    }
+
+    /// The digest of the artifact at `path`, read in blocks (never whole in memory).
+    fn digest(&self, hash: &str, path: &Path) -> std::io::Result<String> {
         let mut h = Sha256::new();
         h.update(hash.as_bytes());
         h.update(b"\n");
         h.update(self.compat.as_bytes());
         h.update(b"\n");
-        h.update(code);
-        h.finalize().into()
+        let (mut file, mut block) = (std::fs::File::open(path)?, vec![0u8; 1 << 20]);
+        loop {
+            match file.read(&mut block)? {
+                0 => break,
+                n => h.update(&block[..n]),
+            }
+        }
+        Ok(hex::encode(h.finalize()))
     }
 
     /// The component compiled from the code whose sha256 is `hash`, if a verified artifact
@@ -76,6 +91,7 @@ impl ArtifactCache {
             Err(e) => {
                 tracing::warn!(path = %path.display(), "compiled driver artifact rejected, compiling again: {e}");
                 let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(self.digest_path(hash));
                 None
             }
         }
@@ -87,50 +103,75 @@ impl ArtifactCache {
         hash: &str,
         path: &Path,
     ) -> Result<Option<Component>, ArtifactError> {
-        let bytes = match std::fs::read(path) {
-            Ok(bytes) => bytes,
+        let actual = match self.digest(hash, path) {
+            Ok(digest) => digest,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        if bytes.len() < HEADER || !bytes.starts_with(MAGIC) {
-            return Err(ArtifactError::NoHeader);
-        }
-        let (digest, code) = bytes[MAGIC.len()..].split_at(32);
-        if digest != self.digest(hash, code) {
+        let expected = match std::fs::read_to_string(self.digest_path(hash)) {
+            Ok(digest) => digest,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ArtifactError::NoDigest);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if expected.trim() != actual {
             return Err(ArtifactError::Digest);
         }
-        // SAFETY: `code` is, byte for byte, what `Component::serialize` produced for this
-        // component under this engine's compatibility key (the digest above covers both),
-        // written by `store` below into the engine's own data directory.
+        // SAFETY: the file is, byte for byte, what wasmtime compiled for this component
+        // under this engine's compatibility key (the digest above covers both), written by
+        // `install` below into the engine's own data directory.
         #[allow(unsafe_code)]
         let component =
-            unsafe { Component::deserialize(engine, code) }.map_err(ArtifactError::Refused)?;
+            unsafe { Component::deserialize_file(engine, path) }.map_err(ArtifactError::Refused)?;
         Ok(Some(component))
     }
 
-    /// Stores `component`, compiled from the code whose sha256 is `hash`.
-    pub fn store(&self, hash: &str, component: &Component) -> Result<(), ArtifactError> {
-        let code = component.serialize().map_err(ArtifactError::Refused)?;
-        let path = self.path(hash);
-        // Unique per writer: engines sharing a cache may compile the same driver at once.
-        let tmp = path.with_extension(format!(
+    /// A new file in the cache's directory, unique to its writer (engines sharing a cache
+    /// may compile the same driver at once), for the code of `hash` before [`install`].
+    ///
+    /// [`install`]: ArtifactCache::install
+    pub fn scratch(&self, hash: &str) -> PathBuf {
+        self.path(hash).with_extension(format!(
             "{}.{}.tmp",
             std::process::id(),
             rand::random::<u64>()
-        ));
-        let written = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(MAGIC)?;
-            file.write_all(&self.digest(hash, &code))?;
-            file.write_all(&code)?;
+        ))
+    }
+
+    /// Moves the code in `scratch` (complete and fsynced) into place as the artifact of
+    /// `hash`, with its digest. On an error `scratch` is left to the caller.
+    pub fn install(&self, hash: &str, scratch: &Path) -> std::io::Result<()> {
+        let digest_tmp = scratch.with_extension("sha256.tmp");
+        let installed = (|| {
+            let digest = self.digest(hash, scratch)?;
+            let mut file = std::fs::File::create(&digest_tmp)?;
+            writeln!(file, "{digest}")?;
             file.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
+            std::fs::rename(scratch, self.path(hash))?;
+            std::fs::rename(&digest_tmp, self.digest_path(hash))?;
             std::fs::File::open(&self.dir)?.sync_all()
         })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        if installed.is_err() {
+            let _ = std::fs::remove_file(&digest_tmp);
         }
-        Ok(written?)
+        installed
+    }
+
+    /// Stores `component` (compiled in this process) as the artifact of `hash`.
+    pub fn store(&self, hash: &str, component: &Component) -> Result<(), ArtifactError> {
+        let code = component.serialize().map_err(ArtifactError::Refused)?;
+        let scratch = self.scratch(hash);
+        let written = (|| {
+            let mut file = std::fs::File::create(&scratch)?;
+            file.write_all(&code)?;
+            file.sync_all()
+        })();
+        let installed = written.and_then(|()| self.install(hash, &scratch));
+        if installed.is_err() {
+            let _ = std::fs::remove_file(&scratch);
+        }
+        Ok(installed?)
     }
 }
 
@@ -158,19 +199,42 @@ mod tests {
         assert!(cache.load(&engine, "h").is_none(), "nothing cached yet");
         cache.store("h", &component(&engine)).unwrap();
         assert!(cache.load(&engine, "h").is_some());
-        let path = cache.path("h");
-        let good = std::fs::read(&path).unwrap();
-        for at in [0, MAGIC.len() + 3, HEADER, good.len() / 2, good.len() - 1] {
+        let (path, digest) = (cache.path("h"), cache.digest_path("h"));
+        let (good, good_digest) = (
+            std::fs::read(&path).unwrap(),
+            std::fs::read(&digest).unwrap(),
+        );
+        let restore = || {
+            std::fs::write(&path, &good).unwrap();
+            std::fs::write(&digest, &good_digest).unwrap();
+        };
+        for at in [0, 3, good.len() / 2, good.len() - 1] {
+            restore();
             let mut bad = good.clone();
             bad[at] ^= 0x01;
             std::fs::write(&path, &bad).unwrap();
             assert!(cache.load(&engine, "h").is_none(), "byte {at} flipped");
-            assert!(!path.exists(), "the rejected artifact is removed");
+            assert!(
+                !path.exists() && !digest.exists(),
+                "the rejected artifact is removed"
+            );
         }
-        std::fs::write(&path, &good[..HEADER - 1]).unwrap();
+        restore();
+        let mut bad = good_digest.clone();
+        bad[5] = if bad[5] == b'0' { b'1' } else { b'0' };
+        std::fs::write(&digest, &bad).unwrap();
+        assert!(cache.load(&engine, "h").is_none(), "digest changed");
+        restore();
+        std::fs::remove_file(&digest).unwrap();
+        assert!(cache.load(&engine, "h").is_none(), "no digest");
+        restore();
+        std::fs::write(&path, &good[..good.len() - 1]).unwrap();
         assert!(cache.load(&engine, "h").is_none(), "truncated");
+        restore();
         std::fs::write(&path, b"").unwrap();
         assert!(cache.load(&engine, "h").is_none(), "empty");
+        restore();
+        assert!(cache.load(&engine, "h").is_some(), "restored");
     }
 
     #[test]
@@ -178,11 +242,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (engine, cache) = (engine(), cache(dir.path()));
         cache.store("h", &component(&engine)).unwrap();
-        std::fs::rename(cache.path("h"), cache.path("other")).unwrap();
+        let moved = |from: &ArtifactCache, to: &ArtifactCache, hash: &str| {
+            std::fs::rename(from.path("h"), to.path(hash)).unwrap();
+            std::fs::rename(from.digest_path("h"), to.digest_path(hash)).unwrap();
+        };
+        moved(&cache, &cache, "other");
         assert!(cache.load(&engine, "other").is_none());
         let other_engine = ArtifactCache::new(dir.path().join("compiled"), "k2".into()).unwrap();
         cache.store("h", &component(&engine)).unwrap();
-        std::fs::rename(cache.path("h"), other_engine.path("h")).unwrap();
+        moved(&cache, &other_engine, "h");
         assert!(other_engine.load(&engine, "h").is_none());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("compiled"))
             .unwrap()

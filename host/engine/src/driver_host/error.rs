@@ -46,6 +46,8 @@ pub enum LoadError {
     Description(String),
     #[error("driver {name:?} is in use by {nodes} node(s) mid-flow; unload with force to proceed")]
     InUse { name: String, nodes: usize },
+    #[error("the driver could not be compiled: {0}")]
+    Compiler(String),
     #[error("cannot write the driver to disk: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -7,6 +7,8 @@
 //!   the driver's `InstancePre`, captured stderr; failures become [`PluginError`]s.
 //! - [`registry`]: drivers loaded, replaced and unloaded at runtime, by content hash, with
 //!   compiled artifacts cached on disk.
+//! - [`compiler`]: where a component is compiled: a child process under a memory limit
+//!   (`deployd serve`), or a blocking thread.
 //! - [`artifact_cache`]: those artifacts, each with a digest checked before its code runs.
 //! - [`component_file`]: uploaded components in the plugins directory, with their sha256.
 //!
@@ -16,6 +18,7 @@
 
 pub mod artifact_cache;
 pub mod capability;
+pub mod compiler;
 pub mod component_file;
 pub mod driver;
 pub mod error;

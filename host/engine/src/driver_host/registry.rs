@@ -8,7 +8,8 @@
 //! code and the limits it runs under. Loading new bytes, or the same bytes with other
 //! limits, under the same name makes a new active version for new flows, while the old
 //! version stays available by id for the nodes that started with it. Compiles run one at
-//! a time: each holds the component and the compiler's memory. Compiled code is cached on
+//! a time, in a child process under a memory limit when the engine is `deployd serve`
+//! ([`compiler`]). Compiled code is cached on
 //! disk, verified before it is loaded ([`ArtifactCache`]), so a restart loads drivers
 //! without compiling.
 
@@ -24,6 +25,7 @@ use wasmtime::component::{Component, Linker};
 use super::artifact_cache::ArtifactCache;
 use super::capability::bindings::Description;
 use super::capability::{self, HostState, Services};
+use super::compiler::{self, ChildCompiler, Compiler};
 use super::driver::{Limits, LoadedDriver, Pre, version_id};
 use super::error::{LoadError, PluginError};
 use super::runtime;
@@ -42,6 +44,9 @@ pub struct Registry {
     linker: Linker<HostState>,
     services: Arc<Services>,
     cache: Option<ArtifactCache>,
+    /// The engine's compatibility key, which a child compiler must share.
+    compat: String,
+    compiler: Compiler,
     drivers: RwLock<Drivers>,
     /// One compile at a time.
     compiling: tokio::sync::Semaphore,
@@ -60,16 +65,24 @@ impl Registry {
         let linker = capability::linker(&engine)?;
         let compat = runtime::compatibility_key(&engine);
         let cache = cache_dir
-            .map(|dir| ArtifactCache::new(dir, compat))
+            .map(|dir| ArtifactCache::new(dir, compat.clone()))
             .transpose()?;
         Ok(Registry {
             engine,
             linker,
             services,
             cache,
+            compat,
+            compiler: Compiler::InProcess,
             drivers: RwLock::default(),
             compiling: tokio::sync::Semaphore::new(1),
         })
+    }
+
+    /// The registry compiling with `compiler` (in process by default).
+    pub fn compiling_with(mut self, compiler: Compiler) -> Registry {
+        self.compiler = compiler;
+        self
     }
 
     pub fn services(&self) -> &Arc<Services> {
@@ -166,13 +179,65 @@ impl Registry {
 
     /// Compiles `bytes`, or loads the artifact a previous compile left in the cache.
     async fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
-        if let Some(component) = self.cache.as_ref().and_then(|c| c.load(&self.engine, hash)) {
+        let (engine, cache, key) = (self.engine.clone(), self.cache.clone(), hash.to_owned());
+        let cached = blocking(move || cache.and_then(|c| c.load(&engine, &key))).await;
+        if let Some(component) = cached {
             return Ok(component);
         }
+        match &self.compiler {
+            Compiler::InProcess => self.compile_here(bytes, hash).await,
+            Compiler::Child(child) => self.compile_in_child(child, bytes, hash).await,
+        }
+    }
+
+    /// Compiles in a child process; the artifact is installed in the cache and mapped
+    /// from there (or, with no cache or a cache that cannot be written, from a file of
+    /// this load's own).
+    async fn compile_in_child(
+        &self,
+        child: &ChildCompiler,
+        bytes: &[u8],
+        hash: &str,
+    ) -> Result<Component, LoadError> {
+        let (out, own) = match &self.cache {
+            Some(cache) => (cache.scratch(hash), None),
+            None => {
+                let own = tempfile::tempdir()?;
+                (own.path().join("driver.cwasm"), Some(own))
+            }
+        };
+        if let Err(e) = child.compile(&self.compat, bytes, &out).await {
+            let _ = std::fs::remove_file(&out);
+            return Err(e);
+        }
+        let (engine, cache, hash) = (self.engine.clone(), self.cache.clone(), hash.to_owned());
+        blocking(move || {
+            if let Some(cache) = &cache {
+                match cache.install(&hash, &out) {
+                    Ok(()) => {
+                        return cache.load(&engine, &hash).ok_or_else(|| {
+                            LoadError::Compiler(
+                                "the compiled code did not load back (see the log)".into(),
+                            )
+                        });
+                    }
+                    // A cache that cannot be written costs the next start a compile.
+                    Err(e) => tracing::warn!("compiled driver not cached: {e}"),
+                }
+            }
+            let loaded = compiler::load_compiled(&engine, &out);
+            let _ = std::fs::remove_file(&out);
+            drop(own);
+            loaded
+        })
+        .await
+    }
+
+    /// Compiles on a blocking thread of this process.
+    async fn compile_here(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
         let (engine, owned) = (self.engine.clone(), bytes.to_vec());
-        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &owned))
+        let component = blocking(move || Component::new(&engine, &owned))
             .await
-            .expect("the compile task does not panic")
             .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
         if let Some(cache) = &self.cache {
             // A cache that cannot be written costs the next start a compile, nothing more.
@@ -241,6 +306,13 @@ impl Registry {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Drivers> {
         self.drivers.write().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Runs `work` on a blocking thread (compiles, digests and maps read and write files).
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .expect("a driver's compile or load does not panic")
 }
 
 fn check_description(d: &Description) -> Result<(), LoadError> {

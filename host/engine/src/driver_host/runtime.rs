@@ -31,11 +31,8 @@ pub fn new_engine(max_concurrent_calls: u32) -> wasmtime::Result<Engine> {
         .pagemap_scan(Enabled::Auto)
         .linear_memory_keep_resident(1 << 20)
         .table_keep_resident(1 << 16);
-    let mut config = Config::new();
-    config
-        .wasm_component_model(true)
-        .epoch_interruption(true)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let mut config = compiling_config();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = Engine::new(&config)?;
     let weak = engine.weak();
     std::thread::Builder::new()
@@ -48,6 +45,19 @@ pub fn new_engine(max_concurrent_calls: u32) -> wasmtime::Result<Engine> {
             }
         })?;
     Ok(engine)
+}
+
+/// The settings compiled code depends on, shared by the running engine and the
+/// compiler's ([`compiling_engine`]), so what one compiles the other loads.
+fn compiling_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true).epoch_interruption(true);
+    config
+}
+
+/// An engine that only compiles (`deployd compile-driver`): no pool, no ticker.
+pub fn compiling_engine() -> wasmtime::Result<Engine> {
+    Engine::new(&compiling_config())
 }
 
 /// A key that changes whenever compiled artifacts stop being loadable by this engine.
