@@ -161,6 +161,9 @@ fn driver_files_changed_on_disk_are_refused_or_compiled_again_never_run() {
     std::fs::write(&wasm, &bytes).unwrap();
     let mut artifacts = 0;
     for entry in std::fs::read_dir(data.join("compiled")).unwrap().flatten() {
+        if entry.path().extension().is_none_or(|e| e != "cwasm") {
+            continue;
+        }
         let mut code = std::fs::read(entry.path()).unwrap();
         let middle = code.len() / 2;
         code[middle..middle + 4096].fill(0xCC);
