@@ -363,7 +363,7 @@ impl Conductor {
         token: &str,
         url: &crate::agent_sessions::CallbackUrl,
         version: &str,
-        ca: Option<rustls::pki_types::CertificateDer<'static>>,
+        ca: Option<Arc<crate::agent_sessions::AgentCa>>,
         report: crate::agent_sessions::AgentReport,
     ) -> Result<(), ConductorError> {
         // Claimed before the touch: the node the touch reads is then the one the step

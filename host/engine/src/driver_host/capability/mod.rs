@@ -80,7 +80,7 @@ impl Services {
             self.agents.read(node, |s| s.ca.clone()).flatten().ok_or(
                 "the agent's url is https but it registered no certificate (agent_verify_ca)",
             )?;
-        Ok(self.pinned.get(&ca))
+        Ok(self.pinned.get(&ca.der))
     }
 }
 
