@@ -11,7 +11,8 @@
 //! | [`node_list`] | `GET /v1/nodes`, `GET /v1/nodes/detail`: filters, fields, pagination |
 //! | [`node_access`] | a node by uuid or name, and edited under its claim |
 //! | [`node_doc`] | a node as an Ironic document, and what a create or PATCH may set |
-//! | [`view`] | how nodes and ports look on the wire: fields, links, secrets masked |
+//! | [`node_view`] | a node as `GET` shows it, serialised straight from the stored node |
+//! | [`view`] | what every document on the wire shares: links, secrets masked, fields |
 //! | [`maintenance`] | `/v1/nodes/{node}/maintenance` |
 //! | [`traits`] | `/v1/nodes/{node}/traits…` (1.37), and the trait names every resource checks |
 //! | [`vifs`] | `/v1/nodes/{node}/vifs…` (1.28) |
@@ -60,6 +61,7 @@ mod node_history;
 mod node_list;
 mod node_members;
 mod node_settings;
+mod node_view;
 pub mod nodes;
 mod portgroups;
 pub mod ports;

@@ -20,7 +20,8 @@ use uuid::Uuid;
 use super::http::error::ApiError;
 use super::http::streamed::{self, Chunks};
 use super::http::version::Version;
-use super::{App, State, node_doc, schema, view};
+use super::node_view::NodeView;
+use super::{App, State, node_doc, schema};
 
 const DEFAULT_FIELDS: &[&str] = &[
     "uuid",
@@ -185,9 +186,9 @@ impl ListQuery {
                 .is_none_or(Value::is_null)
     }
 
-    fn matches(&self, doc: &Value) -> bool {
-        let field = |k: &str| doc.get(k).unwrap_or(&Value::Null);
-        self.equal.iter().all(|(k, v)| field(k) == v)
+    fn matches(&self, node: &NodeView) -> bool {
+        let field = |k: &str| node.get(k);
+        self.equal.iter().all(|(k, v)| field(k) == *v)
             && self.sharded.is_none_or(|s| field("shard").is_null() != s)
             && self
                 .parent_node
@@ -303,17 +304,22 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
             continue;
         }
         let agent = app.conductor.agents().get(node.uuid());
-        let doc = view::node(base, &node, agent.as_ref(), shape.version);
-        if !q.matches(&doc) {
+        let view = NodeView {
+            base,
+            node: &node,
+            agent: agent.as_ref(),
+            version: shape.version,
+            only: match (&fields, shape.detail) {
+                (Some(f), _) => Some(f),
+                (None, true) => None,
+                (None, false) => Some(DEFAULT_FIELDS),
+            },
+        };
+        if !q.matches(&view) {
             continue;
         }
-        let doc = match (&fields, shape.detail) {
-            (Some(f), _) => view::fields(doc, f),
-            (None, true) => doc,
-            (None, false) => view::fields(doc, DEFAULT_FIELDS),
-        };
         let sent = (count == 0 || out.write_all(b", ").is_ok())
-            && serde_json::to_writer(&mut *out, &doc).is_ok();
+            && serde_json::to_writer(&mut *out, &view).is_ok();
         if !sent {
             return Ok(());
         }

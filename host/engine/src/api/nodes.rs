@@ -18,9 +18,10 @@ use super::http::version::Version;
 use super::listing::ShowQuery;
 use super::node_access::find;
 use super::node_doc;
+use super::node_view::NodeView;
 use super::portgroups::PORTGROUP;
 use super::volume::{VOLUME_CONNECTOR, VOLUME_TARGET};
-use super::{App, State, node_list, view};
+use super::{App, State, node_list};
 use crate::conductor::{Verb, allocations};
 use crate::driver_host::capability::bmc::PowerAction;
 use crate::hardware::Hardware;
@@ -61,7 +62,13 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(view::node(base, &node, None, version)),
+        Json(NodeView {
+            base,
+            node: &node,
+            agent: None,
+            version,
+            only: None,
+        }),
     )
         .into_response())
 }
@@ -71,14 +78,22 @@ async fn show(
     Extension(version): Extension<Version>,
     Path(ident): Path<String>,
     Query(q): Query<ShowQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let node = find(&app, &ident)?;
     let agent = app.conductor.agents().get(node.uuid());
-    let doc = view::node(&app.public_url, &node, agent.as_ref(), version);
-    Ok(Json(match q.fields {
-        Some(f) => view::fields(doc, &node_doc::NODE.fields(&f, version)?),
-        None => doc,
-    }))
+    let only = q
+        .fields
+        .as_deref()
+        .map(|f| node_doc::NODE.fields(f, version))
+        .transpose()?;
+    Ok(Json(NodeView {
+        base: &app.public_url,
+        node: &node,
+        agent: agent.as_ref(),
+        version,
+        only: only.as_deref(),
+    })
+    .into_response())
 }
 
 /// What a node's fields mean beyond themselves:
@@ -155,7 +170,7 @@ async fn update(
     Extension(version): Extension<Version>,
     Path(ident): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let ops: Value = parse(&body)?;
     let before = find(&app, &ident)?;
     let uuid = before.uuid();
@@ -203,12 +218,14 @@ async fn update(
             .delete_document(allocations::KIND, a, allocations::UNIQUE);
     }
     let agent = app.conductor.agents().get(updated.uuid());
-    Ok(Json(view::node(
-        &app.public_url,
-        &updated,
-        agent.as_ref(),
+    Ok(Json(NodeView {
+        base: &app.public_url,
+        node: &updated,
+        agent: agent.as_ref(),
         version,
-    )))
+        only: None,
+    })
+    .into_response())
 }
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
