@@ -13,7 +13,8 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
     let agent_dir = dir.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
     let agent_dir = agent_dir.display().to_string();
-    let benches: [(&[&str], &str); 7] = [
+    let bin = support::BIN.display().to_string();
+    let benches: [(&[&str], &str); 8] = [
         (
             &[
                 "core",
@@ -78,6 +79,24 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
         (
             &["fleet", "--machines", "3", "--image-kb", "64"],
             "3 of 3 active",
+        ),
+        (
+            &[
+                "compare",
+                "--engine-bin",
+                &bin,
+                "--rounds",
+                "2",
+                "--",
+                "core",
+                "--nodes",
+                "1000",
+                "--expired",
+                "10",
+                "--touches",
+                "5000",
+            ],
+            "touches · = [/s]: ",
         ),
     ];
     for (args, report) in benches {

@@ -143,6 +143,7 @@ end
         ("heartbeats (touch + WASM driver call)", &heartbeat),
         ("GET /v1/nodes/{uuid}", &get),
     ] {
+        let (cpu_before, wall) = (super::cpu_seconds_of("self"), Instant::now());
         let out = Command::new("wrk")
             .args([
                 "-t1",
@@ -163,12 +164,25 @@ end
                 .trim()
                 .to_owned()
         };
+        let cpu = super::cpu_seconds_of("self") - cpu_before;
+        let requests: f64 = text
+            .lines()
+            .find(|l| l.contains("requests in"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
         println!(
             "{what}: {} | p50 {} | p99 {} | {}",
             line("Requests/sec:"),
             line("50%"),
             line("99%"),
             line("Non-2xx").replace("Non-2xx or 3xx responses:", "non-2xx:")
+        );
+        println!(
+            "{what}, engine CPU: {:.1} µs per request ({:.2} of 2 cores busy); load average {}",
+            cpu * 1e6 / requests.max(1.0),
+            cpu / wall.elapsed().as_secs_f64(),
+            super::load_average()
         );
         std::thread::sleep(Duration::from_millis(500));
     }

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod compare;
 pub mod core;
 pub mod fleet;
 pub mod flood;
@@ -11,6 +12,7 @@ pub mod ports;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
+pub use self::compare::{CompareBench, run_compare};
 pub use self::core::{CoreBench, run_core};
 pub use self::fleet::{FleetBench, run_fleet};
 pub use self::flood::{FloodBench, run_flood};
@@ -85,4 +87,30 @@ pub fn dir_size(path: &std::path::Path) -> anyhow::Result<u64> {
         };
     }
     Ok(total)
+}
+
+/// CPU time (user + system) a process has used, in seconds, from `/proc/<pid>/stat`
+/// (clock ticks of USER_HZ, 100 a second on Linux).
+pub fn cpu_seconds_of(pid: impl std::fmt::Display) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // state is field 3, utime 14 and stime 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`), printed beside a figure so a
+/// run on a busy machine can be told apart.
+pub fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }

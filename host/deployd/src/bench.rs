@@ -22,6 +22,9 @@ pub enum Bench {
     Flood(deployd_bench::FloodBench),
     /// Named port create, get by name and list by address as the ports grow.
     Ports(deployd_bench::PortsBench),
+    /// One bench by this build and a previous one (`--engine-bin`), alternated: medians
+    /// and ratios.
+    Compare(deployd_bench::CompareBench),
 }
 
 pub fn run(which: Bench) -> anyhow::Result<()> {
@@ -33,5 +36,6 @@ pub fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Fleet(args) => deployd_bench::run_fleet(&args),
         Bench::Flood(args) => deployd_bench::run_flood(&args),
         Bench::Ports(args) => deployd_bench::run_ports(&args),
+        Bench::Compare(args) => deployd_bench::run_compare(&args),
     }
 }
