@@ -18,7 +18,7 @@ use crate::config::{AuthStrategy, Config};
 use crate::driver_host::capability::Services;
 use crate::driver_host::{Limits, Registry};
 use crate::images::Images;
-use crate::store::{Recovery, Store};
+use crate::store::{FaultStep, Recovery, Store};
 use crate::sweeper::Sweeper;
 
 pub struct Engine {
@@ -38,30 +38,34 @@ pub struct Engine {
 const CHECKPOINT_EVERY: u32 = 2;
 /// How often, in seconds, the keeper looks at the store.
 const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// The free space a degraded store waits for before it is reopened: a few of sled's
-/// segments (512 KiB each), so a reopen is not tried on a disk that is still full.
-const ROOM_TO_REOPEN: u64 = 4 << 20;
 
 /// Keeps the store, off the async workers: raises its checkpoint every
 /// [`CHECKPOINT_EVERY`] seconds and, while a storage fault has it degraded (see
-/// [`crate::store::health`]), reopens it as soon as the disk has room again.
+/// [`crate::store::health`]), takes it out of the fault a step a second
+/// ([`Store::leave_fault`]): reads first, writes once the disk has room again.
 fn keeper(store: Arc<Store>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(KEEP_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         for tick in 0u32.. {
-            every.tick().await;
-            let degraded = store.health().is_degraded();
-            if degraded && !has_room(store.path()) {
-                continue;
+            tokio::select! {
+                _ = every.tick() => {}
+                () = store.health().fault() => {}
             }
+            let degraded = store.health().is_degraded();
             if !degraded && tick % CHECKPOINT_EVERY != 0 {
                 continue;
             }
             let kept = store.clone();
             let done = tokio::task::spawn_blocking(move || match degraded {
-                true => kept.reopen().map(drop),
+                true => kept.leave_fault().map(|step| {
+                    if step == FaultStep::Reopened {
+                        tracing::info!(
+                            "the store was opened again on its space reserve: reads are served, writes wait for room on the disk"
+                        );
+                    }
+                }),
                 false => kept.checkpoint(),
             })
             .await;
@@ -80,12 +84,6 @@ fn keeper(store: Arc<Store>) -> JoinHandle<()> {
             }
         }
     })
-}
-
-/// Whether the filesystem holding `path` has [`ROOM_TO_REOPEN`] free.
-fn has_room(path: &std::path::Path) -> bool {
-    let dir = path.parent().unwrap_or(path);
-    rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) >= ROOM_TO_REOPEN)
 }
 
 impl Engine {

@@ -34,6 +34,7 @@ fn conductor_doc(app: &App, detail: bool) -> Value {
             "writable": false,
             "degraded_since": d.since.to_datetime(),
             "cause": d.cause,
+            "reopened": d.reopened,
         }),
     };
     if detail {

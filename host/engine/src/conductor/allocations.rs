@@ -105,11 +105,13 @@ impl Conductor {
     /// Writes the outcome of allocation `uuid`'s search into it.
     fn record(&self, uuid: Uuid, outcome: impl FnOnce(&mut Doc)) -> Result<Doc, StoreError> {
         let now = self.store.clock().now().to_datetime();
-        self.store.docs()?.update(KIND, uuid, UNIQUE, |doc| {
-            outcome(doc);
-            doc.insert("updated_at".into(), json!(now));
-            Ok::<(), StoreError>(())
-        })
+        self.store
+            .docs_to_write()?
+            .update(KIND, uuid, UNIQUE, |doc| {
+                outcome(doc);
+                doc.insert("updated_at".into(), json!(now));
+                Ok::<(), StoreError>(())
+            })
     }
 
     /// Takes `node` for allocation `uuid` if it fits `want` and the allocation is still

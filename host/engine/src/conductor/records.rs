@@ -98,7 +98,7 @@ impl Conductor {
         doc: &Doc,
         unique: &[&'static str],
     ) -> Result<(), StoreError> {
-        self.store.docs()?.insert(kind, uuid, doc, unique)
+        self.store.docs_to_write()?.insert(kind, uuid, doc, unique)
     }
 
     /// Changes a stored-only document; `change` may refuse with the caller's error.
@@ -109,7 +109,9 @@ impl Conductor {
         unique: &[&'static str],
         change: impl FnOnce(&mut Doc) -> Result<(), E>,
     ) -> Result<Doc, E> {
-        self.store.docs()?.update(kind, uuid, unique, change)
+        self.store
+            .docs_to_write()?
+            .update(kind, uuid, unique, change)
     }
 
     pub fn delete_document(
@@ -118,6 +120,6 @@ impl Conductor {
         uuid: Uuid,
         unique: &[&'static str],
     ) -> Result<(), StoreError> {
-        self.store.docs()?.delete(kind, uuid, unique)
+        self.store.docs_to_write()?.delete(kind, uuid, unique)
     }
 }

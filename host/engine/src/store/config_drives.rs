@@ -13,7 +13,7 @@ impl Store {
         node: Uuid,
         drive: Option<&ConfigDrive>,
     ) -> Result<(), StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let changed = match drive {
             Some(d) => t.config_drives.insert(node.as_bytes(), d.to_bytes())?,
             None => t.config_drives.remove(node.as_bytes())?,

@@ -104,7 +104,7 @@ impl Store {
         limit: usize,
         describe: &dyn Fn(Uuid) -> Option<String>,
     ) -> Result<Vec<TimedOut>, StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let mut expired = Vec::new();
         for item in t.deadlines.iter().take(limit) {
             let (deadline, uuid) = record::parse_deadline_key(&item?.0)?;
@@ -134,7 +134,7 @@ impl Store {
         now: Timestamp,
         describe: &dyn Fn(Uuid) -> Option<String>,
     ) -> Result<Option<TimedOut>, StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let _owner = self.locks.lock(uuid);
         let value = t.nodes.get(uuid.as_bytes())?;
         let current = value

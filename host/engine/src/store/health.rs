@@ -3,10 +3,11 @@
 //!
 //! sled's first failed write is sticky: every later write fails with the same error until
 //! the database is reopened. So the first failed write or flush marks the store degraded
-//! (logged once, with its cause). Writes are then refused with 503 naming the cause, reads
-//! go on from what the store holds, the sweeper fails no node, and the engine's keeper
-//! (`engine.rs`) reopens the database once the disk takes writes again
-//! ([`super::Store::reopen`]).
+//! (logged once, with its cause). Writes are then refused with 503 naming the cause, by the
+//! store before they reach sled, and the sweeper fails no node. The engine's keeper
+//! (`engine.rs`) opens the database again at once on the room of its reserve (see
+//! [`super::reserve`]), so reads go on, and lets writes in again once the disk has room
+//! ([`super::Store::leave_fault`]).
 //!
 //! A heartbeat that arrives meanwhile is refused too (the agent retries it), but its time
 //! is remembered here, the latest per node, and written at the reopen: no node times out
@@ -28,6 +29,9 @@ const MAX_MISSED: usize = 1 << 20;
 pub struct Degraded {
     pub cause: String,
     pub since: Timestamp,
+    /// Whether the database open now was opened again since the fault (sled's sticky
+    /// error is behind it), so only the store's own refusal keeps writes out.
+    pub reopened: bool,
 }
 
 /// A heartbeat the store could not record.
@@ -43,6 +47,8 @@ pub struct Health {
     degraded: AtomicBool,
     state: Mutex<Option<Degraded>>,
     missed: Mutex<HashMap<Uuid, Missed>>,
+    /// Wakes the keeper at a fault, so the database is opened again at once.
+    fault: tokio::sync::Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -59,19 +65,45 @@ impl Health {
         lock(&self.state).clone()
     }
 
+    /// Returns at the next fault (or at once if one happened since the last call).
+    pub async fn fault(&self) {
+        self.fault.notified().await
+    }
+
+    /// The refusal of a write while the store is degraded, if it is.
+    pub(super) fn refusal(&self) -> Option<super::StoreError> {
+        if !self.is_degraded() {
+            return None;
+        }
+        let cause = lock(&self.state).as_ref().map(|d| d.cause.clone());
+        Some(super::StoreError::Unavailable(cause.unwrap_or_else(|| {
+            "the store is leaving a storage fault".into()
+        })))
+    }
+
+    /// Notes whether the database open now was opened since the fault (see
+    /// [`Degraded::reopened`]).
+    pub(super) fn set_reopened(&self, reopened: bool) {
+        if let Some(d) = lock(&self.state).as_mut() {
+            d.reopened = reopened;
+        }
+    }
+
     /// A write failed with `cause`: the store is degraded from `now` (logged the first
     /// time only). Returns the refusal the caller answers with.
     pub(super) fn failed(&self, cause: &str, now: Timestamp) -> super::StoreError {
         let mut state = lock(&self.state);
         let degraded = state.get_or_insert_with(|| {
             tracing::error!(
-                "the store cannot write ({cause}): writes are refused with 503 and the sweeper fails no node until it can; reads go on; the engine reopens the store by itself once the disk takes writes again"
+                "the store cannot write ({cause}): writes are refused with 503 and the sweeper fails no node until it can; reads go on; the engine lets writes in again by itself once the disk has room"
             );
             Degraded {
                 cause: cause.to_owned(),
                 since: now,
+                reopened: false,
             }
         });
+        self.fault.notify_one();
         self.degraded.store(true, Ordering::Release);
         super::StoreError::Unavailable(degraded.cause.clone())
     }
@@ -139,7 +171,14 @@ mod tests {
         health.failed("something later", t0);
         assert!(health.is_degraded());
         assert_eq!(health.degraded().unwrap().cause, "disk full");
+        let Some(super::super::StoreError::Unavailable(cause)) = health.refusal() else {
+            panic!("a degraded store refuses writes");
+        };
+        assert_eq!(cause, "disk full");
+        health.set_reopened(true);
+        assert!(health.degraded().unwrap().reopened);
         health.healed(t0, 0);
         assert!(!health.is_degraded() && health.degraded().is_none());
+        assert!(health.refusal().is_none());
     }
 }

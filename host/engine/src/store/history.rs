@@ -119,7 +119,7 @@ impl super::Store {
     /// Records a milestone of the node's flow in its history (see this module), in the
     /// state it is in now.
     pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let value = self.value(uuid)?;
         let (p, _) = record::split(uuid, &value)?;
         let change = Change {

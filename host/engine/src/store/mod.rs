@@ -40,6 +40,7 @@ pub mod manifest;
 mod ports;
 mod record;
 mod recovery;
+mod reserve;
 mod touches;
 mod transitions;
 pub mod verify;
@@ -252,6 +253,19 @@ pub struct Store {
     metrics: Arc<Metrics>,
 }
 
+/// What a step out of a storage fault did (see [`Store::leave_fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultStep {
+    /// The store was not degraded.
+    Writable,
+    /// The disk has no room yet: nothing changed.
+    Waiting,
+    /// The database was opened again: reads work, writes are still refused.
+    Reopened,
+    /// The store writes again, and recorded this many heartbeats it had missed.
+    Healed(usize),
+}
+
 /// The database an operation works on, loaded once for the whole operation.
 pub struct Open(arc_swap::Guard<Option<Arc<Trees>>>);
 
@@ -287,6 +301,11 @@ impl Store {
         };
         let recovery = store.recover()?;
         store.checkpoint()?;
+        if let Err(e) = reserve::make(path) {
+            tracing::warn!(
+                "no space reserve beside the store ({e}): after a storage fault its reads wait for room on the disk like its writes"
+            );
+        }
         Ok((store, recovery))
     }
 
@@ -301,9 +320,24 @@ impl Store {
         Ok(Open(open))
     }
 
+    /// The database, for one operation that writes: refused while the store is degraded,
+    /// before anything reaches sled (the database open then may be one opened again after
+    /// the fault, which would take the write).
+    fn w(&self) -> Result<Open, StoreError> {
+        match self.health.refusal() {
+            Some(refused) => Err(refused),
+            None => self.t(),
+        }
+    }
+
     /// The chassis, port groups, allocations and other stored-only resources.
     pub fn docs(&self) -> Result<Part<documents::Documents>, StoreError> {
         Ok(Part(self.t()?, |t| &t.docs))
+    }
+
+    /// [`Store::docs`], to write: refused while the store is degraded (see [`Store::w`]).
+    pub fn docs_to_write(&self) -> Result<Part<documents::Documents>, StoreError> {
+        Ok(Part(self.w()?, |t| &t.docs))
     }
 
     /// The nodes' history.
@@ -342,17 +376,49 @@ impl Store {
         }
     }
 
-    /// Reopens the database after a storage fault; the engine's keeper calls it once the
-    /// disk has room again. sled's error is sticky, so the faulty database is dropped
-    /// (after what it held in memory of the waiting nodes' clocks is noted, since its last
-    /// flushes failed), opened again from disk, the heartbeats received meanwhile are
-    /// written, and a checkpoint proves that writes work before the store says so.
-    /// Returns how many heartbeats it recorded. While it runs, operations are refused
-    /// (503), for as long as sled takes to open.
-    pub fn reopen(&self) -> Result<usize, StoreError> {
-        if !self.health.is_degraded() {
-            return Ok(0);
+    /// One step out of a storage fault; the engine's keeper calls it every second while
+    /// the store is degraded (see [`health`]), off the async workers.
+    ///
+    /// First the faulty database is dropped and opened again from disk, on the room its
+    /// [`reserve`] leaves once released: sled's error is sticky and refuses reads too.
+    /// What the faulty one held in memory of the waiting nodes' clocks is noted first,
+    /// since its last flushes failed. Writes stay refused by [`Store::w`]. Then, once
+    /// the disk has room to make the reserve again, the heartbeats received meanwhile are
+    /// written and a checkpoint proves that writes work before the store says so. While
+    /// the database is being opened, operations are refused (503).
+    pub fn leave_fault(&self) -> Result<FaultStep, StoreError> {
+        let Some(degraded) = self.health.degraded() else {
+            return Ok(FaultStep::Writable);
+        };
+        if !degraded.reopened {
+            reserve::release(&self.path);
+            if !reserve::has_room(&self.path, reserve::ROOM_TO_REOPEN) {
+                return Ok(FaultStep::Waiting);
+            }
+            self.open_again()?;
+            self.health.set_reopened(true);
+            return Ok(FaultStep::Reopened);
         }
+        let room = reserve::RESERVE + reserve::ROOM_TO_REOPEN;
+        if !reserve::has_room(&self.path, room) || reserve::make(&self.path).is_err() {
+            return Ok(FaultStep::Waiting);
+        }
+        let missed = self.health.take_missed();
+        let replayed = missed.len();
+        if let Err(e) = self.record_missed(&missed).and_then(|()| self.checkpoint()) {
+            for (node, m) in missed {
+                self.health.missed(node, m.at, m.progress);
+            }
+            // The database open now may have failed too: the next step opens it again.
+            self.health.set_reopened(false);
+            return Err(e);
+        }
+        self.health.healed(self.clock.now(), replayed);
+        Ok(FaultStep::Healed(replayed))
+    }
+
+    /// Drops the database open now and opens it again from disk.
+    fn open_again(&self) -> Result<(), StoreError> {
         if let Some(old) = self.open.swap(None) {
             self.note_clocks(&old);
             if let Err(old) = release(old) {
@@ -365,16 +431,7 @@ impl Store {
         // On failure the store stays closed (reads are refused too) until the next try.
         self.open
             .store(Some(Arc::new(Trees::open(&self.path, &self.config)?)));
-        let missed = self.health.take_missed();
-        let replayed = missed.len();
-        if let Err(e) = self.record_missed(&missed).and_then(|()| self.checkpoint()) {
-            for (node, m) in missed {
-                self.health.missed(node, m.at, m.progress);
-            }
-            return Err(e);
-        }
-        self.health.healed(self.clock.now(), replayed);
-        Ok(replayed)
+        Ok(())
     }
 
     /// Where the store is on disk.
@@ -431,7 +488,7 @@ impl Store {
     }
 
     fn insert_node(&self, new: NewNode) -> Result<Node, StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         if let Some(name) = &new.name {
             node::validate_name(name)?;
         }
@@ -564,7 +621,7 @@ impl Store {
         uuid: Uuid,
         change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
     ) -> Result<Node, E> {
-        let t = self.t()?;
+        let t = self.w()?;
         let _owner = self.locks.lock(uuid);
         let Node {
             body: old,
@@ -607,7 +664,7 @@ impl Store {
     /// cascade of port groups, volume records and the node's allocation) in one sled
     /// transaction: a crash leaves all of them or none.
     pub fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         use ProvisionState as S;
         let _owner = self.locks.lock(uuid);
         let Node { body, provision } = self.node(uuid)?;

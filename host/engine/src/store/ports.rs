@@ -44,7 +44,7 @@ impl Store {
         let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
-        port_trees(&*self.t()?).transaction(|(nodes, ports, macs, names, node_ports)| {
+        port_trees(&*self.w()?).transaction(|(nodes, ports, macs, names, node_ports)| {
             if nodes.get(node.as_bytes())?.is_none() {
                 return abort(StoreError::NodeNotFound(node.to_string()));
             }
@@ -119,7 +119,7 @@ impl Store {
     }
 
     pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let port = self.port(uuid)?;
         let _owner = self.locks.lock(port.node_uuid);
         let trees = (&t.ports, &t.macs, &t.port_names, &t.node_ports);
@@ -149,7 +149,7 @@ impl Store {
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let old_json = serde_json::to_vec(&old).expect("a port serialises");
         let _old_owner = self.locks.lock(old.node_uuid);
-        port_trees(&*self.t()?)
+        port_trees(&*self.w()?)
             .transaction(|(nodes, ports, macs, names, node_ports)| {
                 if ports.get(uuid.as_bytes())?.as_deref() != Some(&old_json[..]) {
                     return abort(StoreError::PortNotFound(uuid.to_string()));

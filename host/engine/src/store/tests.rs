@@ -870,3 +870,61 @@ fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_rec
     let (store, _) = open(&dir, 60);
     assert_eq!(store.node_count(), 0);
 }
+
+/// A degraded store refuses every write before sled sees it, serves reads from the
+/// database opened again on its reserve, remembers the heartbeats it refused, and writes
+/// them once it has room for its reserve again.
+#[test]
+fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = open(&dir, 60);
+    let reserve = reserve::path(&dir.path().join("store"));
+    assert_eq!(std::fs::metadata(&reserve).unwrap().len(), reserve::RESERVE);
+    let waiting = store.create_node(new_node(Some("waiting"))).unwrap().uuid();
+    to_wait_call_back(&store, waiting);
+    assert_eq!(store.leave_fault().unwrap(), FaultStep::Writable);
+
+    store.health.failed("disk full", clock.now());
+    let refused = |r: Result<(), StoreError>| match r {
+        Err(StoreError::Unavailable(cause)) => assert_eq!(cause, "disk full"),
+        other => panic!("a write while degraded: {other:?}"),
+    };
+    let writes = |store: &Store| {
+        refused(store.create_node(new_node(Some("new"))).map(drop));
+        refused(
+            store
+                .edit_node(waiting, |_, b| {
+                    b.attrs.insert("description".into(), "x".into());
+                    Ok::<(), StoreError>(())
+                })
+                .map(drop),
+        );
+        refused(store.docs_to_write().map(drop));
+        refused(store.milestone(waiting, "m".into()));
+    };
+    writes(&store);
+    clock.advance(Duration::from_secs(30));
+    let heartbeat = clock.now();
+    refused(store.touch(waiting, Some(9)).map(drop));
+
+    assert_eq!(store.leave_fault().unwrap(), FaultStep::Reopened);
+    assert!(!reserve.exists(), "the reserve made room for the reopen");
+    assert!(store.health.degraded().unwrap().reopened);
+    // Reads are served by the database opened again; writes are still refused.
+    assert_eq!(store.find_node("waiting").unwrap().uuid(), waiting);
+    assert_eq!(store.node_count(), 1);
+    writes(&store);
+    assert_eq!(store.node(waiting).unwrap().provision.updated_at, T0);
+
+    assert_eq!(store.leave_fault().unwrap(), FaultStep::Healed(1));
+    assert!(store.health.degraded().is_none());
+    assert_eq!(std::fs::metadata(&reserve).unwrap().len(), reserve::RESERVE);
+    let node = store.node(waiting).unwrap();
+    assert_eq!(
+        node.provision.updated_at, heartbeat,
+        "the refused heartbeat"
+    );
+    assert_eq!(node.provision.progress, 9);
+    store.create_node(new_node(Some("new"))).unwrap();
+    assert_eq!(store.node_count(), 2);
+}

@@ -36,7 +36,12 @@ impl Store {
             }
             self.refused(e)
         };
-        let t = self.t().map_err(missed)?;
+        let t = self.w().map_err(|e| {
+            if let StoreError::Unavailable(_) = e {
+                self.health.missed(uuid, now, progress);
+            }
+            e
+        })?;
         let _owner = self.locks.lock(uuid);
         let value = self.value_in(&t, uuid)?;
         let (old, json) = record::split(uuid, &value)?;
@@ -119,7 +124,7 @@ impl Store {
     /// fingerprint differs, and leaves `provision_updated_at` alone. Returns whether it
     /// was progress.
     pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;

@@ -65,7 +65,7 @@ impl Store {
         new: &Provision,
         json: &[u8],
     ) -> Result<(), StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         if let Some(d) = new.indexed.filter(|&d| Some(d) != old.indexed) {
             t.deadlines.insert(record::deadline_key(d, uuid), &[])?;
             self.waker.deadline_added(d);
@@ -109,7 +109,7 @@ impl Store {
         last_error: Option<String>,
         now: Timestamp,
     ) -> Result<Node, StoreError> {
-        let t = self.t()?;
+        let t = self.w()?;
         let to = old
             .state
             .next(event)
