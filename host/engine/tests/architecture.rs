@@ -210,7 +210,8 @@ const STORE_WRITES: &[&str] = &[
     "apply_events",
     "fail_expired",
     "fail_expired_describing",
-    "reopen",
+    "leave_fault",
+    "docs_to_write",
 ];
 
 /// The method each use of the store in `code` calls: after `store()` or `store` (an
@@ -228,10 +229,16 @@ fn store_calls(code: &str) -> Vec<String> {
         let Some(rest) = rest.strip_prefix('.') else {
             continue;
         };
-        let rest = ["docs.", "history.", "docs()?.", "history()?."]
-            .iter()
-            .find_map(|sub| rest.strip_prefix(sub))
-            .unwrap_or(rest);
+        let rest = [
+            "docs.",
+            "history.",
+            "docs()?.",
+            "docs_to_write()?.",
+            "history()?.",
+        ]
+        .iter()
+        .find_map(|sub| rest.strip_prefix(sub))
+        .unwrap_or(rest);
         let name: String = rest.chars().take_while(|&c| ident(c)).collect();
         calls.push(name);
     }
