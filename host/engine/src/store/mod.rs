@@ -527,6 +527,14 @@ impl Store {
         node::check_sizes(&body, json.len(), None)?;
         let value = record::join(&provision, &json);
         let _owner = self.locks.lock(uuid);
+        if body.name.is_none() {
+            // One tree changes, and an insert-if-absent is atomic by itself. A sled
+            // transaction would write its log buffer out twice (about 100 µs per node).
+            t.nodes
+                .compare_and_swap(uuid.as_bytes(), None as Option<&[u8]>, Some(value))?
+                .map_err(|_| StoreError::UuidTaken(uuid))?;
+            return Ok(Node { body, provision });
+        }
         (&t.nodes, &t.names).transaction(|(nodes, names)| {
             if nodes.get(uuid.as_bytes())?.is_some() {
                 return abort(StoreError::UuidTaken(uuid));
@@ -637,18 +645,23 @@ impl Store {
         let json = serde_json::to_vec(&body).expect("a node body serialises");
         node::check_sizes(&body, json.len(), Some(&old)).map_err(StoreError::from)?;
         let value = record::join(&provision, &json);
-        (&t.nodes, &t.names)
-            .transaction(|(nodes, names)| {
-                if old.name != body.name {
+        if old.name == body.name {
+            // Only the node's own key changes (under its lock): no transaction needed.
+            t.nodes
+                .insert(uuid.as_bytes(), value)
+                .map_err(StoreError::from)?;
+        } else {
+            (&t.nodes, &t.names)
+                .transaction(|(nodes, names)| {
                     claim_name(names, body.name.as_deref(), uuid)?;
                     if let Some(name) = &old.name {
                         names.remove(name.as_bytes())?;
                     }
-                }
-                nodes.insert(uuid.as_bytes(), value.as_slice())?;
-                Ok(())
-            })
-            .map_err(StoreError::from)?;
+                    nodes.insert(uuid.as_bytes(), value.as_slice())?;
+                    Ok(())
+                })
+                .map_err(StoreError::from)?;
+        }
         // The disk wait happens outside the node's lock ("critical sections never wait").
         drop(_owner);
         self.flush()?;
