@@ -149,6 +149,7 @@ const STORE_READS: &[&str] = &[
     "after",
     "len",
     "is_empty",
+    "count",
     "docs",
     "history",
     "health",

@@ -104,7 +104,7 @@ pub enum StoreError {
     )]
     Locked(std::path::PathBuf),
     #[error(
-        "the store in {path} has format {found}; this deployd reads formats {FORMAT_READABLE} and {FORMAT} only (written by another version of deployd?)"
+        "the store in {path} has format {found}; this deployd reads formats {FORMAT_OLDEST} to {FORMAT} only (written by another version of deployd?)"
     )]
     Format {
         path: std::path::PathBuf,
@@ -827,11 +827,12 @@ const LOCK_POLLS: u32 = 200;
 /// The layout of the store's trees and values (see [`record`]). It is kept in sled's
 /// default tree, so a store written by a deployd with another layout is refused with a
 /// clear error instead of being misread. Format 3 added the progress fields of the
-/// provision record; a format 2 store is read as it is (its records are rewritten as they
-/// change) and marked 3, so an older deployd will not misread it afterwards.
-pub const FORMAT: u32 = 3;
-/// The older format this deployd still reads.
-const FORMAT_READABLE: u32 = 2;
+/// provision record, format 4 binary history events (see [`history`]); an older store is
+/// read as it is (its records are rewritten as they change, old events are read in their
+/// JSON) and marked 4, so an older deployd will not misread it afterwards.
+pub const FORMAT: u32 = 4;
+/// The oldest format this deployd still reads.
+const FORMAT_OLDEST: u32 = 2;
 const FORMAT_KEY: &[u8] = b"deployd.format";
 
 fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
@@ -847,7 +848,7 @@ fn check_format(db: &sled::Db, path: &Path) -> Result<(), StoreError> {
                 .map_err(|_| StoreError::Corrupt(format!("store format {v:02x?}")))?;
             if found == FORMAT {
                 Ok(())
-            } else if found == FORMAT_READABLE {
+            } else if (FORMAT_OLDEST..FORMAT).contains(&found) {
                 db.insert(FORMAT_KEY, &FORMAT.to_be_bytes())?;
                 Ok(())
             } else {

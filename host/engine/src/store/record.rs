@@ -66,7 +66,7 @@ const STATE_CODES: [(ProvisionState, u8); 30] = {
     ]
 };
 
-fn state_code(s: ProvisionState) -> u8 {
+pub(super) fn state_code(s: ProvisionState) -> u8 {
     use ProvisionState as S;
     // Exhaustive on purpose: a new state needs a new code in STATE_CODES.
     match s {
@@ -108,7 +108,7 @@ fn state_code(s: ProvisionState) -> u8 {
         .expect("every state has a code")
 }
 
-fn state_from_code(code: u8) -> Option<ProvisionState> {
+pub(super) fn state_from_code(code: u8) -> Option<ProvisionState> {
     STATE_CODES
         .iter()
         .find(|(_, c)| *c == code)

@@ -9,7 +9,7 @@ use crate::state_machine::Event;
 
 const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
-fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
+pub(super) fn open(dir: &tempfile::TempDir, timeout_s: u64) -> (Store, Clock) {
     let (store, _, clock) = open_recovered(dir, timeout_s);
     (store, clock)
 }
@@ -74,7 +74,7 @@ fn a_store_of_another_format_is_refused_and_left_as_it_is() {
     .expect("a future format is refused");
     assert!(matches!(refused, StoreError::Format { found, .. } if found == FORMAT + 1));
     assert!(
-        refused.to_string().contains("reads formats 2 and 3 only"),
+        refused.to_string().contains("reads formats 2 to 4 only"),
         "{refused}"
     );
     let db = super::open_db(&path, &StoreConfig::default()).unwrap();
@@ -85,7 +85,7 @@ fn a_store_of_another_format_is_refused_and_left_as_it_is() {
     );
 }
 
-fn new_node(name: Option<&str>) -> NewNode {
+pub(super) fn new_node(name: Option<&str>) -> NewNode {
     NewNode {
         name: name.map(str::to_owned),
         driver: "fake".into(),
@@ -744,7 +744,7 @@ fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
 }
 
 #[test]
-fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
+fn a_format_2_store_is_read_as_it_is_and_marked_current() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let uuid = {
@@ -763,6 +763,15 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
         old[0] = 2;
         old.extend_from_slice(&value[43..]);
         nodes.insert(uuid.as_bytes(), old).unwrap();
+        // And a history event as deployd wrote them before format 4: JSON.
+        let mut key = uuid.as_bytes().to_vec();
+        key.extend_from_slice(&1_700_000_000_000_000u64.to_be_bytes());
+        key.extend_from_slice(&7u64.to_be_bytes());
+        let json = br#"{"from":"deploying","to":"deploy failed","event":"fail","target":"active","error":"disk gone","seconds":2.5}"#;
+        db.open_tree("history")
+            .unwrap()
+            .insert(key, &json[..])
+            .unwrap();
         db.insert(FORMAT_KEY, &2u32.to_be_bytes()).unwrap();
         db.flush().unwrap();
         value
@@ -772,6 +781,19 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     assert_eq!(node.body.name.as_deref(), Some("old"));
     assert_eq!(node.state(), ProvisionState::WaitCallBack);
     assert_eq!(node.provision.progress_at, node.provision.updated_at);
+    let events = store.history().unwrap().list(uuid).unwrap();
+    let old = &events[0];
+    assert_eq!(
+        (old.event.as_str(), old.severity, old.state.as_str()),
+        ("disk gone", "ERROR", "deploy failed")
+    );
+    assert_eq!(old.target_provision_state.as_deref(), Some("active"));
+    assert_eq!(old.duration_seconds, 2.5);
+    assert_eq!(
+        events.last().unwrap().state,
+        "wait call-back",
+        "the new events read too"
+    );
     // A touch writes it back in the current layout.
     store.touch_provisioning(uuid).unwrap();
     let now = store
@@ -786,7 +808,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_format_3() {
     let db = super::open_db(&path, &StoreConfig::default()).unwrap();
     assert_eq!(
         db.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
-        3u32.to_be_bytes()
+        FORMAT.to_be_bytes()
     );
 }
 

@@ -129,15 +129,6 @@ impl Store {
             ..new
         };
         let mut body = parse_body(uuid, json)?;
-        let change = history::Change {
-            from: old.state.to_string(),
-            to: to.to_string(),
-            event: event.to_string(),
-            target: new.target.map(|t| t.to_string()),
-            error: last_error.clone().filter(|_| to.is_failed()),
-            seconds: now.since(old.updated_at).as_secs_f64(),
-            note: None,
-        };
         if body.last_error == last_error {
             self.write_node(uuid, &old, &new, json)?;
         } else {
@@ -146,6 +137,16 @@ impl Store {
             let json = serde_json::to_vec(&body).expect("a node body serialises");
             self.write_node(uuid, &old, &new, &json)?;
         }
+        // The body now holds `last_error` either way.
+        let change = history::Change {
+            from: old.state,
+            to,
+            event: event.as_str(),
+            target: new.target,
+            error: body.last_error.as_deref().filter(|_| to.is_failed()),
+            seconds: now.since(old.updated_at).as_secs_f64(),
+            note: None,
+        };
         t.history.record(uuid, now, &change)?;
         if matches!(event, Event::Done | Event::Fail) && (to.is_stable() || to.is_failed()) {
             self.metrics.flow(&body.driver, to.as_str());

@@ -153,6 +153,6 @@ pub fn verify(path: &Path, config: &StoreConfig) -> Result<Verified, StoreError>
             ));
         }
     }
-    v.history_events = t.history.len() as u64;
+    v.history_events = t.history.count()?;
     Ok(v)
 }
