@@ -155,11 +155,13 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Nodes per batch of a bulk load.
+const CHUNK: usize = 10_000;
+
 /// Enrolls `n` nodes and takes them to wait call-back, 10,000 at a time (so the nodes
 /// each step returns are dropped as it goes, and a million-node fleet is never held
 /// whole in memory), printing how long creating and each step took.
 fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>> {
-    const CHUNK: usize = 10_000;
     // A bulk load walks the nodes in key order, as any bulk load into a B-tree should:
     // consecutive writes land on the same leaf (node records, their history, their
     // deadline entries) instead of a random one each. The uuids are random (v4, as an
@@ -167,7 +169,7 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
     let mut uuids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
     uuids.sort_unstable();
     let t = Instant::now();
-    for chunk in uuids.chunks(CHUNK) {
+    on_every_core(&uuids, |chunk| {
         let batch = chunk
             .iter()
             .map(|&uuid| NewNode {
@@ -179,16 +181,18 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
         for node in store.create_nodes(batch)? {
             node?;
         }
-    }
+        Ok(())
+    })?;
     let mut steps = vec![format!("enroll {:.1} s", t.elapsed().as_secs_f64())];
     let (last, path) = ENROLL_TO_WAIT_CALL_BACK.split_last().expect("a path");
     for &event in path {
         let t = Instant::now();
-        for chunk in uuids.chunks(CHUNK) {
+        on_every_core(&uuids, |chunk| {
             for result in store.apply_events(chunk.iter().map(|&u| (u, event)))? {
                 result?;
             }
-        }
+            Ok(())
+        })?;
         steps.push(format!("{event} {:.1} s", t.elapsed().as_secs_f64()));
     }
     // Node i enters wait call-back at START + i µs, so its deadline is START + timeout + i µs.
@@ -208,6 +212,25 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
     steps.push(format!("{last} {:.1} s", t.elapsed().as_secs_f64()));
     println!("  steps: {}", steps.join(", "));
     Ok(uuids)
+}
+
+/// Runs `work` over `uuids` in chunks of [`CHUNK`], a contiguous share per core (as the
+/// engine's API takes writes from many tasks at once), each share in key order.
+fn on_every_core(
+    uuids: &[Uuid],
+    work: impl Fn(&[Uuid]) -> anyhow::Result<()> + Sync,
+) -> anyhow::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let share = uuids.len().div_ceil(cores).max(1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = uuids
+            .chunks(share)
+            .map(|mine| s.spawn(|| mine.chunks(CHUNK).try_for_each(&work)))
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a loader does not panic"))
+    })
 }
 
 /// Where a bench keeps its store: the given directory (kept), or a temporary one that is

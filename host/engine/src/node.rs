@@ -15,40 +15,55 @@ use crate::state_machine::ProvisionState;
 pub type JsonMap = Map<String, Value>;
 
 /// Everything about a node except its provisioning clock.
+///
+/// Stored as JSON without its empty fields (a bare node is about 100 bytes rather than
+/// 420): every field reads back as its default when absent, so bodies written with them
+/// read the same. The API's views are built field by field ([`crate::api`]), never from
+/// this serialisation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeBody {
     pub uuid: Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub driver: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub driver_info: JsonMap,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub instance_info: JsonMap,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub properties: JsonMap,
     /// Scratch space of the driver and of the agent protocol (agent url, token hash, …).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub driver_internal_info: JsonMap,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub extra: JsonMap,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_power_state: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub maintenance: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_reason: Option<String>,
     /// Who holds the node for a long operation (a conductor task), if anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
     /// Its Ironic interfaces by kind (`deploy` → `direct`): see [`crate::hardware`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Interfaces::is_empty")]
     pub interfaces: Interfaces,
     /// The Ironic fields the engine stores but does not act on (`resource_class`,
     /// `owner`, `traits`, `instance_uuid`, …), by their API names.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "JsonMap::is_empty")]
     pub attrs: JsonMap,
     #[serde(with = "rfc3339")]
     pub created_at: Timestamp,
-    #[serde(with = "rfc3339::option")]
+    #[serde(
+        default,
+        with = "rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub updated_at: Option<Timestamp>,
 }
 
@@ -372,5 +387,26 @@ mod tests {
         assert_eq!(json["provision_updated_at"], "2023-11-14T22:13:20Z");
         assert_eq!(json["name"], "n1");
         assert!(json.get("deadline").is_none());
+    }
+
+    #[test]
+    fn a_body_is_stored_without_its_empty_fields_and_reads_back_as_before() {
+        let full = r#"{"uuid":"5828e4c6-34ac-4838-a302-4d57c4482759","name":null,"driver":"fake","driver_info":{},"instance_info":{},"properties":{},"driver_internal_info":{},"extra":{},"last_error":null,"power_state":null,"target_power_state":null,"maintenance":false,"maintenance_reason":null,"reservation":null,"interfaces":{},"attrs":{},"created_at":"2027-01-15T08:00:00Z","updated_at":null}"#;
+        let body: NodeBody = serde_json::from_str(full).unwrap();
+        let stored = serde_json::to_string(&body).unwrap();
+        assert_eq!(
+            stored,
+            r#"{"uuid":"5828e4c6-34ac-4838-a302-4d57c4482759","driver":"fake","created_at":"2027-01-15T08:00:00Z"}"#
+        );
+        assert_eq!(serde_json::from_str::<NodeBody>(&stored).unwrap(), body);
+        let busy = NodeBody {
+            name: Some("n".into()),
+            maintenance: true,
+            last_error: Some("e".into()),
+            updated_at: Some(body.created_at),
+            ..body
+        };
+        let stored = serde_json::to_string(&busy).unwrap();
+        assert_eq!(serde_json::from_str::<NodeBody>(&stored).unwrap(), busy);
     }
 }
