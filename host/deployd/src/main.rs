@@ -180,7 +180,24 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::LabRelay { addr } => Ok(deployd_lab::vm::relay(addr)?),
         #[cfg(feature = "bench")]
-        Command::Bench(which) => bench::run(which),
+        // The benches measure the engine as `serve` runs it.
+        Command::Bench(which) => {
+            no_huge_pages();
+            bench::run(which)
+        }
+    }
+}
+
+/// Transparent huge pages off for the engine: mimalloc asks for them, and compiling the
+/// drivers at start then left 70 MiB of huge pages resident for good (RSS 140 MiB on a
+/// fresh data dir, 80 MiB without them). Under load they cost time too: zeroing a 2 MiB
+/// page at mimalloc's page extensions was 9 % of `bench api`'s CPU; without them its
+/// heartbeats ran 14 % and its GETs 7 % faster (medians of 3 alternated runs). Only for
+/// `serve` and the benches (which measure the engine as `serve` runs it): the lab's QEMU
+/// guests, children of other commands, keep them.
+fn no_huge_pages() {
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::warn!("transparent huge pages stay on: {e}");
     }
 }
 
@@ -190,13 +207,7 @@ fn serve(mut config: Config) -> anyhow::Result<()> {
         config.plugins.compile_memory_mib,
     )?;
     let config = &config;
-    // Transparent huge pages off for the engine: mimalloc asks for them, and compiling the
-    // drivers at start then left 70 MiB of huge pages resident for good (RSS 140 MiB on a
-    // fresh data dir, 80 MiB without them; throughput is unchanged). Only here: the lab's
-    // QEMU guests, children of other commands, keep them.
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::warn!("transparent huge pages stay on: {e}");
-    }
+    no_huge_pages();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let stop = deployd_agent::signal::shutdown();
