@@ -153,6 +153,10 @@ pub fn verify(path: &Path, config: &StoreConfig) -> Result<Verified, StoreError>
             ));
         }
     }
-    v.history_events = t.history.count()?;
+    match t.history.count() {
+        Ok(events) => v.history_events = events,
+        Err(StoreError::Corrupt(what)) => v.problem(format!("damaged: {what}")),
+        Err(e) => return Err(e),
+    }
     Ok(v)
 }

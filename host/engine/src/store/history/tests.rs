@@ -93,4 +93,15 @@ fn a_damaged_chunk_is_an_error_not_a_panic() {
     let err = history.list(node).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     assert!(history.count().is_err());
+    // `store verify` names it as a problem instead of stopping at it.
+    store.flush().unwrap();
+    drop((history, store));
+    let path = dir.path().join("store");
+    let verified = super::super::verify::verify(&path, &Default::default()).unwrap();
+    assert_eq!(verified.problems, 1, "{:?}", verified.found);
+    assert!(
+        verified.found[0].contains("history of node"),
+        "{:?}",
+        verified.found
+    );
 }
