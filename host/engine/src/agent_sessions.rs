@@ -220,6 +220,22 @@ impl AgentSessions {
         self.lock().get(&node).map(read)
     }
 
+    /// `given` as the callback url of a heartbeat for `node`: the url the node's agent
+    /// registered when `given` is exactly it (what a live agent sends every time), else
+    /// `given` parsed. A url in its kept form parses to itself (tested), so this answers
+    /// as parsing would, without the url parser on every heartbeat (4 % of one in perf).
+    pub fn callback_url(&self, node: Option<Uuid>, given: &str) -> Result<CallbackUrl, String> {
+        let known = node.and_then(|node| {
+            self.read(node, |s| {
+                s.url.as_ref().filter(|u| u.as_str() == given).cloned()
+            })
+        });
+        match known.flatten() {
+            Some(url) => Ok(url),
+            None => CallbackUrl::parse(given),
+        }
+    }
+
     /// Whether the node's agent reports its progress in its heartbeats (a status message).
     pub fn reports_status(&self, node: Uuid) -> bool {
         self.read(node, |s| s.status_message.is_some())
@@ -365,7 +381,36 @@ impl AgentSessions {
 
 #[cfg(test)]
 mod tests {
-    use super::CallbackUrl;
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_s_url_is_the_registered_one_only_when_it_is_exactly_it() {
+        let sessions = AgentSessions::default();
+        let node = Uuid::new_v4();
+        let registered = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
+        sessions.heartbeat(
+            node,
+            "t",
+            &registered,
+            "13.0.0",
+            None,
+            Default::default(),
+            Timestamp::from_micros(1),
+        );
+        let url = |given: &str| sessions.callback_url(Some(node), given);
+        assert_eq!(url("http://10.0.0.5:9999"), Ok(registered.clone()));
+        // Any other text is parsed: kept the same way, or refused.
+        assert_eq!(url("http://10.0.0.5:9999/"), Ok(registered));
+        assert_eq!(
+            url("http://10.0.0.6").unwrap().as_str(),
+            "http://10.0.0.6:80"
+        );
+        assert!(url("http://10.0.0.5:9999/v1").is_err());
+        assert!(url("").is_err());
+        let unknown = sessions.callback_url(Some(Uuid::new_v4()), "http://10.0.0.7:1");
+        assert_eq!(unknown.unwrap().as_str(), "http://10.0.0.7:1");
+        assert!(sessions.callback_url(None, "ftp://x").is_err());
+    }
 
     #[test]
     fn a_callback_url_is_scheme_host_and_port_only() {
@@ -379,6 +424,12 @@ mod tests {
             let url = CallbackUrl::parse(given).unwrap();
             assert_eq!(url.as_str(), kept, "{given}");
             assert_eq!(url.commands(), format!("{kept}/v1/commands/"));
+            // What `AgentSessions::callback_url` relies on to skip the parser.
+            assert_eq!(
+                CallbackUrl::parse(kept).unwrap(),
+                url,
+                "{kept} parses to itself"
+            );
         }
         for bad in [
             "http://127.0.0.1:9999/arbitrary/path?x=1#",

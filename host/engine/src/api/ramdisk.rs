@@ -24,7 +24,7 @@ use super::http::error::{ApiError, parse};
 use super::http::gate::since;
 use super::http::version::Version;
 use super::{App, State, view};
-use crate::agent_sessions::{AgentReport, CallbackUrl};
+use crate::agent_sessions::AgentReport;
 use crate::conductor::{AGENT_CA_SHA256, AGENT_TOKEN_HASH, token_hash};
 use crate::state_machine::runs_ramdisk;
 use crate::store::StoreError;
@@ -115,7 +115,11 @@ async fn heartbeat(
         .ok_or_else(|| {
             ApiError::bad_request("Agent token is required for heartbeat processing.")
         })?;
-    let callback_url = CallbackUrl::parse(&hb.callback_url).map_err(ApiError::bad_request)?;
+    let callback_url = app
+        .conductor
+        .agents()
+        .callback_url(Uuid::parse_str(&ident).ok(), &hb.callback_url)
+        .map_err(ApiError::bad_request)?;
     let gives_status = hb.agent_status.is_some() || hb.agent_status_message.is_some();
     if gives_status && !version.at_least(72) {
         return Err(ApiError::bad_request(format!(
