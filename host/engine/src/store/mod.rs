@@ -827,9 +827,10 @@ const LOCK_POLLS: u32 = 200;
 /// The layout of the store's trees and values (see [`record`]). It is kept in sled's
 /// default tree, so a store written by a deployd with another layout is refused with a
 /// clear error instead of being misread. Format 3 added the progress fields of the
-/// provision record, format 4 binary history events (see [`history`]); an older store is
-/// read as it is (its records are rewritten as they change, old events are read in their
-/// JSON) and marked 4, so an older deployd will not misread it afterwards.
+/// provision record, format 4 the history in chunks of binary events (see [`history`]);
+/// an older store is read as it is (its records are rewritten as they change, old events
+/// are read in their JSON) and marked 4, so an older deployd will not misread it
+/// afterwards.
 pub const FORMAT: u32 = 4;
 /// The oldest format this deployd still reads.
 const FORMAT_OLDEST: u32 = 2;
