@@ -1,7 +1,9 @@
 //! `GET /v1/nodes/{node}/history` and `…/history/{event}` (1.78): the node's provision
 //! state changes as the store recorded them ([`crate::store::history`]), oldest first.
-//! `detail` (or `fields`) shows the whole event; without it, Ironic's short form. The
-//! state an event entered and the time spent in the one it left show from 1.115.
+//! `detail` (or `fields`) shows the whole event; without it, Ironic's short form, whose
+//! event text is cut at 255 characters. Every event links to itself, as Ironic's do
+//! (`baremetal node history get` reads the link). The state an event entered and the
+//! time spent in the one it left show from 1.115.
 
 use std::sync::Arc;
 
@@ -27,16 +29,33 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/nodes/{ident}/history/{event}", since(78, get(show)))
 }
 
-const SHORT: &[&str] = &["uuid", "created_at", "severity", "event"];
+const SHORT: &[&str] = &["uuid", "created_at", "severity", "event", "links"];
+/// The short form's longest event text, in characters (Ironic's).
+const SHORT_EVENT: usize = 255;
 /// Fields that came with 1.115.
 const LATER: &[&str] = &["state", "target_provision_state", "duration_seconds"];
 
-fn document(event: &Event, version: Version) -> Map<String, Value> {
+/// An event's whole document, its self link to `…/v1/nodes/{node}/history/{event}`
+/// included.
+fn document(app: &App, node: Uuid, event: &Event, version: Version) -> Map<String, Value> {
     let Value::Object(mut doc) = json!(event) else {
         unreachable!("an event serialises to an object")
     };
     if !version.at_least(115) {
         doc.retain(|k, _| !LATER.contains(&k.as_str()));
+    }
+    let href = format!("{}/v1/nodes/{node}/history/{}", app.public_url, event.uuid);
+    doc.insert("links".into(), json!([{"href": href, "rel": "self"}]));
+    doc
+}
+
+/// The short form: [`SHORT`]'s fields, a long event text cut as Ironic cuts it.
+fn short(doc: Map<String, Value>) -> Map<String, Value> {
+    let mut doc = keep(doc, SHORT.iter().copied());
+    if let Some(Value::String(text)) = doc.get_mut("event")
+        && text.chars().count() > SHORT_EVENT
+    {
+        *text = text.chars().take(SHORT_EVENT - 4).collect::<String>() + "...";
     }
     doc
 }
@@ -80,11 +99,11 @@ async fn list(
         .iter()
         .take(limit)
         .map(|e| {
-            let doc = document(e, v);
+            let doc = document(&app, node.uuid(), e, v);
             Value::Object(match (&fields, detail) {
                 (Some(f), _) => keep(doc, f.iter().map(String::as_str)),
                 (None, true) => doc,
-                (None, false) => keep(doc, SHORT.iter().copied()),
+                (None, false) => short(doc),
             })
         })
         .collect();
@@ -100,5 +119,5 @@ async fn show(
     let event = Uuid::parse_str(&event)
         .map_err(|_| ApiError::bad_request(format!("Expected UUID for event: {event}")))?;
     let found = app.conductor.store().history()?.get(node.uuid(), event)?;
-    Ok(Json(Value::Object(document(&found, v))))
+    Ok(Json(Value::Object(document(&app, node.uuid(), &found, v))))
 }

@@ -592,7 +592,18 @@ async fn history_records_each_state_change_with_its_duration() {
     let events = short.as_array().unwrap();
     assert!(events.len() >= 3, "{short}");
     let keys: Vec<&String> = events[0].as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["created_at", "event", "severity", "uuid"]);
+    // Ironic's short form, its self link included (`baremetal node history get` reads it).
+    assert_eq!(keys, ["created_at", "event", "links", "severity", "uuid"]);
+    let first = events[0]["uuid"].as_str().unwrap();
+    assert_eq!(events[0]["links"][0]["rel"], "self");
+    assert!(
+        events[0]["links"][0]["href"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/v1/nodes/{node}/history/{first}")),
+        "{}",
+        events[0]
+    );
     let full = ok(
         &s,
         Method::GET,
@@ -619,6 +630,23 @@ async fn history_records_each_state_change_with_its_duration() {
     let one = full[0]["uuid"].as_str().unwrap();
     let shown = ok(&s, Method::GET, &format!("{path}/{one}"), "1.114", None).await;
     assert_eq!(shown["event"], full[0]["event"]);
+    assert_eq!(shown["links"], full[0]["links"]);
+    // The short form cuts a long event text as Ironic does; the detailed one keeps it.
+    let long = "x".repeat(300);
+    let uuid: uuid::Uuid = node.parse().unwrap();
+    s.engine
+        .conductor
+        .store()
+        .milestone(uuid, long.clone())
+        .unwrap();
+    let cut = ok(&s, Method::GET, &path, "1.78", None).await["history"].clone();
+    let cut = cut.as_array().unwrap().last().unwrap()["event"].clone();
+    assert_eq!(cut, format!("{}...", &long[..251]));
+    let whole = ok(&s, Method::GET, &format!("{path}?detail=1"), "1.78", None).await;
+    assert_eq!(
+        whole["history"].as_array().unwrap().last().unwrap()["event"],
+        long
+    );
     assert!(
         shown.get("state").is_none(),
         "the state fields came with 1.115"
