@@ -32,6 +32,10 @@ use deployd_lab::operator::Operator;
 use deployd_lab::{AgentMode, Lab, LabArgs};
 use screen::{Row, Screen};
 
+/// How long after the victim's last heartbeat its agent is killed (seconds): past the
+/// engine's call that follows a heartbeat, well before the next one (every ~2 s).
+const KILL_AFTER_HEARTBEAT: f64 = 0.7;
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
     /// Machines (default 4; with --vm 3, each a VM).
@@ -247,9 +251,16 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
     loop {
         let nodes = op.nodes().await?;
         screen.update(&nodes);
+        // Cut between two heartbeats, not during the engine's call to the agent that
+        // follows one: an agent that dies under a call fails the node at once ("cannot
+        // reach the agent", as Ironic's does), and the demo shows the other path, the
+        // one only the timeout can take (a silent agent).
         if let Some(v) = victim
             && !killed
             && screen.fraction(v) >= 0.4
+            && screen
+                .heartbeat_age(v)
+                .is_some_and(|age| age >= KILL_AFTER_HEARTBEAT)
         {
             lab.machines[&screen.rows[v].machine.name].kill_agent();
             killed = true;

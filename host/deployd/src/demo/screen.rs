@@ -99,6 +99,11 @@ impl Screen {
         self.rows[row].written as f64 / self.total.max(1) as f64
     }
 
+    /// Seconds since the row's node was last heard from, as the engine last showed it.
+    pub fn heartbeat_age(&self, row: usize) -> Option<f64> {
+        self.rows[row].heartbeat_age
+    }
+
     pub fn note(&mut self, note: String) {
         self.notes.push(format!(
             "[{:5.1}s] {note}",
