@@ -32,9 +32,10 @@ use deployd_lab::operator::Operator;
 use deployd_lab::{AgentMode, Lab, LabArgs};
 use screen::{Row, Screen};
 
-/// How long after the victim's last heartbeat its agent is killed (seconds): past the
-/// engine's call that follows a heartbeat, well before the next one (every ~2 s).
-const KILL_AFTER_HEARTBEAT: f64 = 0.7;
+/// When after the victim's last heartbeat its agent is killed, as a share of the
+/// ramdisk heartbeat timeout: agents heartbeat every 30–60 % of it, so this is before the
+/// next heartbeat and past the engine's call that follows the last one.
+const KILL_AFTER_HEARTBEAT: f64 = 0.2;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -149,6 +150,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
         Some(_) => 4,
         None => plan.timeout.max(2) - 1,
     };
+    let kill_after = config.api.ramdisk_heartbeat_timeout as f64 * KILL_AFTER_HEARTBEAT;
     let engine = Engine::start(&config, Clock::new()).await?;
     let api_url = format!("http://{}", engine.addr);
     let exe = std::env::current_exe().context("finding this executable")?;
@@ -258,9 +260,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
         if let Some(v) = victim
             && !killed
             && screen.fraction(v) >= 0.4
-            && screen
-                .heartbeat_age(v)
-                .is_some_and(|age| age >= KILL_AFTER_HEARTBEAT)
+            && screen.heartbeat_age(v).is_some_and(|age| age >= kill_after)
         {
             lab.machines[&screen.rows[v].machine.name].kill_agent();
             killed = true;
