@@ -2,25 +2,32 @@
 //!
 //! A node's `driver` is an Ironic *hardware type* (`ipmi`, `redfish`, `fake-hardware`), or
 //! the name of a loaded component used as a type of its own (`agent_redfish`). A node also
-//! has one *interface* per kind (`deploy_interface`, `power_interface`, …). Most kinds are
-//! stored and checked only; two choose the component that runs the node's flows:
+//! has one *interface* per kind (`deploy_interface`, `power_interface`, …).
+//!
+//! The built-in types enable exactly what Ironic 39 enables with its default options, and
+//! default to what it defaults to (`../shared/reference/ironic39-drivers.json`, compared
+//! field by field by a test). deployd adds two implementations of its own, because it can
+//! perform them: the `fake` deploy and boot of its fake component (as an Ironic with them
+//! enabled does, `fake-hardware` then defaults to them) and `iscsi`, the pxe family, where
+//! the engine writes the disk the ramdisk exposes.
+//!
+//! Two kinds choose the component that runs the node's flows:
 //!
 //! | deploy interface | component family | | power interface | component power |
 //! |---|---|---|---|---|
-//! | `direct` | agent (the ramdisk agent writes) | | `ipmitool` | ipmitool |
+//! | `autodetect`, `direct` | agent (the ramdisk agent writes) | | `ipmitool` | ipmitool |
 //! | `iscsi` | pxe (the engine writes the disk the ramdisk exposes) | | `redfish` | redfish |
 //! | `fake` | fake | | `fake` | fake |
 //!
-//! So `ipmi` + `direct` runs `agent_ipmitool`, `redfish` + `iscsi` runs `pxe_redfish` and
-//! `fake-hardware` + `fake` runs `fake`. A deploy interface is enabled for a type only
-//! while a component for it is loaded; the other kinds are enabled as the type supports
-//! them. A node's default interface of a kind is the first enabled one, as in Ironic.
+//! So `ipmi` + `autodetect` runs `agent_ipmitool`, `redfish` + `iscsi` runs `pxe_redfish`
+//! and `fake-hardware` + `fake` runs `fake`. `ramdisk` and `bootc` are enabled as Ironic
+//! enables them and refused when a deploy starts, with the reason.
 
 use crate::driver_host::capability::bindings::Family;
 use crate::driver_host::{LoadedDriver, Registry};
 
-/// The kinds of interface, in Ironic's order, with the field that holds each and the
-/// microversion that introduced that field.
+/// The kinds of interface, in Ironic's order, with the microversion that introduced each
+/// one's field.
 pub const KINDS: &[(&str, u32)] = &[
     ("bios", 40),
     ("boot", 31),
@@ -47,42 +54,49 @@ pub use crate::node::Interfaces;
 /// The hardware types deployd knows, besides each component's own name.
 pub const TYPES: &[&str] = &["fake-hardware", "ipmi", "redfish"];
 
-/// What a hardware type supports of a kind (deploy: before checking for components).
-fn supported(hw: &str, kind: &str) -> &'static [&'static str] {
+/// Ironic 39's enabled interfaces of a kind for a type, in its drivers API's order, and
+/// the default (before deployd's own, see [`Hardware::enabled`]).
+fn ironic(hw: &str, kind: &str) -> (&'static [&'static str], &'static str) {
+    let redfish = hw == "redfish";
     let fake = hw == "fake-hardware";
     match kind {
-        "deploy" if fake => &["fake", "direct", "iscsi"],
-        "deploy" => &["direct", "iscsi"],
-        "power" | "management" if fake => &["fake"],
-        "power" | "management" if hw == "ipmi" => &["ipmitool"],
-        "power" | "management" => &["redfish"],
-        "boot" if fake => &["fake", "pxe", "ipxe"],
-        "boot" if hw == "redfish" => &["pxe", "ipxe", "redfish-virtual-media"],
-        "boot" => &["pxe", "ipxe"],
-        "network" => &["noop", "flat"],
-        "storage" if fake => &["noop", "fake"],
-        "storage" => &["noop"],
-        "console" if fake => &["fake", "no-console"],
-        "inspect" if fake => &["fake", "no-inspect"],
-        "raid" if fake => &["fake", "no-raid"],
-        "rescue" if fake => &["fake", "no-rescue"],
-        "vendor" if fake => &["fake", "no-vendor"],
-        "bios" if fake => &["fake", "no-bios"],
-        "firmware" if fake => &["fake", "no-firmware"],
-        "console" => &["no-console"],
-        "inspect" => &["no-inspect"],
-        "raid" => &["no-raid"],
-        "rescue" => &["no-rescue"],
-        "vendor" => &["no-vendor"],
-        "bios" => &["no-bios"],
-        "firmware" => &["no-firmware"],
-        _ => &[],
+        "bios" if redfish => (&["redfish", "no-bios"], "redfish"),
+        "bios" => (&["no-bios"], "no-bios"),
+        "boot" if redfish => (&["ipxe", "pxe", "redfish-virtual-media"], "ipxe"),
+        "boot" => (&["pxe", "ipxe"], "ipxe"),
+        "console" => (&["no-console"], "no-console"),
+        "deploy" => (&["ramdisk", "direct", "bootc", "autodetect"], "autodetect"),
+        "firmware" => (&["no-firmware"], "no-firmware"),
+        "inspect" if redfish => (&["no-inspect", "redfish"], "redfish"),
+        "inspect" => (&["no-inspect"], "no-inspect"),
+        "management" | "power" if redfish => (&["redfish"], "redfish"),
+        "management" | "power" if fake => (&["fake"], "fake"),
+        "management" | "power" => (&["ipmitool"], "ipmitool"),
+        "network" => (&["flat", "noop"], "flat"),
+        "raid" if redfish => (&["no-raid", "agent", "redfish"], "redfish"),
+        "raid" => (&["no-raid", "agent"], "no-raid"),
+        "rescue" => (&["no-rescue"], "no-rescue"),
+        "storage" => (&["cinder", "noop"], "noop"),
+        "vendor" if redfish => (&["no-vendor", "redfish"], "redfish"),
+        "vendor" if fake => (&["no-vendor"], "no-vendor"),
+        "vendor" => (&["no-vendor", "ipmitool"], "ipmitool"),
+        _ => (&[], ""),
+    }
+}
+
+/// Ironic's class name of a type, as its refusals name it.
+fn class_of(hw: &str) -> &str {
+    match hw {
+        "ipmi" => "IPMIHardware",
+        "redfish" => "RedfishHardware",
+        "fake-hardware" => "FakeHardware",
+        other => other,
     }
 }
 
 fn family_of(deploy: &str) -> Option<Family> {
     match deploy {
-        "direct" => Some(Family::Agent),
+        "direct" | "autodetect" => Some(Family::Agent),
         "iscsi" => Some(Family::Pxe),
         "fake" => Some(Family::Fake),
         _ => None,
@@ -97,26 +111,26 @@ pub fn deploy_interface_of(family: Family) -> &'static str {
     }
 }
 
-/// Why a node's driver or interfaces are not acceptable.
+/// Why a node's driver or interfaces are not acceptable (Ironic's words).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HardwareError {
     #[error(
         "No valid host was found. Reason: No conductor service registered which supports driver {0} for conductor group \"\"."
     )]
     UnknownType(String),
+    #[error(
+        "Could not find the following interface in the 'ironic.hardware.interfaces.{kind}' entrypoint: {name}. Valid interfaces are [{valid}]."
+    )]
+    NotLoaded {
+        kind: String,
+        name: String,
+        valid: String,
+    },
     #[error("{kind} interface implementation '{name}' is not supported by hardware type {hw}.")]
     Unsupported {
         kind: String,
         name: String,
         hw: String,
-    },
-    #[error(
-        "No default value found for {kind} interface of hardware type {hw}: enabled {kind} interfaces are none{hint}."
-    )]
-    NoDefault {
-        kind: String,
-        hw: String,
-        hint: String,
     },
 }
 
@@ -146,58 +160,118 @@ impl<'a> Hardware<'a> {
         TYPES.contains(&hw) || self.registry.get(hw).is_some()
     }
 
-    /// The enabled interfaces of one kind of a type, the default first.
-    pub fn enabled(&self, hw: &str, kind: &str) -> Vec<String> {
-        if let Some(component) = (!TYPES.contains(&hw))
+    fn own_component(&self, hw: &str) -> Option<std::sync::Arc<LoadedDriver>> {
+        (!TYPES.contains(&hw))
             .then(|| self.registry.get(hw))
             .flatten()
-        {
-            return own_type(&component, kind);
-        }
-        let all = supported(hw, kind);
-        if kind != "deploy" {
-            return all.iter().map(|s| s.to_string()).collect();
-        }
-        let power = supported(hw, "power");
-        all.iter()
-            .filter(|d| power.iter().any(|p| self.component_for(d, p).is_some()))
-            .map(|s| s.to_string())
-            .collect()
     }
 
-    /// Fills in every kind's default and checks every given interface; `given` holds what
-    /// the client set (from the node as it was, when its driver did not change).
+    /// The enabled interfaces of one kind of a type: Ironic 39's, then deployd's own where
+    /// a component performs them (`fake` first on `fake-hardware`, as Ironic orders it).
+    pub fn enabled(&self, hw: &str, kind: &str) -> Vec<String> {
+        if let Some(component) = self.own_component(hw) {
+            return own_type(&component, kind);
+        }
+        let mut all: Vec<String> = ironic(hw, kind).0.iter().map(|s| s.to_string()).collect();
+        if hw == "fake-hardware" && self.fake_loaded(kind) {
+            all.insert(0, "fake".into());
+        }
+        if kind == "deploy" && hw != "fake-hardware" && self.pxe_loaded(hw) {
+            all.push("iscsi".into());
+        }
+        all
+    }
+
+    /// The interface a node of a type gets when none is asked for.
+    pub fn default(&self, hw: &str, kind: &str) -> Option<String> {
+        if self.own_component(hw).is_some() {
+            return self.enabled(hw, kind).into_iter().next();
+        }
+        if hw == "fake-hardware" && self.fake_loaded(kind) {
+            return Some("fake".into());
+        }
+        Some(ironic(hw, kind).1.to_owned()).filter(|d| !d.is_empty())
+    }
+
+    /// deployd's `fake` boot always; its `fake` deploy while the fake component is loaded.
+    fn fake_loaded(&self, kind: &str) -> bool {
+        match kind {
+            "boot" => true,
+            "deploy" => self.component_for("fake", "fake").is_some(),
+            _ => false,
+        }
+    }
+
+    /// Whether a pxe-family component drives this type's power interface.
+    fn pxe_loaded(&self, hw: &str) -> bool {
+        ironic(hw, "power")
+            .0
+            .iter()
+            .any(|p| self.component_for("iscsi", p).is_some())
+    }
+
+    /// Every implementation of a kind any type enables: Ironic's "valid interfaces",
+    /// sorted. `fake-hardware` accepts any of them, as Ironic's driver factory does.
+    fn loaded(&self, kind: &str) -> Vec<String> {
+        let mut all: Vec<String> = TYPES.iter().flat_map(|hw| self.enabled(hw, kind)).collect();
+        if kind == "deploy"
+            && self
+                .registry
+                .list()
+                .iter()
+                .any(|d| d.description.family == Family::Pxe)
+        {
+            all.push("iscsi".into());
+        }
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// Fills in every kind's default and checks every given interface.
     pub fn resolve(&self, hw: &str, given: &Interfaces) -> Result<Interfaces, HardwareError> {
         if !self.exists(hw) {
             return Err(HardwareError::UnknownType(hw.to_owned()));
         }
         let mut out = Interfaces::new();
         for (kind, _) in KINDS {
-            let enabled = self.enabled(hw, kind);
             let name = match given.get(*kind) {
-                Some(name) if enabled.contains(name) => name.clone(),
                 Some(name) => {
-                    return Err(HardwareError::Unsupported {
-                        kind: kind.to_string(),
-                        name: name.clone(),
-                        hw: hw.to_owned(),
-                    });
+                    self.check(hw, kind, name)?;
+                    name.clone()
                 }
-                None => match enabled.first() {
-                    Some(d) => d.clone(),
-                    None if *kind == "deploy" => {
-                        return Err(HardwareError::NoDefault {
-                            kind: kind.to_string(),
-                            hw: hw.to_owned(),
-                            hint: " (load a component of the agent, pxe or fake family for its power interface)".into(),
-                        });
-                    }
+                None => match self.default(hw, kind) {
+                    Some(d) => d,
                     None => continue,
                 },
             };
             out.insert(kind.to_string(), name);
         }
         Ok(out)
+    }
+
+    /// Ironic's two refusals: a name no type has, and one this type does not support.
+    fn check(&self, hw: &str, kind: &str, name: &str) -> Result<(), HardwareError> {
+        if self.enabled(hw, kind).iter().any(|e| e == name) {
+            return Ok(());
+        }
+        let loaded = self.loaded(kind);
+        if !loaded.iter().any(|l| l == name) {
+            let valid: Vec<String> = loaded.iter().map(|l| format!("'{l}'")).collect();
+            return Err(HardwareError::NotLoaded {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                valid: valid.join(", "),
+            });
+        }
+        if hw == "fake-hardware" {
+            return Ok(());
+        }
+        Err(HardwareError::Unsupported {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            hw: class_of(hw).to_owned(),
+        })
     }
 
     /// The name of the component that runs a node's flows.
@@ -237,7 +311,8 @@ fn own_type(d: &LoadedDriver, kind: &str) -> Vec<String> {
     match kind {
         "deploy" => vec![deploy_interface_of(d.description.family).to_owned()],
         "power" | "management" => vec![d.description.power.clone()],
-        other => supported("ipmi", other)
+        other => ironic("ipmi", other)
+            .0
             .iter()
             .map(|s| s.to_string())
             .collect(),

@@ -14,6 +14,7 @@
 //! - [`driver_host`]: the wasmtime host that runs drivers, and what they may do
 //!   (`driver_host::capability`, one module per host interface).
 //! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
+//! - [`raid`]: a target RAID configuration checked against Ironic's RAID schema.
 //! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
 //! - [`config_drive`]: a deploy's config drive, built from a dict or taken as given.
 //! - [`deploy_image`]: a deploy's image made ready before the machine boots: its checksum
@@ -47,6 +48,7 @@ pub mod image_server;
 pub mod images;
 pub mod metrics;
 pub mod node;
+pub mod raid;
 pub mod reservations;
 pub mod state_machine;
 pub mod store;

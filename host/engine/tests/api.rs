@@ -895,6 +895,9 @@ mod allocations;
 #[path = "api/hardening.rs"]
 mod hardening;
 
+#[path = "api/ironic39.rs"]
+mod ironic39;
+
 #[path = "api/ironic_latest.rs"]
 mod ironic_latest;
 

@@ -201,6 +201,7 @@ const STORE_WRITES: &[&str] = &[
     "update",
     "delete",
     "milestone",
+    "failure",
     "record",
     "forget",
     "touch_provisioning",

@@ -110,7 +110,10 @@ fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value 
                 continue;
             }
             let enabled = hardware.enabled(name, kind);
-            obj.insert(format!("default_{kind}_interface"), json!(enabled.first()));
+            obj.insert(
+                format!("default_{kind}_interface"),
+                json!(hardware.default(name, kind)),
+            );
             obj.insert(format!("enabled_{kind}_interfaces"), json!(enabled));
         }
     }
@@ -221,36 +224,15 @@ async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>,
     })))
 }
 
-/// The RAID logical disk properties (Ironic's RAID schema), for types with a RAID
-/// interface other than `no-raid`.
+/// The RAID logical disk properties: the descriptions in Ironic's RAID schema, which Ironic
+/// answers for every type, whatever its default RAID interface.
 async fn raid_properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let hardware = Hardware::new(app.conductor.registry());
-    if !hardware.exists(&name) {
+    if !Hardware::new(app.conductor.registry()).exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
     }
-    if hardware
-        .enabled(&name, "raid")
-        .iter()
-        .all(|r| r == "no-raid")
-    {
-        return Err(ApiError::bad_request(format!(
-            "Driver {name} does not support RAID (its raid interface is no-raid)."
-        )));
-    }
-    Ok(Json(json!({
-        "controller": "Controller to use for this logical disk. Optional.",
-        "disk_type": "The type of disk preferred. Valid values are 'hdd' and 'ssd'. Optional.",
-        "interface_type": "The interface type of disk. Valid values are 'sata', 'scsi' and 'sas'. Optional.",
-        "is_root_volume": "Specifies whether this disk is a root volume. Optional.",
-        "number_of_physical_disks": "Number of physical disks to use for this logical disk. Optional.",
-        "physical_disks": "The physical disks to use for this logical disk. Optional.",
-        "raid_level": "RAID level for the logical disk. Valid values are 'JBOD', '0', '1', '2', '5', '6', '1+0', '5+0' and '6+0'. Required.",
-        "share_physical_disks": "Specifies whether other logical disks can share physical disks with this logical disk. Optional.",
-        "size_gb": "Size in GiB (Integer) for the logical disk. Use 'MAX' as size_gb if this logical disk is supposed to use the rest of the space available. Required.",
-        "volume_name": "Name of the volume to be created. Optional.",
-    })))
+    Ok(Json(crate::raid::logical_disk_properties()))
 }
 
 #[derive(Deserialize, Default)]

@@ -18,6 +18,7 @@
 //! | [`vifs`] | `/v1/nodes/{node}/vifs…` (1.28) |
 //! | [`node_members`] | the string lists traits and VIFs are kept in |
 //! | [`node_settings`] | `/v1/nodes/{node}/bios` (1.40), `/v1/nodes/{node}/states/raid` (1.12) |
+//! | [`vendor_passthru`] | `/v1/nodes/{node}/vendor_passthru…`, `/v1/drivers/{name}/vendor_passthru…` |
 //! | [`node_hardware`] | virtual media, boot mode, secure boot, firmware, inventory |
 //! | [`node_groups`] | `/v1/shards` (1.82), `/v1/nodes/{node}/children` (1.83) |
 //! | [`node_history`] | `/v1/nodes/{node}/history…` (1.78) |
@@ -73,6 +74,7 @@ pub mod schema;
 mod steps;
 mod store_backup;
 mod traits;
+mod vendor_passthru;
 mod view;
 mod vifs;
 mod volume;
@@ -156,6 +158,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(traits::routes())
         .merge(vifs::routes())
         .merge(node_settings::routes())
+        .merge(vendor_passthru::routes())
         .merge(conductors::routes())
         .merge(runbooks::routes())
         .merge(node_hardware::routes())

@@ -212,7 +212,7 @@ pub fn write_back(
     hardware: &Hardware,
 ) -> Result<(), ApiError> {
     let driver_changed = doc.get("driver").and_then(Value::as_str) != Some(body.driver.as_str());
-    let mut given = Interfaces::new();
+    let (mut given, mut kept) = (Interfaces::new(), Interfaces::new());
     for (key, value) in doc {
         let text = value.as_str().map(str::to_owned);
         match key.as_str() {
@@ -227,12 +227,17 @@ pub fn write_back(
             "maintenance" => body.maintenance = value.as_bool().unwrap_or(false),
             "maintenance_reason" => body.maintenance_reason = text,
             field => match interface_kind(field) {
-                Some(kind) => {
-                    let keep = !driver_changed || patched.iter().any(|p| p == field);
-                    if let (Some(name), true) = (text, keep) {
+                // What the patch names is checked; what the node had, with its driver
+                // unchanged, is kept as it is (it was checked when it was set).
+                Some(kind) => match (text, patched.iter().any(|p| p == field)) {
+                    (Some(name), true) => {
                         given.insert(kind.to_owned(), name);
                     }
-                }
+                    (Some(name), false) if !driver_changed => {
+                        kept.insert(kind.to_owned(), name);
+                    }
+                    _ => {}
+                },
                 None if attr_default(field) == Some(value.clone()) => {
                     body.attrs.remove(field);
                 }
@@ -258,6 +263,7 @@ pub fn write_back(
     body.interfaces = hardware
         .resolve(&body.driver, &given)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    body.interfaces.extend(kept);
     Ok(())
 }
 

@@ -5,14 +5,18 @@
 //! deployd's `fake` management interface keeps what it is told in the node (in
 //! `driver_internal_info`, as a fake BMC would remember it), so tools can be exercised
 //! against `fake-hardware` nodes. On real BMCs (`ipmitool`, `redfish`) deployd does not
-//! do these yet, and says so with a 400: never a silent success.
+//! do these yet. Where Ironic answers at once and acts later (attaching and detaching
+//! virtual media: 204, then the management interface's call), deployd answers the same
+//! and records the failure as Ironic does, in `last_error` and as an error event of the
+//! node's history; where Ironic answers from the BMC at once, deployd answers 400. Never
+//! a silent success.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
@@ -61,6 +65,21 @@ fn fake_management(b: &NodeBody, what: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Ironic's words for a management call the node's interface does not have.
+fn unsupported(b: &NodeBody, extension: &str) -> String {
+    format!(
+        "Driver {} does not support {extension} (disabled or not implemented).",
+        b.driver
+    )
+}
+
+/// An operation Ironic takes (204) and fails in its worker: the failure goes where
+/// Ironic puts it, the node's `last_error` and an error event of its history.
+async fn failed_later(app: &App, node: uuid::Uuid, error: String) -> Result<StatusCode, ApiError> {
+    app.conductor.record_failure(node, error).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 fn attached(b: &NodeBody) -> Vec<Value> {
     b.driver_internal_info
         .get(VMEDIA)
@@ -71,7 +90,10 @@ fn attached(b: &NodeBody) -> Vec<Value> {
 
 async fn vmedia(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
-    fake_management(&node.body, "virtual media")?;
+    if fake_management(&node.body, "virtual media").is_err() {
+        let why = unsupported(&node.body, "get_virtual_media");
+        return Err(ApiError::bad_request(why));
+    }
     Ok(Json(json!({"vmedia": attached(&node.body)})))
 }
 
@@ -101,6 +123,16 @@ async fn attach_vmedia(
             "'{source}' is not one of {SOURCES:?}"
         )));
     }
+    let node = find(&app, &ident)?;
+    if fake_management(&node.body, "virtual media").is_err() {
+        let device = &request.device_type;
+        let why = unsupported(&node.body, "attach_virtual_media");
+        let error = format!(
+            "Could not attach device {device} to node {}: {why}",
+            node.uuid()
+        );
+        return failed_later(&app, node.uuid(), error).await;
+    }
     edit(&app, &ident, |b| {
         fake_management(b, "virtual media")?;
         let mut list = attached(b);
@@ -126,18 +158,22 @@ struct Detach {
     device_types: Option<String>,
 }
 
+/// `DELETE …/vmedia`, the devices in the query (`?device_types=cdrom,floppy`, as clients
+/// send them) or in a JSON body.
 async fn detach_vmedia(
     app: State,
     Path(ident): Path<String>,
+    query: Result<Query<Detach>, axum::extract::rejection::QueryRejection>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let request: Detach = if body.is_empty() {
-        Detach::default()
-    } else {
-        parse(&body)?
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let request: Detach = match body.is_empty() {
+        true => Detach::default(),
+        false => parse(&body)?,
     };
-    let only: Option<Vec<String>> = request
+    let only: Option<Vec<String>> = query
         .device_types
+        .or(request.device_types)
         .map(|t| t.split(',').map(|d| d.trim().to_owned()).collect());
     if let Some(bad) = only
         .iter()
@@ -147,6 +183,16 @@ async fn detach_vmedia(
         return Err(ApiError::bad_request(format!(
             "'{bad}' is not one of {DEVICES:?}"
         )));
+    }
+    let node = find(&app, &ident)?;
+    if fake_management(&node.body, "virtual media").is_err() {
+        let devices = only.map_or_else(|| DEVICES.join(", "), |o| o.join(", "));
+        let why = unsupported(&node.body, "detach_virtual_media");
+        let error = format!(
+            "Could not detach device(s) {devices} from node {}: {why}",
+            node.uuid()
+        );
+        return failed_later(&app, node.uuid(), error).await;
     }
     edit(&app, &ident, |b| {
         fake_management(b, "virtual media")?;

@@ -27,27 +27,27 @@ async fn bios(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiE
     Ok(Json(json!({"bios": []})))
 }
 
-/// `PUT /v1/nodes/{id}/states/raid`: stored as the target for a RAID-capable interface; a
-/// node whose `raid_interface` is `no-raid` is refused, as Ironic refuses it.
+/// `PUT /v1/nodes/{id}/states/raid`: checked against Ironic's RAID schema and stored as
+/// the target; `{}` (or no body) clears it. A node whose `raid_interface` is `no-raid` is
+/// refused with 404, as Ironic refuses it.
 async fn raid(app: State, Path(ident): Path<String>, body: Bytes) -> Result<StatusCode, ApiError> {
-    let target: Value = parse(&body)?;
+    let target: Value = match body.iter().all(u8::is_ascii_whitespace) {
+        true => json!({}),
+        false => parse(&body)?,
+    };
     if !target.is_object() {
         return Err(ApiError::bad_request(
-            "The RAID configuration must be an object.",
+            crate::raid::validate(&target).unwrap_err(),
         ));
     }
     edit(&app, &ident, |b| {
-        let iface = b
-            .interfaces
-            .get("raid")
-            .cloned()
-            .unwrap_or_else(|| "no-raid".into());
-        if iface == "no-raid" {
-            return Err(ApiError::bad_request(format!(
-                "Node {} does not support RAID: its raid_interface is \"no-raid\".",
-                b.uuid
+        if b.interfaces.get("raid").is_none_or(|r| r == "no-raid") {
+            return Err(ApiError::not_found(format!(
+                "Driver {} does not support raid (disabled or not implemented).",
+                b.driver
             )));
         }
+        crate::raid::validate(&target).map_err(ApiError::bad_request)?;
         match target.as_object().is_some_and(|t| t.is_empty()) {
             true => b.attrs.remove("target_raid_config"),
             false => b.attrs.insert("target_raid_config".into(), target.clone()),

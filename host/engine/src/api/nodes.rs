@@ -487,16 +487,24 @@ async fn provision(
             clean_steps = Some(steps);
             Verb::Clean
         }
-        // deployd's nodes never hold, and its drivers have no service steps.
+        T::Unhold if node.state() == ProvisionState::ServiceHold => {
+            app.conductor.unhold(node.uuid()).await?;
+            return Ok(accepted(&app, node.uuid()));
+        }
+        // Deploys and cleanings never hold in deployd: only a service step does.
         T::Unhold => return Err(illegal()),
         T::Service => {
-            if node.state() != ProvisionState::Active {
-                return Err(illegal());
-            }
-            return Err(ApiError::bad_request(format!(
-                "Node {} cannot be serviced: its driver has no service steps.",
-                node.uuid()
-            )));
+            let from_runbook = match &request.runbook {
+                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
+                None => None,
+            };
+            let steps = from_runbook.as_ref().or(request.service_steps.as_ref());
+            let steps = check_service_steps(steps)?;
+            app.conductor
+                .service(node.uuid(), steps)
+                .await
+                .map_err(|e| refused(e, &request.target))?;
+            return Ok(accepted(&app, node.uuid()));
         }
         T::Inspect | T::Adopt | T::Rescue | T::Unrescue => {
             return Err(ApiError::bad_request(format!(
@@ -512,15 +520,80 @@ async fn provision(
                 .await
         }
     };
-    started.map_err(|e| match e {
-        crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition { node: n, source }) => ApiError::bad_request(format!(
-            "The requested action \"{}\" can not be performed on node \"{n}\" while it is in state \"{}\".",
-            request.target, source.state
+    started.map_err(|e| refused(e, &request.target))?;
+    Ok(accepted(&app, node.uuid()))
+}
+
+/// 202, pointing at the node's states.
+fn accepted(app: &App, node: Uuid) -> Response {
+    let location = format!("{}/v1/nodes/{node}/states", app.public_url);
+    (StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response()
+}
+
+/// A provision action the conductor refused; an illegal transition in Ironic's words.
+fn refused(e: crate::conductor::ConductorError, target: &str) -> ApiError {
+    match e {
+        crate::conductor::ConductorError::Store(crate::store::StoreError::IllegalTransition {
+            node: n,
+            source,
+        }) => ApiError::bad_request(format!(
+            "The requested action \"{target}\" can not be performed on node \"{n}\" while it is in state \"{}\".",
+            source.state
         )),
         other => other.into(),
-    })?;
-    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
-    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
+    }
+}
+
+/// Servicing needs `service_steps` (or a runbook's): Ironic's built-in steps, which
+/// deployd runs without a ramdisk (see `conductor::servicing`). A `wait` needs its
+/// `seconds` here, since no agent's heartbeat would end it.
+fn check_service_steps(steps: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+    use crate::conductor::servicing::BUILT_IN;
+    let steps = match steps.and_then(Value::as_array) {
+        Some(list) if !list.is_empty() => list,
+        _ => {
+            return Err(ApiError::bad_request(
+                "\"service_steps\" (a non-empty list) is required when setting target provision state to service",
+            ));
+        }
+    };
+    steps
+        .iter()
+        .map(|step| {
+            let interface = step.get("interface").and_then(Value::as_str);
+            let name = step.get("step").and_then(Value::as_str);
+            let (Some(interface), Some(name)) = (interface, name) else {
+                return Err(ApiError::bad_request(format!(
+                    "A service step needs \"interface\" and \"step\": {step}"
+                )));
+            };
+            if !crate::hardware::KINDS.iter().any(|(k, _)| *k == interface) {
+                return Err(ApiError::bad_request(format!(
+                    "'{interface}' is not a valid interface of a service step"
+                )));
+            }
+            if !BUILT_IN.contains(&name) {
+                return Err(ApiError::bad_request(format!(
+                    "node does not support this service step: {step}"
+                )));
+            }
+            let args = match step.get("args") {
+                None | Some(Value::Null) => json!({}),
+                Some(Value::Object(a)) => Value::Object(a.clone()),
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "A service step's args must be an object, not {other}"
+                    )));
+                }
+            };
+            if name == "wait" && args.get("seconds").and_then(Value::as_u64).is_none() {
+                return Err(ApiError::bad_request(
+                    "deployd services without a ramdisk: a \"wait\" service step needs \"seconds\" (a whole number) in its args",
+                ));
+            }
+            Ok(json!({"interface": interface, "step": name, "args": args}))
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]

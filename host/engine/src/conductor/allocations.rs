@@ -64,8 +64,13 @@ impl Searches {
 }
 
 fn fits(state: ProvisionState, b: &NodeBody, want: &Doc) -> bool {
+    available(state, b, want) && has_traits(b, want)
+}
+
+/// Ironic's first filter: available, free, powered, of the class, among the candidates
+/// and of the owner asked for (traits come second, with their own error).
+fn available(state: ProvisionState, b: &NodeBody, want: &Doc) -> bool {
     let attr = |k: &str| b.attrs.get(k).cloned().unwrap_or(Value::Null);
-    let traits = strings(&b.attrs, "traits");
     let candidates = strings(want, "candidate_nodes");
     state == ProvisionState::Available
         && !b.maintenance
@@ -75,11 +80,15 @@ fn fits(state: ProvisionState, b: &NodeBody, want: &Doc) -> bool {
         && want
             .get("resource_class")
             .is_none_or(|rc| rc.is_null() || *rc == attr("resource_class"))
-        && strings(want, "traits").iter().all(|t| traits.contains(t))
         && (candidates.is_empty() || candidates.contains(&b.uuid.to_string()))
         && want
             .get("owner")
             .is_none_or(|o| o.is_null() || *o == attr("owner"))
+}
+
+fn has_traits(b: &NodeBody, want: &Doc) -> bool {
+    let traits = strings(&b.attrs, "traits");
+    strings(want, "traits").iter().all(|t| traits.contains(t))
 }
 
 /// Starts looking for a node for a new allocation.
@@ -153,41 +162,57 @@ impl Conductor {
             .and_then(|d| d.get(KIND, uuid))
             .map_err(|e| e.to_string())?;
         let name = want.get("name").and_then(Value::as_str);
-        let mut candidates: Vec<(bool, Uuid)> = store
+        let class = want
+            .get("resource_class")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let asked_for = !strings(&want, "candidate_nodes").is_empty();
+        let failed = |error: String| format!("Failed to process allocation {uuid}: {error}.");
+        let available: Vec<(bool, Uuid, bool)> = store
             .nodes_after(None)
             .filter_map(Result::ok)
-            .filter(|n| fits(n.state(), &n.body, &want))
+            .filter(|n| available(n.state(), &n.body, &want))
             .map(|n| {
                 (
                     n.body.name.is_some() && n.body.name.as_deref() == name,
                     n.uuid(),
+                    has_traits(&n.body, &want),
                 )
             })
             .collect();
+        // Ironic's words for each filter that leaves nothing, which clients match on.
+        if available.is_empty() {
+            return Err(failed(if asked_for {
+                format!(
+                    "none of the requested nodes are available and match the resource class {class}"
+                )
+            } else {
+                format!("no available nodes match the resource class {class}")
+            }));
+        }
+        let mut candidates: Vec<(bool, Uuid)> = available
+            .into_iter()
+            .filter(|(_, _, traits)| *traits)
+            .map(|(named, node, _)| (named, node))
+            .collect();
+        if candidates.is_empty() {
+            let traits = strings(&want, "traits").join(", ");
+            return Err(failed(format!(
+                "no suitable nodes have the requested traits {traits}"
+            )));
+        }
         // Random order, so concurrent allocations spread over the fleet; but a node named as
         // the allocation is tried first (Ironic 1.79).
         candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
-        let candidates = candidates.into_iter().map(|(_, u)| u);
-        for node in candidates {
+        for (_, node) in candidates {
             match self.take(uuid, node, &want) {
                 Ok(()) => return Ok(()),
                 Err(AllocationError::Deleted) => return Err("deleted".into()),
                 Err(_) => continue,
             }
         }
-        let mut asked = vec![format!(
-            "resource class {}",
-            want.get("resource_class").unwrap_or(&Value::Null)
-        )];
-        for field in ["traits", "candidate_nodes"] {
-            let values = strings(&want, field);
-            if !values.is_empty() {
-                asked.push(format!("{field} {}", values.join(", ")));
-            }
-        }
-        Err(format!(
-            "Failed to process allocation {uuid}: no available nodes match {}",
-            asked.join(" and ")
+        Err(failed(
+            "all nodes were filtered out during reservation".into(),
         ))
     }
 

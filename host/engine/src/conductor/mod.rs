@@ -17,6 +17,7 @@
 
 pub mod allocations;
 mod records;
+pub mod servicing;
 mod steps;
 
 pub use records::token_hash;
@@ -210,10 +211,14 @@ impl Conductor {
         let current = self.store.node(node)?;
         let state = current.state();
         match verb {
+            // From enroll, manage verifies; from available (or a failed state) the node
+            // is manageable at once, with nothing left to verify.
             Verb::Manage => {
                 self.store
                     .apply_event_from(node, state, Event::Manage, None)?;
-                self.spawn(claim, Step::Verify);
+                if matches!(state.next(Event::Manage), Ok(ProvisionState::Verifying)) {
+                    self.spawn(claim, Step::Verify);
+                }
             }
             Verb::Provide if self.cleans(&current.body) => {
                 self.start_cleaning(claim, &current, Event::Provide, Vec::new())?
@@ -341,7 +346,7 @@ impl Conductor {
         let (node, state) = (current.uuid(), current.state());
         let driver = self
             .component(&current.body)
-            .ok_or_else(|| ConductorError::NoDriver(current.body.driver.clone()))?;
+            .ok_or_else(|| no_component(&current.body))?;
         state
             .next(event)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
@@ -628,5 +633,22 @@ impl Verb {
             Verb::Clean => "clean",
             Verb::Abort => "abort",
         }
+    }
+}
+
+/// Why no component runs a node's flows: its type is not loaded, its deploy interface is
+/// one deployd does not perform, or no component of its family drives its power.
+fn no_component(body: &crate::node::NodeBody) -> ConductorError {
+    let iface = |k: &str| body.interfaces.get(k).map_or("", String::as_str);
+    let (deploy, power) = (iface("deploy"), iface("power"));
+    match deploy {
+        "ramdisk" | "bootc" => ConductorError::Invalid(format!(
+            "The {deploy} deploy interface is not supported by deployd; use direct, autodetect, iscsi or fake."
+        )),
+        "" => ConductorError::NoDriver(body.driver.clone()),
+        _ => ConductorError::Invalid(format!(
+            "No loaded component runs deploy interface {deploy} with power interface {power} (hardware type {}).",
+            body.driver
+        )),
     }
 }

@@ -29,6 +29,19 @@ impl Conductor {
         }
     }
 
+    /// An operation the API took and the node's interfaces could not do, outside any flow
+    /// (virtual media on a BMC deployd does not drive): the error goes where Ironic puts
+    /// it, the node's `last_error` and an error event of its history.
+    pub async fn record_failure(&self, node: Uuid, error: String) -> Result<(), ConductorError> {
+        let claim = self.claim_for_operator(node, "update").await?;
+        self.store.update_node(claim.node(), |b| {
+            b.last_error = Some(error.clone());
+            Ok(())
+        })?;
+        self.store.failure(node, error)?;
+        Ok(())
+    }
+
     /// Deletes a node (`DELETE`), holding its claim: never while a flow step runs. Its
     /// ports and what `cascade` names go with it, in one store transaction.
     pub async fn delete(&self, node: Uuid, cascade: &Cascade) -> Result<(), ConductorError> {

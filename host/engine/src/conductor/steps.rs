@@ -47,6 +47,7 @@ impl Conductor {
             // As Ironic's verify: the power and management interfaces only. The deploy
             // interface (the image, its checksum) is the deploy's to validate, so the
             // install guide's order works: enroll, manage, provide, set the image, deploy.
+            Step::Service => self.run_service(node).await?,
             Step::Verify => {
                 let outcome = self.verify(node);
                 match outcome {
@@ -317,6 +318,8 @@ pub(super) enum Step {
     /// Undeploy without cleaning.
     Release,
     CleanUp(String),
+    /// Servicing: the node's service steps from the next one (see `servicing`).
+    Service,
 }
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {

@@ -16,17 +16,19 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         .node(json!({"driver": "fake-hardware", "name": "hw1"}))
         .await;
     let node = s.get(&format!("/v1/nodes/{fake}")).await.body;
+    // Ironic 39's defaults, with deployd's fake deploy and boot first (as an Ironic that
+    // enables them orders them); the reference table test checks every field.
     for (field, value) in [
         ("deploy_interface", "fake"),
         ("power_interface", "fake"),
         ("management_interface", "fake"),
         ("boot_interface", "fake"),
-        ("network_interface", "noop"),
-        ("raid_interface", "fake"),
+        ("network_interface", "flat"),
+        ("raid_interface", "no-raid"),
     ] {
         assert_eq!(node[field], value, "{field}");
     }
-    // ipmi + direct runs agent_ipmitool; iscsi runs pxe_ipmitool; redfish likewise.
+    // ipmi + autodetect runs agent_ipmitool; iscsi runs pxe_ipmitool; redfish likewise.
     let ipmi = s.node(json!({"driver": "ipmi"})).await;
     let node = s.get(&format!("/v1/nodes/{ipmi}")).await.body;
     assert_eq!(
@@ -34,7 +36,7 @@ async fn hardware_types_default_validate_and_choose_the_component() {
             node["deploy_interface"].as_str(),
             node["power_interface"].as_str()
         ),
-        (Some("direct"), Some("ipmitool"))
+        (Some("autodetect"), Some("ipmitool"))
     );
     let component = |n: &str| {
         let node = s.engine.conductor.store().find_node(n).unwrap();
@@ -99,7 +101,7 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         .await;
     assert_eq!(
         a.fault(),
-        "power interface implementation 'redfish' is not supported by hardware type ipmi."
+        "power interface implementation 'redfish' is not supported by hardware type IPMIHardware."
     );
 
     // The 1.30 driver fields come from the same table.
@@ -121,7 +123,7 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         .clone();
     assert_eq!(
         ipmi_doc["enabled_deploy_interfaces"],
-        json!(["direct", "iscsi"])
+        json!(["ramdisk", "direct", "bootc", "autodetect", "iscsi"])
     );
     let old = s
         .at(Method::GET, "/v1/drivers/ipmi", "1.29", None)
@@ -362,35 +364,6 @@ async fn maintenance_traits_vifs_and_conductors() {
             .status,
         StatusCode::NOT_FOUND
     );
-    // RAID: stored where the type has a RAID interface (fake-hardware), {} clears it.
-    let raid_path = format!("{path}/states/raid");
-    let target = json!({"logical_disks": [{"size_gb": 50, "raid_level": "1"}]});
-    assert_eq!(
-        s.send(Method::PUT, &raid_path, target.clone()).await.status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(s.get(&path).await.body["target_raid_config"], target);
-    assert_eq!(
-        s.send(Method::PUT, &raid_path, json!({})).await.status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(s.get(&path).await.body["target_raid_config"], json!({}));
-    let props = s
-        .get("/v1/drivers/fake-hardware/raid/logical_disk_properties")
-        .await
-        .body;
-    assert!(props.get("raid_level").is_some() && props.get("size_gb").is_some());
-    // RAID is refused where the interface is no-raid.
-    let ipmi = s.node(json!({"driver": "ipmi"})).await;
-    let raid = s
-        .send(
-            Method::PUT,
-            &format!("/v1/nodes/{ipmi}/states/raid"),
-            json!({"logical_disks": []}),
-        )
-        .await;
-    assert_eq!(raid.status, StatusCode::BAD_REQUEST);
-    assert!(raid.fault().contains("no-raid"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,6 +152,21 @@ impl super::Store {
     /// Records a milestone of the node's flow in its history (see this module), in the
     /// state it is in now.
     pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
+        self.event_in_place(uuid, None, Some(&note))
+    }
+
+    /// Records an operation on the node that failed outside any flow (a BMC call the API
+    /// took and the management interface could not do), as an error event.
+    pub fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
+        self.event_in_place(uuid, Some(&error), None)
+    }
+
+    fn event_in_place(
+        &self,
+        uuid: Uuid,
+        error: Option<&str>,
+        note: Option<&str>,
+    ) -> Result<(), StoreError> {
         let t = self.w()?;
         let value = self.value(uuid)?;
         let (p, _) = record::split(uuid, &value)?;
@@ -160,9 +175,9 @@ impl super::Store {
             to: p.state,
             event: "milestone",
             target: p.target,
-            error: None,
+            error,
             seconds: 0.0,
-            note: Some(&note),
+            note,
         };
         t.history.record(uuid, self.clock.now(), &change)
     }

@@ -1,0 +1,576 @@
+//! deployd against what a real Ironic 39 answered (`ironic39-drivers.json` beside this
+//! file, recorded with Ironic's default interface options): the hardware types' enabled
+//! and default interfaces field by field, which interfaces a node PATCH takes or refuses
+//! and in which words, and the RAID target's answers. Then the calls gophercloud's
+//! acceptance suite makes that only these need: vendor passthru, servicing with Ironic's
+//! built-in steps, virtual media on an ipmi node, an allocation with no node.
+
+use deployd_test_support as common;
+
+use common::server::{Server, start};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const TYPES: &[&str] = &["ipmi", "redfish", "fake-hardware"];
+const KINDS: &[&str] = &[
+    "bios",
+    "boot",
+    "console",
+    "deploy",
+    "firmware",
+    "inspect",
+    "management",
+    "network",
+    "power",
+    "raid",
+    "rescue",
+    "storage",
+    "vendor",
+];
+
+fn reference() -> Value {
+    serde_json::from_str(include_str!("ironic39-drivers.json")).unwrap()
+}
+
+/// deployd's own implementations, beside Ironic's: `fake` deploy and boot first on
+/// `fake-hardware` (its fake component), `iscsi` last on real types (its pxe family).
+fn with_deployds_own(hw: &str, kind: &str, ironic: &Value) -> Value {
+    let mut list: Vec<Value> = ironic.as_array().unwrap().clone();
+    match (hw, kind) {
+        ("fake-hardware", "deploy" | "boot") => list.insert(0, json!("fake")),
+        ("ipmi" | "redfish", "deploy") => list.push(json!("iscsi")),
+        _ => {}
+    }
+    Value::Array(list)
+}
+
+fn own_default(hw: &str, kind: &str, ironic: &Value) -> Value {
+    match (hw, kind) {
+        ("fake-hardware", "deploy" | "boot") => json!("fake"),
+        _ => ironic.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardware_types_enable_and_default_as_ironic_39() {
+    let s = start(|_| {}).await;
+    let r = reference();
+    for hw in TYPES {
+        let want = &r["drivers"][hw]["body"];
+        let got = s
+            .at(Method::GET, &format!("/v1/drivers/{hw}"), "1.115", None)
+            .await
+            .body;
+        let create = s
+            .at(
+                Method::POST,
+                "/v1/nodes",
+                "1.115",
+                Some(json!({"driver": hw})),
+            )
+            .await;
+        assert_eq!(create.status, StatusCode::CREATED);
+        for kind in KINDS {
+            let enabled = format!("enabled_{kind}_interfaces");
+            let default = format!("default_{kind}_interface");
+            assert_eq!(
+                got[&enabled],
+                with_deployds_own(hw, kind, &want[&enabled]),
+                "{hw} {enabled}"
+            );
+            assert_eq!(
+                got[&default],
+                own_default(hw, kind, &want[&default]),
+                "{hw} {default}"
+            );
+            let field = format!("{kind}_interface");
+            let ironic_node = &r["node_defaults"][hw]["interfaces"][&field];
+            assert_eq!(
+                create.body[&field],
+                own_default(hw, kind, ironic_node),
+                "{hw} node {field}"
+            );
+        }
+    }
+}
+
+/// Every value Ironic's PATCH took is taken; every refusal is a 400 in Ironic's words (the
+/// "Valid interfaces" list with deployd's own names added, the Python object's address
+/// left out); a removed interface goes back to the type's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_patches_take_and_refuse_interfaces_as_ironic_39() {
+    let s = start(|_| {}).await;
+    let r = reference();
+    for hw in TYPES {
+        let node = s.node(json!({"driver": hw})).await;
+        let path = format!("/v1/nodes/{node}");
+        for kind in KINDS {
+            let field = format!("/{kind}_interface");
+            let case = &r["patch_accepts"][hw][kind];
+            let set = |value: &str| {
+                let op = json!([{"op": "replace", "path": field, "value": value}]);
+                s.at(Method::PATCH, &path, "1.115", Some(op))
+            };
+            for value in case["accepted"].as_array().unwrap() {
+                let value = value.as_str().unwrap();
+                let a = set(value).await;
+                assert_eq!(
+                    a.status,
+                    StatusCode::OK,
+                    "{hw} {kind}={value}: {:?}",
+                    a.body
+                );
+                assert_eq!(a.body[&field[1..]], value);
+            }
+            for refused in case["refused"].as_array().unwrap() {
+                let value = refused["value"].as_str().unwrap();
+                let a = set(value).await;
+                if matches!(*kind, "deploy" | "boot") && value == "fake" {
+                    continue; // deployd's own fake deploy and boot: see `with_deployds_own`
+                }
+                assert_eq!(a.status, StatusCode::BAD_REQUEST, "{hw} {kind}={value}");
+                let theirs = refused["faultstring"].as_str().unwrap();
+                let ours = a.fault();
+                match theirs.split_once(" object at 0x") {
+                    // "… implementation '<…RedfishBIOS object at 0x7f…>' is not supported …"
+                    Some(_) => {
+                        let tail = theirs.rsplit_once("' ").unwrap().1;
+                        assert!(ours.ends_with(tail), "{hw} {kind}={value}: {ours}");
+                        assert!(ours.starts_with(&format!("{kind} interface implementation '")));
+                    }
+                    None => {
+                        let (head, _) = theirs.split_once(" Valid interfaces are").unwrap();
+                        assert!(ours.starts_with(head), "{hw} {kind}={value}: {ours}");
+                    }
+                }
+            }
+            let reset = json!([{"op": "remove", "path": field}]);
+            let a = s.at(Method::PATCH, &path, "1.115", Some(reset)).await;
+            assert_eq!(a.status, StatusCode::OK, "{hw} remove {kind}");
+            let default = s
+                .at(Method::GET, &format!("/v1/drivers/{hw}"), "1.115", None)
+                .await
+                .body[format!("default_{kind}_interface")]
+            .clone();
+            assert_eq!(a.body[&field[1..]], default, "{hw} {kind} reset");
+        }
+    }
+    // The two refusals in full, as deployd words them.
+    let ipmi = s.node(json!({"driver": "ipmi"})).await;
+    let ipmi_path = format!("/v1/nodes/{ipmi}");
+    let set = |field: &str, value: &str| {
+        let op = json!([{"op": "replace", "path": field, "value": value}]);
+        s.at(Method::PATCH, &ipmi_path, "1.115", Some(op))
+    };
+    assert_eq!(
+        set("/rescue_interface", "agent").await.fault(),
+        "Could not find the following interface in the 'ironic.hardware.interfaces.rescue' entrypoint: agent. Valid interfaces are ['no-rescue']."
+    );
+    assert_eq!(
+        set("/boot_interface", "redfish-virtual-media")
+            .await
+            .fault(),
+        "boot interface implementation 'redfish-virtual-media' is not supported by hardware type IPMIHardware."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raid_targets_are_answered_as_ironic_39() {
+    let s = start(|_| {}).await;
+    let r = reference();
+    let raid = &r["raid"];
+    let valid = raid["ipmi_raid_agent_valid"]["request_body"].clone();
+    let server = &s;
+    let put = |node: &str, body: Option<Vec<u8>>| {
+        let path = format!("/v1/nodes/{node}/states/raid");
+        async move { server.call(Method::PUT, &path, Some("1.115"), body).await }
+    };
+    let bytes = |v: &Value| Some(v.to_string().into_bytes());
+    // The RAID interfaces that take a target, and the default no-raid ones that do not.
+    for (driver, raid_interface, status) in [
+        ("ipmi", Some("agent"), StatusCode::NO_CONTENT),
+        ("ipmi", None, StatusCode::NOT_FOUND),
+        ("redfish", None, StatusCode::NO_CONTENT),
+        ("redfish", Some("agent"), StatusCode::NO_CONTENT),
+        ("fake-hardware", Some("agent"), StatusCode::NO_CONTENT),
+        ("fake-hardware", None, StatusCode::NOT_FOUND),
+    ] {
+        let mut body = json!({"driver": driver});
+        if let Some(r) = raid_interface {
+            body["raid_interface"] = json!(r);
+        }
+        let node = s.node(body).await;
+        let a = put(&node, bytes(&valid)).await;
+        assert_eq!(a.status, status, "{driver} {raid_interface:?}");
+        let target = &s.get(&format!("/v1/nodes/{node}")).await.body["target_raid_config"];
+        if status == StatusCode::NOT_FOUND {
+            assert_eq!(
+                a.fault(),
+                format!("Driver {driver} does not support raid (disabled or not implemented).")
+            );
+            assert_eq!(*target, json!({}));
+        } else {
+            assert_eq!(*target, valid);
+        }
+    }
+    let node = s
+        .node(json!({"driver": "ipmi", "raid_interface": "agent"}))
+        .await;
+    assert_eq!(
+        put(&node, bytes(&valid)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let states = s.get(&format!("/v1/nodes/{node}/states")).await.body;
+    assert_eq!(states["target_raid_config"], valid);
+    assert_eq!(states["raid_config"], json!({}));
+    // Malformed targets: Ironic's words, and the target stays as it was.
+    for (name, case) in raid["malformed_on_ipmi_raid_agent"].as_object().unwrap() {
+        if name == "invalid_json" || name == "empty_object" {
+            continue;
+        }
+        let a = put(&node, bytes(&case["request_body"])).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{name}");
+        assert_eq!(a.fault(), case["faultstring"].as_str().unwrap(), "{name}");
+        let states = s.get(&format!("/v1/nodes/{node}/states")).await.body;
+        assert_eq!(
+            states["target_raid_config"], valid,
+            "{name} changed nothing"
+        );
+    }
+    let a = put(
+        &node,
+        Some(b"{\"logical_disks\": [ {\"size_gb\": 10,".to_vec()),
+    )
+    .await;
+    assert_eq!(
+        a.status,
+        StatusCode::BAD_REQUEST,
+        "not JSON: a client error here"
+    );
+    // {} clears it, and so does no body.
+    assert_eq!(
+        put(&node, bytes(&json!({}))).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let states = s.get(&format!("/v1/nodes/{node}/states")).await.body;
+    assert_eq!(states["target_raid_config"], json!({}));
+    assert_eq!(
+        put(&node, bytes(&valid)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(put(&node, None).await.status, StatusCode::NO_CONTENT);
+    let states = s.get(&format!("/v1/nodes/{node}/states")).await.body;
+    assert_eq!(states["target_raid_config"], json!({}));
+    // The logical disk properties, for every type.
+    for hw in TYPES {
+        let a = s
+            .get(&format!("/v1/drivers/{hw}/raid/logical_disk_properties"))
+            .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(
+            a.body,
+            raid["driver_logical_disk_properties"]["ipmi"]["body"]
+        );
+    }
+}
+
+async fn state_of(s: &Server, node: &str) -> String {
+    s.get(&format!("/v1/nodes/{node}")).await.body["provision_state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn wait_for(s: &Server, node: &str, state: &str) {
+    for _ in 0..200 {
+        if state_of(s, node).await == state {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{node} never reached {state}: {}", state_of(s, node).await);
+}
+
+/// A fake node as gophercloud makes one (`boot_interface` and `deploy_interface` fake),
+/// deployed.
+async fn active_fake_node(s: &Server) -> String {
+    let node = s
+        .node(json!({"driver": "fake-hardware", "boot_interface": "fake", "deploy_interface": "fake"}))
+        .await;
+    for (target, state) in [
+        ("manage", "manageable"),
+        ("provide", "available"),
+        ("active", "active"),
+    ] {
+        let a = s
+            .at(
+                Method::PUT,
+                &format!("/v1/nodes/{node}/states/provision"),
+                "1.87",
+                Some(json!({"target": target})),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{target}: {:?}", a.body);
+        wait_for(s, &node, state).await;
+    }
+    node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servicing_runs_ironics_built_in_steps_and_holds_until_unhold() {
+    let s = start(|_| {}).await;
+    let node = active_fake_node(&s).await;
+    let provision_path = format!("/v1/nodes/{node}/states/provision");
+    let provision = |body: Value, version: &'static str| {
+        s.at(Method::PUT, &provision_path, version, Some(body))
+    };
+    let reboot =
+        json!({"target": "service", "service_steps": [{"interface": "deploy", "step": "reboot"}]});
+    assert_eq!(
+        provision(reboot.clone(), "1.86").await.status,
+        StatusCode::NOT_ACCEPTABLE
+    );
+    assert_eq!(provision(reboot, "1.87").await.status, StatusCode::ACCEPTED);
+    wait_for(&s, &node, "active").await;
+    let history = s
+        .at(
+            Method::GET,
+            &format!("/v1/nodes/{node}/history"),
+            "1.87",
+            None,
+        )
+        .await;
+    let events: Vec<String> = history.body["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        events.iter().any(|e| e.contains("\"servicing\"")),
+        "{events:?}"
+    );
+
+    // hold, then power off after unhold.
+    let held = json!({"target": "service", "service_steps": [
+        {"interface": "deploy", "step": "hold"},
+        {"interface": "power", "step": "power_off"}]});
+    assert_eq!(provision(held, "1.87").await.status, StatusCode::ACCEPTED);
+    wait_for(&s, &node, "service hold").await;
+    let unhold = json!({"target": "unhold"});
+    assert_eq!(
+        provision(unhold.clone(), "1.87").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "active").await;
+    assert_eq!(
+        s.get(&format!("/v1/nodes/{node}")).await.body["power_state"],
+        "power off"
+    );
+    // Refused, changing nothing: unhold with nothing held, a step deployd does not have, a
+    // wait no heartbeat would end, no steps.
+    assert_eq!(
+        provision(unhold, "1.87").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    for steps in [
+        json!([{"interface": "deploy", "step": "write_image"}]),
+        json!([{"interface": "deploy", "step": "wait"}]),
+        json!([{"interface": "nowhere", "step": "reboot"}]),
+        json!([]),
+    ] {
+        let a = provision(json!({"target": "service", "service_steps": steps}), "1.87").await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{steps}");
+        assert_eq!(state_of(&s, &node).await, "active");
+    }
+    // A short wait runs.
+    let wait = json!({"target": "service", "service_steps": [
+        {"interface": "deploy", "step": "wait", "args": {"seconds": 1}}]});
+    assert_eq!(provision(wait, "1.87").await.status, StatusCode::ACCEPTED);
+    wait_for(&s, &node, "active").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vendor_passthru_lists_no_methods_and_refuses_calls_in_ironics_words() {
+    let s = start(|_| {}).await;
+    let node = s.node(json!({"driver": "fake-hardware"})).await;
+    for path in [
+        format!("/v1/nodes/{node}/vendor_passthru/methods"),
+        "/v1/drivers/ipmi/vendor_passthru/methods".to_owned(),
+    ] {
+        let a = s.get(&path).await;
+        assert_eq!((a.status, a.body), (StatusCode::OK, json!({})), "{path}");
+    }
+    for base in [
+        format!("/v1/nodes/{node}/vendor_passthru"),
+        "/v1/drivers/fake-hardware/vendor_passthru".to_owned(),
+    ] {
+        for method in [Method::POST, Method::GET, Method::DELETE] {
+            let a = s
+                .call(
+                    method.clone(),
+                    &format!("{base}?method=missing_method"),
+                    Some("1.38"),
+                    Some(b"{\"noop\": true}".to_vec()),
+                )
+                .await;
+            assert_eq!(a.status, StatusCode::BAD_REQUEST, "{method} {base}");
+            assert_eq!(a.fault(), "No handler for method missing_method");
+        }
+        let a = s.send(Method::POST, &base, json!({})).await;
+        assert_eq!(a.fault(), "Method not specified");
+    }
+    let a = s.get("/v1/drivers/no-such/vendor_passthru/methods").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    let a = s.get("/v1/nodes/no-such/vendor_passthru/methods").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+}
+
+/// As Ironic: attaching virtual media to an ipmi node is accepted and fails in the
+/// management interface, in `last_error` and the node's history; listing it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_media_on_an_ipmi_node_fails_where_ironic_reports_it() {
+    let s = start(|_| {}).await;
+    let node = s
+        .node(json!({"driver": "ipmi", "boot_interface": "ipxe", "raid_interface": "agent"}))
+        .await;
+    let path = format!("/v1/nodes/{node}/vmedia");
+    let attach = json!({"device_type": "cdrom", "image_url": "http://127.0.0.1:17"});
+    let a = s.at(Method::POST, &path, "1.93", Some(attach)).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let error = format!(
+        "Could not attach device cdrom to node {node}: Driver ipmi does not support attach_virtual_media (disabled or not implemented)."
+    );
+    assert_eq!(
+        s.get(&format!("/v1/nodes/{node}")).await.body["last_error"],
+        error
+    );
+    let history = s
+        .at(
+            Method::GET,
+            &format!("/v1/nodes/{node}/history"),
+            "1.93",
+            None,
+        )
+        .await
+        .body;
+    let last = history["history"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["event"].as_str(), last["severity"].as_str()),
+        (Some(error.as_str()), Some("ERROR"))
+    );
+    for query in ["?device_types=cdrom", ""] {
+        let a = s
+            .call(
+                Method::DELETE,
+                &format!("{path}{query}"),
+                Some("1.93"),
+                None,
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::NO_CONTENT, "{query}");
+    }
+    assert!(
+        s.get(&format!("/v1/nodes/{node}")).await.body["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(
+                "Could not detach device(s) cdrom, floppy, disk from node {node}"
+            ))
+    );
+    let a = s.at(Method::GET, &path, "1.93", None).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        a.fault(),
+        "Driver ipmi does not support get_virtual_media (disabled or not implemented)."
+    );
+    let a = s
+        .call(
+            Method::DELETE,
+            &format!("{path}?device_types=tape"),
+            Some("1.93"),
+            None,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+}
+
+/// gophercloud skips its allocation test on Ironic's words for "nothing matches".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_fail_in_ironics_words() {
+    let s = start(|_| {}).await;
+    let settled = |uuid: String| {
+        let s = &s;
+        async move {
+            for _ in 0..200 {
+                let a = s
+                    .at(
+                        Method::GET,
+                        &format!("/v1/allocations/{uuid}"),
+                        "1.52",
+                        None,
+                    )
+                    .await;
+                if a.body["state"] != "allocating" {
+                    return a.body;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            panic!("allocation {uuid} never settled");
+        }
+    };
+    let server = &s;
+    let create = |body: Value| async move {
+        let a = server
+            .at(Method::POST, "/v1/allocations", "1.52", Some(body))
+            .await;
+        assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+        a.body["uuid"].as_str().unwrap().to_owned()
+    };
+    let none = create(json!({"resource_class": "baremetal"})).await;
+    let doc = settled(none.clone()).await;
+    assert_eq!(doc["state"], "error");
+    assert_eq!(
+        doc["last_error"],
+        format!(
+            "Failed to process allocation {none}: no available nodes match the resource class baremetal."
+        )
+    );
+    // An available node of the class, without the trait asked for.
+    let node = active_fake_node(&s).await;
+    let provision = json!({"target": "deleted"});
+    s.at(
+        Method::PUT,
+        &format!("/v1/nodes/{node}/states/provision"),
+        "1.52",
+        Some(provision),
+    )
+    .await;
+    wait_for(&s, &node, "available").await;
+    let rc = json!([{"op": "add", "path": "/resource_class", "value": "gold"}]);
+    assert_eq!(
+        s.send(Method::PATCH, &format!("/v1/nodes/{node}"), rc)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let traits = create(json!({"resource_class": "gold", "traits": ["CUSTOM_GPU"]})).await;
+    assert_eq!(
+        settled(traits.clone()).await["last_error"],
+        format!(
+            "Failed to process allocation {traits}: no suitable nodes have the requested traits CUSTOM_GPU."
+        )
+    );
+    let named = create(json!({"resource_class": "silver", "candidate_nodes": [node]})).await;
+    assert_eq!(
+        settled(named.clone()).await["last_error"],
+        format!(
+            "Failed to process allocation {named}: none of the requested nodes are available and match the resource class silver."
+        )
+    );
+}
