@@ -163,7 +163,7 @@ async fn list(
     Extension(version): Extension<Version>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let detail = match q.detail.as_deref() {
         None => false,
         Some(d) => schema::parse_bool(&json!(d))
@@ -194,7 +194,7 @@ async fn show(
     Path(name): Path<String>,
     query: Result<Query<ShowQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| super::http::error::query_refused(&e))?;
     if !Hardware::new(app.conductor.registry()).exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
@@ -267,7 +267,7 @@ async fn receive_and_load(
     query: Result<Query<LoadQuery>, axum::extract::rejection::QueryRejection>,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let limits = Limits::checked(q.memory_mib, q.deadline_ms).map_err(ApiError::bad_request)?;
     let dir = app.plugins_dir.clone().unwrap_or_else(std::env::temp_dir);
     let upload = receive(body, &dir).await?;

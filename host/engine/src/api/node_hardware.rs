@@ -166,7 +166,7 @@ async fn detach_vmedia(
     query: Result<Query<Detach>, axum::extract::rejection::QueryRejection>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let request: Detach = match body.is_empty() {
         true => Detach::default(),
         false => parse(&body)?,

@@ -241,7 +241,7 @@ async fn respond(
 ) -> Response {
     let q = match query {
         Ok(Query(pairs)) => ListQuery::parse(pairs, version),
-        Err(e) => Err(ApiError::bad_request(e.body_text())),
+        Err(e) => Err(super::http::error::query_refused(&e)),
     };
     let mut q = match q {
         Ok(q) => q,

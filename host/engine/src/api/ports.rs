@@ -242,7 +242,7 @@ async fn respond(
     detail: bool,
     scope: Scope,
 ) -> Result<Response, ApiError> {
-    let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(pairs) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let params = Params::parse(pairs, &PORT, FILTERS, version, detail)?;
     let store = &app.conductor.store();
     let node_ident = match &scope {

@@ -176,7 +176,7 @@ async fn list(
     detail: bool,
 ) -> Result<Response, ApiError> {
     exists(r, version)?;
-    let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(pairs) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let params = Params::parse(pairs, &r.schema, r.filters, version, detail)?;
     let node = match params.filter("node") {
         Some(ident) => Some(json!(app.conductor.store().find_node(ident)?.uuid())),

@@ -574,3 +574,31 @@ async fn allocations_fail_in_ironics_words() {
         )
     );
 }
+
+/// An unknown query parameter is refused in Ironic's shape and words, on every resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_query_parameters_are_named_in_ironics_words() {
+    let s = start(|_| {}).await;
+    let node = s.node(json!({"driver": "fake-hardware", "name": "q1"})).await;
+    for path in [
+        "/v1/nodes".to_owned(),
+        "/v1/nodes/detail".to_owned(),
+        format!("/v1/nodes/{node}"),
+        format!("/v1/nodes/{node}/history"),
+        "/v1/ports".to_owned(),
+        "/v1/portgroups".to_owned(),
+        "/v1/allocations".to_owned(),
+        "/v1/chassis".to_owned(),
+        "/v1/drivers".to_owned(),
+        "/v1/drivers/ipmi".to_owned(),
+        "/v1/conductors".to_owned(),
+        "/v1/deploy_templates".to_owned(),
+    ] {
+        let a = s
+            .at(Method::GET, &format!("{path}?bogus=1"), "1.115", None)
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(a.headers["content-type"], "application/json", "{path}");
+        assert_eq!(a.fault(), "Unknown argument: \"bogus\"", "{path}");
+    }
+}

@@ -137,3 +137,37 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }
+
+/// A query string that does not parse, in Ironic's words where it has them: an unknown
+/// parameter is `Unknown argument: "name"` (its `UnknownArgument`), which clients match.
+pub fn query_refused(rejection: &axum::extract::rejection::QueryRejection) -> ApiError {
+    ApiError::bad_request(query_words(&rejection.body_text()))
+}
+
+/// Rewrites axum's "Failed to deserialize query string: x: unknown field `x`, …".
+pub fn query_words(text: &str) -> String {
+    let unknown = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .and_then(|rest| rest.split_once("unknown field `"))
+        .and_then(|(_, name)| name.split_once('`'))
+        .map(|(name, _)| name);
+    match unknown {
+        Some(name) => format!("Unknown argument: \"{name}\""),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_unknown_query_parameter_is_named_as_ironic_names_it() {
+        assert_eq!(
+            super::query_words(
+                "Failed to deserialize query string: bogus: unknown field `bogus`, expected `fields`"
+            ),
+            "Unknown argument: \"bogus\""
+        );
+        let other = "Failed to deserialize query string: limit: invalid digit found in string";
+        assert_eq!(super::query_words(other), other);
+    }
+}

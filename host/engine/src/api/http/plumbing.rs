@@ -119,7 +119,7 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     let text = String::from_utf8_lossy(&text).trim().to_owned();
     let message = match text.is_empty() {
         true => status.canonical_reason().unwrap_or("Error").to_owned(),
-        false => text,
+        false => super::error::query_words(&text),
     };
     let mut shaped = ApiError::new(status, message).into_response();
     for (name, value) in &parts.headers {
