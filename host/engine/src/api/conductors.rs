@@ -49,7 +49,9 @@ async fn conductors(
     app: State,
     axum::extract::Query(q): axum::extract::Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    const KNOWN: &[&str] = &["detail", "fields", "limit", "marker", "sort_key", "sort_dir"];
+    const KNOWN: &[&str] = &[
+        "detail", "fields", "limit", "marker", "sort_key", "sort_dir",
+    ];
     if let Some((unknown, _)) = q.iter().find(|(k, _)| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(format!(
             "Unknown argument: \"{unknown}\""

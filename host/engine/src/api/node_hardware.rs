@@ -4,12 +4,12 @@
 //!
 //! deployd's `fake` management interface keeps what it is told in the node (in
 //! `driver_internal_info`, as a fake BMC would remember it), so tools can be exercised
-//! against `fake-hardware` nodes. On real BMCs (`ipmitool`, `redfish`) deployd does not
-//! do these yet. Where Ironic answers at once and acts later (attaching and detaching
-//! virtual media: 204, then the management interface's call), deployd answers the same
-//! and records the failure as Ironic does, in `last_error` and as an error event of the
-//! node's history; where Ironic answers from the BMC at once, deployd answers 400. Never
-//! a silent success.
+//! against `fake-hardware` nodes. The `redfish` interface attaches, detaches and lists
+//! virtual media through the BMC's `VirtualMedia` (`conductor::virtual_media`): 204 at
+//! once and the work in the background, as in Ironic. `ipmitool` has no virtual media:
+//! as in Ironic, the attach or detach is taken and fails, recorded in `last_error` and as
+//! an error event of the node's history; the list is a 400. Boot mode, secure boot and
+//! firmware are the fake interface's only. Never a silent success.
 
 use std::sync::Arc;
 
@@ -65,6 +65,11 @@ fn fake_management(b: &NodeBody, what: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Redfish management does virtual media through the BMC (`conductor::virtual_media`).
+fn redfish_management(b: &NodeBody) -> bool {
+    b.interfaces.get("management").map(String::as_str) == Some("redfish")
+}
+
 /// Ironic's words for a management call the node's interface does not have.
 fn unsupported(b: &NodeBody, extension: &str) -> String {
     format!(
@@ -90,6 +95,16 @@ fn attached(b: &NodeBody) -> Vec<Value> {
 
 async fn vmedia(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
+    if redfish_management(&node.body) {
+        let listed = app.conductor.list_media(node.uuid()).await;
+        let listed = listed.map_err(|e| {
+            ApiError::bad_request(format!(
+                "Could not get virtual media of node {}: {e}",
+                node.uuid()
+            ))
+        })?;
+        return Ok(Json(json!({"vmedia": listed})));
+    }
     if fake_management(&node.body, "virtual media").is_err() {
         let why = unsupported(&node.body, "get_virtual_media");
         return Err(ApiError::bad_request(why));
@@ -124,6 +139,13 @@ async fn attach_vmedia(
         )));
     }
     let node = find(&app, &ident)?;
+    if redfish_management(&node.body) {
+        let (device, image) = (request.device_type, request.image_url);
+        app.conductor
+            .attach_media(node.uuid(), device, image)
+            .await?;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     if fake_management(&node.body, "virtual media").is_err() {
         let device = &request.device_type;
         let why = unsupported(&node.body, "attach_virtual_media");
@@ -185,6 +207,10 @@ async fn detach_vmedia(
         )));
     }
     let node = find(&app, &ident)?;
+    if redfish_management(&node.body) {
+        app.conductor.detach_media(node.uuid(), only).await?;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     if fake_management(&node.body, "virtual media").is_err() {
         let devices = only.map_or_else(|| DEVICES.join(", "), |o| o.join(", "));
         let why = unsupported(&node.body, "detach_virtual_media");

@@ -19,6 +19,7 @@ pub mod allocations;
 mod records;
 pub mod servicing;
 mod steps;
+mod virtual_media;
 
 pub use records::token_hash;
 use steps::Step;

@@ -33,8 +33,13 @@ impl Conductor {
     /// (virtual media on a BMC deployd does not drive): the error goes where Ironic puts
     /// it, the node's `last_error` and an error event of its history.
     pub async fn record_failure(&self, node: Uuid, error: String) -> Result<(), ConductorError> {
-        let claim = self.claim_for_operator(node, "update").await?;
-        self.store.update_node(claim.node(), |b| {
+        let _claim = self.claim_for_operator(node, "update").await?;
+        self.note_failure(node, error)
+    }
+
+    /// [`Conductor::record_failure`] for a caller that holds the node's claim.
+    pub(super) fn note_failure(&self, node: Uuid, error: String) -> Result<(), ConductorError> {
+        self.store.update_node(node, |b| {
             b.last_error = Some(error.clone());
             Ok(())
         })?;

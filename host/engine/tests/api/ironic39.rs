@@ -579,7 +579,9 @@ async fn allocations_fail_in_ironics_words() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_query_parameters_are_named_in_ironics_words() {
     let s = start(|_| {}).await;
-    let node = s.node(json!({"driver": "fake-hardware", "name": "q1"})).await;
+    let node = s
+        .node(json!({"driver": "fake-hardware", "name": "q1"}))
+        .await;
     for path in [
         "/v1/nodes".to_owned(),
         "/v1/nodes/detail".to_owned(),
@@ -601,4 +603,98 @@ async fn unknown_query_parameters_are_named_in_ironics_words() {
         assert_eq!(a.headers["content-type"], "application/json", "{path}");
         assert_eq!(a.fault(), "Unknown argument: \"bogus\"", "{path}");
     }
+}
+
+/// Virtual media on a Redfish BMC (sushy-tools' emulator), as Ironic's `redfish`
+/// management does it: the attach is taken at once and done in the background, the BMC
+/// fetches the image and shows it inserted, a detach ejects it, and a failure (an image
+/// the BMC cannot fetch) lands in `last_error` and the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_media_on_a_redfish_bmc_goes_through_its_virtual_media() {
+    use common::emulators;
+    let s = start(|_| {}).await;
+    let (_sushy, base, system) = emulators::sushy().await;
+    let iso = axum::Router::new().route(
+        "/boot.iso",
+        axum::routing::get(|| async { vec![0x42u8; 64 << 10] }),
+    );
+    let images = emulators::serve(iso).await;
+    let image = format!("http://{images}/boot.iso");
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": {"redfish_address": base, "redfish_system_id": system}}))
+        .await;
+    let path = format!("/v1/nodes/{node}/vmedia");
+    let cd = |listed: &Value| {
+        listed["vmedia"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["media_types"].as_array().unwrap().contains(&json!("CD")))
+            .cloned()
+            .unwrap()
+    };
+    let until = |want: bool| {
+        let (s, path) = (&s, &path);
+        async move {
+            for _ in 0..200 {
+                let listed = s.at(Method::GET, path, "1.93", None).await;
+                assert_eq!(listed.status, StatusCode::OK, "{:?}", listed.body);
+                let device = cd(&listed.body);
+                if (device["inserted"] == json!(true)) == want {
+                    return device;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("the cd never became inserted={want}");
+        }
+    };
+    let attach = json!({"device_type": "cdrom", "image_url": image});
+    let a = s.at(Method::POST, &path, "1.93", Some(attach)).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.body);
+    assert_eq!(until(true).await["image"], image);
+    // The BMC itself says so.
+    let bmc: Value = reqwest::get(format!(
+        "{base}/redfish/v1/Systems/{system}/VirtualMedia/Cd"
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        (bmc["Image"].as_str(), bmc["Inserted"].as_bool()),
+        (Some(image.as_str()), Some(true))
+    );
+    let a = s
+        .call(
+            Method::DELETE,
+            &format!("{path}?device_types=cdrom"),
+            Some("1.93"),
+            None,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    until(false).await;
+    assert_eq!(
+        s.get(&format!("/v1/nodes/{node}")).await.body["last_error"],
+        Value::Null
+    );
+
+    // An image the BMC cannot fetch: taken, then failed where Ironic reports it.
+    let attach = json!({"device_type": "cdrom", "image_url": "http://127.0.0.1:17/none.iso"});
+    assert_eq!(
+        s.at(Method::POST, &path, "1.93", Some(attach)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let prefix =
+        format!("Could not attach device cdrom to node {node}: redfish insert media: BMC answered");
+    for _ in 0..200 {
+        let error = s.get(&format!("/v1/nodes/{node}")).await.body["last_error"].clone();
+        if error.as_str().is_some_and(|e| e.starts_with(&prefix)) {
+            until(false).await;
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the failed attach was never reported");
 }

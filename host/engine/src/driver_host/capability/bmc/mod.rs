@@ -8,6 +8,7 @@
 
 mod ipmitool;
 mod redfish;
+mod redfish_vmedia;
 
 use std::path::PathBuf;
 
@@ -244,6 +245,39 @@ pub async fn act(
         PowerAction::Reboot => reboot(services, node, power).await,
     };
     result.map_err(|e| e.to_string())
+}
+
+/// Virtual media on the node's BMC, which only Redfish has: `Insert(device, image)`,
+/// `Eject(devices or all)`, `List`. The answer of `List` is the devices as Ironic lists
+/// them; the others answer `Null`.
+pub enum Media {
+    Insert(String, String),
+    Eject(Option<Vec<String>>),
+    List,
+}
+
+pub async fn virtual_media(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    what: Media,
+) -> Result<Value, String> {
+    let target = match resolve(services, node, power).map_err(|e| e.to_string())? {
+        Bmc::Redfish(t) => t,
+        _ => return Err(format!("the {power} BMC has no virtual media")),
+    };
+    let http = &services.http;
+    match what {
+        Media::Insert(device, image) => target
+            .insert_media(http, &device, &image)
+            .await
+            .map(|()| Value::Null),
+        Media::Eject(devices) => target
+            .eject_media(http, devices.as_deref())
+            .await
+            .map(|()| Value::Null),
+        Media::List => target.list_media(http).await.map(Value::from),
+    }
 }
 
 /// Whether the node's driver_info is complete for this power backend.

@@ -7,7 +7,9 @@ use super::super::bindings::deployd::driver::bmc::{BootDevice, PowerState};
 
 pub struct Target {
     /// `http(s)://host:port/redfish/v1/Systems/<id>`
-    system: String,
+    pub(super) system: String,
+    /// `http(s)://host:port`, which the BMC's `@odata.id` paths are relative to.
+    origin: String,
     auth: Option<(String, String)>,
 }
 
@@ -29,8 +31,16 @@ impl Target {
         } else {
             format!("/redfish/v1/Systems/{system_id}")
         };
+        let origin = match address
+            .find("://")
+            .and_then(|i| address[i + 3..].find('/').map(|j| i + 3 + j))
+        {
+            Some(end) => address[..end].to_owned(),
+            None => address.to_owned(),
+        };
         Ok(Target {
             system: format!("{address}{path}"),
+            origin,
             auth: user.map(|u| (u, password.unwrap_or_default())),
         })
     }
@@ -46,6 +56,36 @@ impl Target {
             Some((u, p)) => r.basic_auth(u, Some(p)),
             None => r,
         }
+    }
+
+    /// A BMC path (`/redfish/v1/...`) as a url.
+    pub(super) fn at(&self, path: &str) -> String {
+        match path.starts_with('/') {
+            true => format!("{}{path}", self.origin),
+            false => path.to_owned(),
+        }
+    }
+
+    pub(super) async fn get(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        what: &str,
+    ) -> Result<Value, String> {
+        self.send(self.request(http, reqwest::Method::GET, url), what)
+            .await
+    }
+
+    pub(super) async fn post(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        body: Value,
+        what: &str,
+    ) -> Result<(), String> {
+        let url = self.at(url);
+        let r = self.request(http, reqwest::Method::POST, &url).json(&body);
+        self.send(r, what).await.map(drop)
     }
 
     async fn send(&self, r: reqwest::RequestBuilder, what: &str) -> Result<Value, String> {
