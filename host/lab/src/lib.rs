@@ -202,10 +202,13 @@ impl Lab {
                 agent.clone(),
                 mode.clone(),
                 nic,
-                if vm {
-                    args.vm.extra_disk_sizes.len()
-                } else {
-                    0
+                machine::Spec {
+                    extra_disks: if vm {
+                        args.vm.extra_disk_sizes.len()
+                    } else {
+                        0
+                    },
+                    memory_mb: args.vm.vm_memory_mb,
                 },
             );
             let disk = std::fs::File::create(&machine.disk)

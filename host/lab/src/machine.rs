@@ -75,10 +75,19 @@ pub struct Machine {
     pub nic: crate::vm::Nic,
     /// A VM's other disks (`<name>.disk1`, `.disk2`, …).
     pub extra_disks: Vec<PathBuf>,
+    /// The machine's memory, as its BMC reports it (a VM's is given to QEMU).
+    pub memory_mb: u32,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
     state: Mutex<State>,
+}
+
+/// What a machine has besides its first disk, as its BMC reports it.
+pub struct Spec {
+    /// A VM's other disks.
+    pub extra_disks: usize,
+    pub memory_mb: u32,
 }
 
 impl Machine {
@@ -89,8 +98,12 @@ impl Machine {
         args: AgentArgs,
         mode: AgentMode,
         nic: crate::vm::Nic,
-        extra_disks: usize,
+        spec: Spec,
     ) -> Arc<Machine> {
+        let Spec {
+            extra_disks,
+            memory_mb,
+        } = spec;
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
@@ -98,6 +111,7 @@ impl Machine {
             extra_disks: (1..=extra_disks)
                 .map(|i| dir.join(format!("{name}.disk{i}")))
                 .collect(),
+            memory_mb,
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],

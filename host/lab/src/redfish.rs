@@ -24,6 +24,15 @@ pub fn router(machines: Machines) -> Router {
         .route("/redfish/v1/", get(service_root))
         .route("/redfish/v1/Systems", get(systems))
         .route("/redfish/v1/Systems/{id}", get(system).patch(patch_system))
+        .route("/redfish/v1/Systems/{id}/Processors", get(processors))
+        .route("/redfish/v1/Systems/{id}/Processors/CPU0", get(processor))
+        .route("/redfish/v1/Systems/{id}/EthernetInterfaces", get(nics))
+        .route(
+            "/redfish/v1/Systems/{id}/EthernetInterfaces/{nic}",
+            get(nic),
+        )
+        .route("/redfish/v1/Systems/{id}/SimpleStorage", get(storages))
+        .route("/redfish/v1/Systems/{id}/SimpleStorage/0", get(storage))
         .route(
             "/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset",
             post(reset),
@@ -100,7 +109,99 @@ fn system_doc(v: &MachineView) -> Value {
 }
 
 async fn system(State(m): State<Machines>, Path(id): Path<String>) -> Result<Json<Value>, Refused> {
-    Ok(Json(system_doc(&find(&m, &id)?.view())))
+    let machine = find(&m, &id)?;
+    let mut doc = system_doc(&machine.view());
+    let at = |what: &str| json!({"@odata.id": format!("/redfish/v1/Systems/{id}/{what}")});
+    doc["ProcessorSummary"] = json!({"Count": 1});
+    doc["MemorySummary"] = json!({"TotalSystemMemoryGiB": machine.memory_mb as f64 / 1024.0});
+    doc["Manufacturer"] = json!("deployd lab");
+    doc["Model"] = json!(if machine.nic == crate::vm::Nic::None {
+        "process"
+    } else {
+        "QEMU"
+    });
+    doc["SerialNumber"] = json!(machine.name);
+    for what in ["Processors", "EthernetInterfaces", "SimpleStorage"] {
+        doc[what] = at(what);
+    }
+    Ok(Json(doc))
+}
+
+/// A collection of one member at `path`.
+fn collection(path: String) -> Json<Value> {
+    Json(json!({"Members@odata.count": 1, "Members": [{"@odata.id": path}]}))
+}
+
+async fn processors(
+    State(m): State<Machines>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Refused> {
+    find(&m, &id)?;
+    Ok(collection(format!(
+        "/redfish/v1/Systems/{id}/Processors/CPU0"
+    )))
+}
+
+/// The lab's machines are x86-64 (QEMU's `qemu-system-x86_64`, or this host for a process).
+async fn processor(
+    State(m): State<Machines>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Refused> {
+    find(&m, &id)?;
+    Ok(Json(
+        json!({"Id": "CPU0", "ProcessorType": "CPU", "InstructionSet": "x86-64", "TotalCores": 1}),
+    ))
+}
+
+async fn nics(State(m): State<Machines>, Path(id): Path<String>) -> Result<Json<Value>, Refused> {
+    let machine = find(&m, &id)?;
+    Ok(collection(format!(
+        "/redfish/v1/Systems/{id}/EthernetInterfaces/{}",
+        machine.mac
+    )))
+}
+
+async fn nic(
+    State(m): State<Machines>,
+    Path((id, nic)): Path<(String, String)>,
+) -> Result<Json<Value>, Refused> {
+    let machine = find(&m, &id)?;
+    if !nic.eq_ignore_ascii_case(&machine.mac) {
+        return Err(Refused(
+            StatusCode::NOT_FOUND,
+            format!("no NIC {nic} on {id}"),
+        ));
+    }
+    Ok(Json(
+        json!({"Id": nic, "MACAddress": machine.mac, "LinkStatus": "LinkUp"}),
+    ))
+}
+
+async fn storages(
+    State(m): State<Machines>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Refused> {
+    find(&m, &id)?;
+    Ok(collection(format!(
+        "/redfish/v1/Systems/{id}/SimpleStorage/0"
+    )))
+}
+
+/// The machine's disks, each as large as its file is now.
+async fn storage(
+    State(m): State<Machines>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Refused> {
+    let machine = find(&m, &id)?;
+    let devices: Vec<Value> = std::iter::once(&machine.disk)
+        .chain(&machine.extra_disks)
+        .enumerate()
+        .map(|(i, disk)| {
+            let size = std::fs::metadata(disk).map(|m| m.len()).unwrap_or(0);
+            json!({"Name": format!("disk{i}"), "CapacityBytes": size})
+        })
+        .collect();
+    Ok(Json(json!({"Id": "0", "Devices": devices})))
 }
 
 async fn patch_system(

@@ -302,8 +302,23 @@ async fn firmware(app: State, Path(ident): Path<String>) -> Result<Json<Value>, 
 /// deployd does not inspect machines, so no node has an inventory.
 async fn inventory(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident)?;
-    Err(ApiError::not_found(format!(
-        "Node inventory for node {} could not be found (deployd does not inspect nodes).",
-        node.uuid()
-    )))
+    let kind = crate::conductor::inspection::INVENTORY;
+    let docs = app
+        .conductor
+        .store()
+        .docs()
+        .map_err(crate::conductor::ConductorError::from)?;
+    match docs.get(kind, node.uuid()) {
+        Ok(doc) => Ok(Json(json!({
+            "inventory": doc.get("inventory"),
+            "plugin_data": doc.get("plugin_data"),
+        }))),
+        Err(crate::store::StoreError::DocumentNotFound { .. }) => {
+            Err(ApiError::not_found(format!(
+                "Node inventory for node {} could not be found.",
+                node.uuid()
+            )))
+        }
+        Err(e) => Err(crate::conductor::ConductorError::from(e).into()),
+    }
 }

@@ -506,7 +506,14 @@ async fn provision(
                 .map_err(|e| refused(e, &request.target))?;
             return Ok(accepted(&app, node.uuid()));
         }
-        T::Inspect | T::Adopt | T::Rescue | T::Unrescue => {
+        T::Inspect => {
+            app.conductor
+                .inspect(node.uuid())
+                .await
+                .map_err(|e| refused(e, &request.target))?;
+            return Ok(accepted(&app, node.uuid()));
+        }
+        T::Adopt | T::Rescue | T::Unrescue => {
             return Err(ApiError::bad_request(format!(
                 "deployd does not support the provision target \"{target}\"."
             )));
@@ -658,6 +665,7 @@ async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, 
 
 /// What goes with a node when it is deleted: (kind, unique fields).
 pub const OF_NODE: &[(&str, &[&str])] = &[
+    (crate::conductor::inspection::INVENTORY, &[]),
     (PORTGROUP.kind, PORTGROUP.unique),
     (VOLUME_CONNECTOR.kind, VOLUME_CONNECTOR.unique),
     (VOLUME_TARGET.kind, VOLUME_TARGET.unique),

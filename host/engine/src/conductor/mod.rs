@@ -16,6 +16,7 @@
 //!   clean-up runs; other nodes carry on.
 
 pub mod allocations;
+pub mod inspection;
 mod records;
 pub mod servicing;
 mod steps;

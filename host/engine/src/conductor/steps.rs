@@ -48,6 +48,7 @@ impl Conductor {
             // interface (the image, its checksum) is the deploy's to validate, so the
             // install guide's order works: enroll, manage, provide, set the image, deploy.
             Step::Service => self.run_service(node).await?,
+            Step::Inspect => self.run_inspection(node).await?,
             Step::Verify => {
                 let outcome = self.verify(node);
                 match outcome {
@@ -320,6 +321,8 @@ pub(super) enum Step {
     CleanUp(String),
     /// Servicing: the node's service steps from the next one (see `servicing`).
     Service,
+    /// Out-of-band inspection (see `inspection`).
+    Inspect,
 }
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {

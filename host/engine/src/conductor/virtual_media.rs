@@ -65,10 +65,10 @@ impl Conductor {
         let me = self.clone();
         tokio::spawn(async move {
             let services = me.registry.services().clone();
-            if let Err(e) = bmc::virtual_media(&services, node, "redfish", what).await {
-                if let Err(e) = me.note_failure(node, format!("{error}: {e}")) {
-                    tracing::error!(%node, "recording a virtual media failure: {e}");
-                }
+            if let Err(e) = bmc::virtual_media(&services, node, "redfish", what).await
+                && let Err(e) = me.note_failure(node, format!("{error}: {e}"))
+            {
+                tracing::error!(%node, "recording a virtual media failure: {e}");
             }
             drop(claim);
         });

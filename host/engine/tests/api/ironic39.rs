@@ -698,3 +698,160 @@ async fn virtual_media_on_a_redfish_bmc_goes_through_its_virtual_media() {
     }
     panic!("the failed attach was never reported");
 }
+
+async fn provision(s: &Server, node: &str, target: &str) -> common::server::Answer {
+    let path = format!("/v1/nodes/{node}/states/provision");
+    s.at(Method::PUT, &path, "1.115", Some(json!({"target": target})))
+        .await
+}
+
+/// Redfish inspection (the `redfish` type's default inspect interface) of a lab machine:
+/// its BMC's processors, memory, NIC and disk become the inventory, the properties and a
+/// port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
+    let s = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let vm = deployd_lab::VmArgs {
+        disk_size: 20 << 30, // sparse
+        vm_memory_mb: 2048,
+        ..Default::default()
+    };
+    let args = deployd_lab::LabArgs {
+        machines: 1,
+        dir: dir.path().join("lab"),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        api_url: "http://127.0.0.1:9".into(),
+        throttle: None,
+        heartbeat_interval: None,
+        agent_tasks: true,
+        agent_tls: deployd_lab::TlsMode::Auto,
+        vm,
+    };
+    let lab = deployd_lab::Lab::start(&args, deployd_lab::AgentMode::Task)
+        .await
+        .unwrap();
+    let machine = lab.machines["machine-000"].clone();
+    let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": info}))
+        .await;
+    let inventory = format!("/v1/nodes/{node}/inventory");
+    assert_eq!(
+        s.at(Method::GET, &inventory, "1.81", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::BAD_REQUEST,
+        "from enroll"
+    );
+    assert_eq!(
+        provision(&s, &node, "manage").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    let body = s
+        .at(Method::GET, &format!("/v1/nodes/{node}"), "1.115", None)
+        .await
+        .body;
+    assert_eq!(body["last_error"], Value::Null);
+    let p = &body["properties"];
+    assert_eq!(
+        (p["memory_mb"].as_u64(), p["local_gb"].as_u64()),
+        (Some(2048), Some(19))
+    );
+    assert_eq!(p["cpu_arch"], "x86_64");
+    let got = s.at(Method::GET, &inventory, "1.81", None).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let inv = &got.body["inventory"];
+    assert_eq!(
+        inv["interfaces"][0]["mac_address"],
+        machine.mac.to_lowercase()
+    );
+    assert_eq!(inv["disks"][0]["size"], 20u64 << 30);
+    assert_eq!(inv["cpu"]["count"], 1);
+    assert_eq!(got.body["plugin_data"], json!({}));
+    let ports = s
+        .get(&format!("/v1/nodes/{node}/ports?detail=True"))
+        .await
+        .body;
+    assert_eq!(ports["ports"][0]["address"], machine.mac.to_lowercase());
+    // Inspected again: the port is not made twice, the inventory is replaced.
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    let ports = s.get(&format!("/v1/nodes/{node}/ports")).await.body;
+    assert_eq!(ports["ports"].as_array().unwrap().len(), 1);
+    // Deleting the node takes its inventory with it.
+    assert_eq!(
+        s.send(Method::DELETE, &format!("/v1/nodes/{node}"), json!({}))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    drop(lab);
+}
+
+/// Against sushy-tools' fake driver, which reports no memory and no processors, inspection
+/// fails as Ironic's does (the essential properties missing) after storing what it found;
+/// a type whose inspect interface is no-inspect is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_without_essential_properties_fails_in_ironics_words() {
+    let s = start(|_| {}).await;
+    let (_sushy, base, system) = common::emulators::sushy().await;
+    let info = json!({"redfish_address": base, "redfish_system_id": system});
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": info}))
+        .await;
+    assert_eq!(
+        provision(&s, &node, "manage").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    let before = s.get(&format!("/v1/nodes/{node}")).await.body["properties"].clone();
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "inspect failed").await;
+    let body = s.get(&format!("/v1/nodes/{node}")).await.body;
+    assert_eq!(
+        body["last_error"],
+        format!(
+            "Failed to inspect hardware. Reason: Failed to discover the following properties: memory_mb, cpu_arch on node {node}"
+        )
+    );
+    assert_eq!(body["properties"], before, "properties unchanged");
+    let inv = s
+        .at(
+            Method::GET,
+            &format!("/v1/nodes/{node}/inventory"),
+            "1.81",
+            None,
+        )
+        .await;
+    assert_eq!(inv.body["inventory"]["boot"]["current_boot_mode"], "uefi");
+    assert_eq!(
+        inv.body["inventory"]["interfaces"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let ipmi = s.node(json!({"driver": "ipmi"})).await;
+    let a = provision(&s, &ipmi, "inspect").await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        a.fault(),
+        "Driver ipmi does not support inspect (disabled or not implemented)."
+    );
+}

@@ -8,6 +8,7 @@
 
 mod ipmitool;
 mod redfish;
+mod redfish_inspect;
 mod redfish_vmedia;
 
 use std::path::PathBuf;
@@ -277,6 +278,14 @@ pub async fn virtual_media(
             .await
             .map(|()| Value::Null),
         Media::List => target.list_media(http).await.map(Value::from),
+    }
+}
+
+/// The node's inventory, read out of band from its Redfish BMC.
+pub async fn inspect(services: &Services, node: Uuid) -> Result<Value, String> {
+    match resolve(services, node, "redfish").map_err(|e| e.to_string())? {
+        Bmc::Redfish(t) => t.inventory(&services.http).await,
+        _ => Err("only a Redfish BMC is inspected out of band".into()),
     }
 }
 

@@ -1,0 +1,166 @@
+//! Inspection (`inspect` from `manageable`), out of band through the node's Redfish BMC,
+//! as Ironic 39's `redfish` inspect interface (the `redfish` type's default) does it: the
+//! inventory is read and stored (`GET /v1/nodes/{node}/inventory`), a port is created for
+//! each MAC found that no port has, and `memory_mb`, `local_gb`, `cpu_arch` (and the boot
+//! mode capability) fill the node's properties. Without the three essential properties
+//! the inspection fails with Ironic's words and the properties stay as they were.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::steps::Step;
+use super::{Conductor, ConductorError};
+use crate::driver_host::capability::bmc;
+use crate::state_machine::Event;
+use crate::store::StoreError;
+use crate::store::documents::Doc;
+
+/// The document kind a node's inventory is kept as (its uuid is the node's).
+pub const INVENTORY: &str = "node_inventory";
+
+/// Disks smaller than this are not the node's local disk (Ironic's 4 GiB).
+const SMALLEST_DISK: u64 = 4 << 30;
+
+impl Conductor {
+    /// Starts inspecting a node whose inspect interface deployd performs (`redfish`).
+    pub async fn inspect(self: &Arc<Self>, node: Uuid) -> Result<(), ConductorError> {
+        let claim = self.claim_for_operator(node, "inspect").await?;
+        let current = self.store.node(node)?;
+        if current.body.interfaces.get("inspect").map(String::as_str) != Some("redfish") {
+            return Err(ConductorError::Invalid(format!(
+                "Driver {} does not support inspect (disabled or not implemented).",
+                current.body.driver
+            )));
+        }
+        let state = current.state();
+        state
+            .next(Event::Inspect)
+            .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        self.store
+            .apply_event_from(node, state, Event::Inspect, None)?;
+        self.spawn(claim, Step::Inspect);
+        Ok(())
+    }
+
+    /// The inspection itself, holding the node's claim.
+    pub(super) async fn run_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
+        let services = self.registry.services().clone();
+        let outcome = match bmc::inspect(&services, node).await {
+            Ok(inventory) => self.apply_inventory(node, inventory),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => self.store.apply_event(node, Event::Done, None)?,
+            Err(e) => {
+                let error = format!("Failed to inspect hardware. Reason: {e}");
+                self.store.apply_event(node, Event::Fail, Some(error))?
+            }
+        };
+        Ok(())
+    }
+
+    fn apply_inventory(&self, node: Uuid, inventory: Value) -> Result<(), String> {
+        let mut doc = Doc::new();
+        doc.insert("node_uuid".into(), json!(node));
+        doc.insert("inventory".into(), inventory.clone());
+        doc.insert("plugin_data".into(), json!({}));
+        let docs = self.store.docs_to_write().map_err(|e| e.to_string())?;
+        let replaced = docs.update(
+            INVENTORY,
+            node,
+            &[],
+            |d: &mut Doc| -> Result<(), StoreError> {
+                *d = doc.clone();
+                Ok(())
+            },
+        );
+        match replaced {
+            Err(StoreError::DocumentNotFound { .. }) => docs.insert(INVENTORY, node, &doc, &[]),
+            other => other.map(drop),
+        }
+        .map_err(|e| e.to_string())?;
+        drop(docs);
+        self.add_ports(node, &inventory);
+        let properties = properties_of(&inventory);
+        let missing: Vec<&str> = ["memory_mb", "local_gb", "cpu_arch"]
+            .into_iter()
+            .filter(|p| !properties.contains_key(*p))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "Failed to discover the following properties: {} on node {node}",
+                missing.join(", ")
+            ));
+        }
+        self.store
+            .update_node(node, |b| {
+                for (key, value) in &properties {
+                    let boot_mode_set = key == "capabilities"
+                        && b.properties
+                            .get("capabilities")
+                            .and_then(Value::as_str)
+                            .is_some_and(|c| c.contains("boot_mode:"));
+                    if !boot_mode_set {
+                        b.properties.insert(key.clone(), value.clone());
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// A port for each MAC found that no port has (Ironic's `ports` hook); a MAC another
+    /// node's port has is left to it.
+    fn add_ports(&self, node: Uuid, inventory: &Value) {
+        for iface in inventory["interfaces"].as_array().into_iter().flatten() {
+            let Some(mac) = iface["mac_address"].as_str() else {
+                continue;
+            };
+            match self.store.port_with_mac(mac) {
+                Ok(Some(port)) if port.node_uuid != node => {
+                    tracing::warn!(%node, mac, other = %port.node_uuid, "inspected MAC belongs to another node's port");
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    if let Err(e) = self.store.create_port(node, mac, Default::default()) {
+                        tracing::warn!(%node, mac, "cannot create the inspected port: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!(%node, mac, "cannot look the inspected MAC up: {e}"),
+            }
+        }
+    }
+}
+
+/// What inspection sets in a node's properties.
+fn properties_of(inventory: &Value) -> serde_json::Map<String, Value> {
+    let mut p = serde_json::Map::new();
+    if let Some(mb) = inventory["memory"]["physical_mb"].as_u64() {
+        p.insert("memory_mb".into(), json!(mb));
+    }
+    let smallest = inventory["disks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["size"].as_u64())
+        .filter(|s| *s >= SMALLEST_DISK)
+        .min();
+    // Ironic's local_gb: the disk's GiB less one (0 for a node with no disk).
+    p.insert(
+        "local_gb".into(),
+        json!(smallest.map_or(0, |s| (s >> 30) - 1)),
+    );
+    if let Some(arch) = inventory["cpu"]["architecture"]
+        .as_str()
+        .filter(|a| !a.is_empty())
+    {
+        p.insert("cpu_arch".into(), json!(arch));
+    }
+    if let Some(mode) = inventory["boot"]["current_boot_mode"].as_str() {
+        p.insert("capabilities".into(), json!(format!("boot_mode:{mode}")));
+    }
+    p
+}
