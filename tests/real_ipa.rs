@@ -138,12 +138,17 @@ impl Machine {
 
     /// Boots the ramdisk: a fresh IPA process (a new boot, so a new token and certificate).
     fn boot(&self, api: &str, n: u32) -> Ipa {
+        self.boot_with(api, n, "")
+    }
+
+    /// Boots the ramdisk with more of IPA's options (`name = value` lines).
+    fn boot_with(&self, api: &str, n: u32, options: &str) -> Ipa {
         let conf = self.dir.join(format!("ipa-{n}.conf"));
         let log = self.dir.join(format!("ipa-{n}.log"));
         std::fs::write(
             &conf,
             format!(
-                "[DEFAULT]\napi_url = {api}\nlisten_host = 127.0.0.1\nlisten_port = {p}\nadvertise_host = 127.0.0.1\nadvertise_port = {p}\nhardware_initialization_delay = 0\ndisk_wait_attempts = 0\nlookup_timeout = 300\nlookup_interval = 1\nenable_mdns = False\nlog_file = {log}\ndebug = true\n",
+                "[DEFAULT]\napi_url = {api}\nlisten_host = 127.0.0.1\nlisten_port = {p}\nadvertise_host = 127.0.0.1\nadvertise_port = {p}\nhardware_initialization_delay = 0\ndisk_wait_attempts = 0\nlookup_timeout = 300\nlookup_interval = 1\nenable_mdns = False\nlog_file = {log}\ndebug = true\n{options}",
                 p = self.port,
                 log = log.display()
             ),
@@ -410,5 +415,92 @@ fn ironic_python_agent_deploys_and_cleans_through_agent_ipmitool_over_auto_tls()
         json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"}),
         "52:54:00:1a:00:02",
         Given::SlowRaw,
+    );
+}
+
+/// In-band inspection (`inspect_interface` `agent`): the node boots its ramdisk through its
+/// BMC and waits; the real IPA, with its inspection collectors on, posts its inventory to
+/// `POST /v1/continue_inspection`; the node gets its properties and inventory, is powered
+/// off and is manageable again.
+#[test]
+fn ironic_python_agent_inspects_a_node_in_band_through_continue_inspection() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_sushy, base, system) = runtime.block_on(emulators::sushy());
+    let dir = tempfile::tempdir().unwrap();
+    open_to_all(dir.path());
+    let engine = Engine::start(&dir.path().join("data"), &["--inspect-wait-timeout", "120"]);
+    let mac = "52:54:00:1a:00:03";
+    let (status, node) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": "redfish", "inspect_interface": "agent",
+                    "driver_info": {"redfish_address": base, "redfish_system_id": system}})),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        "POST",
+        &format!("{}/v1/ports", engine.url),
+        Some(json!({"node_uuid": uuid, "address": mac})),
+    );
+    assert_eq!(status, 201);
+    provision(&engine.url, &uuid, "manage");
+    wait_node(&engine.url, &uuid, 30, |n| {
+        n["provision_state"] == "manageable"
+    });
+    provision(&engine.url, &uuid, "inspect");
+    let node = wait_node(&engine.url, &uuid, 30, |n| {
+        n["provision_state"] != "inspecting"
+    });
+    assert_eq!(
+        node["provision_state"], "inspect wait",
+        "{}",
+        node["last_error"]
+    );
+    let machine = Machine::new(dir.path(), mac, 64, false);
+    let _ipa = machine.boot_with(
+        &engine.url,
+        1,
+        "inspection_collectors = default\ninspection_dhcp_wait_timeout = 0\n",
+    );
+    let node = wait_node(&engine.url, &uuid, 120, |n| {
+        n["provision_state"] != "inspect wait"
+    });
+    assert_eq!(
+        node["provision_state"],
+        "manageable",
+        "last_error {}\n{}",
+        node["last_error"],
+        machine.summary()
+    );
+    let p = &node["properties"];
+    assert_eq!(
+        (p["memory_mb"].as_u64(), p["cpu_arch"].as_str()),
+        (Some(1024), Some("x86_64")),
+        "{p}"
+    );
+    assert_eq!(p["local_gb"], 0, "a 64 MiB disk is no local disk");
+    assert_eq!(p["capabilities"], "boot_mode:bios");
+    assert_eq!(node["power_state"], "power off");
+    let (status, inventory) = call(
+        "GET",
+        &format!("{}/v1/nodes/{uuid}/inventory", engine.url),
+        None,
+    );
+    assert_eq!(status, 200);
+    let inv = &inventory["inventory"];
+    assert_eq!(inv["interfaces"][0]["mac_address"], mac);
+    assert_eq!(inv["disks"][0]["size"], 64 * MIB, "{inv}");
+    assert_eq!(inv["cpu"]["model_name"], "deployd test");
+    // What IPA sent beside the inventory is kept as the plugin data, as Ironic keeps it.
+    assert_eq!(
+        inventory["plugin_data"]["boot_interface"], mac,
+        "{}",
+        inventory["plugin_data"]
+    );
+    assert!(
+        machine.logs().contains("inspection finished successfully"),
+        "{}",
+        machine.summary()
     );
 }

@@ -153,6 +153,13 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
     };
     let own = info.get("kernel_append_params").and_then(Value::as_str);
     let append = own.unwrap_or(&server.kernel_append_params);
+    // Booted for in-band inspection: the agent posts its inventory first, as Ironic's
+    // agent inspect interface asks of ironic-python-agent.
+    let inspect = match node.state() {
+        crate::state_machine::ProvisionState::InspectWait
+        | crate::state_machine::ProvisionState::Inspecting => " ipa-inspection-collectors=default",
+        _ => "",
+    };
     let mut text = String::from("#!ipxe\n");
     let _ = writeln!(
         text,
@@ -163,7 +170,7 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
     let _ = writeln!(text, "imgfree");
     let _ = writeln!(
         text,
-        "kernel {kernel} ipa-api-url={base} BOOTIF={} {append} initrd=deploy_ramdisk || goto failed",
+        "kernel {kernel} ipa-api-url={base} BOOTIF={}{inspect} {append} initrd=deploy_ramdisk || goto failed",
         bootif(mac)
     );
     let _ = writeln!(

@@ -10,6 +10,7 @@
 //! clean_callback_timeout = 1800      # clean wait
 //! service_callback_timeout = 1800    # service wait
 //! rescue_callback_timeout = 1800     # rescue wait
+//! inspect_wait_timeout = 1800        # inspect wait (from the inspection's boot)
 //! deploy_stall_timeout = 0           # wait call-back with heartbeats but no progress
 //! clean_stall_timeout = 0            # clean wait, the same (0: off, the default)
 //! check_provision_state_interval = 60  # longest the sweeper sleeps; 0 turns it off
@@ -170,6 +171,7 @@ pub struct Conductor {
     pub clean_callback_timeout: u64,
     pub service_callback_timeout: u64,
     pub rescue_callback_timeout: u64,
+    pub inspect_wait_timeout: u64,
     /// Seconds a deploy's agent may heartbeat without progress before the node fails; 0
     /// (the default) turns the check off: the real ironic-python-agent shows progress
     /// only as commands start and end, so a long image write looks stalled to it.
@@ -219,6 +221,7 @@ impl Default for Conductor {
             clean_callback_timeout: 1800,
             service_callback_timeout: 1800,
             rescue_callback_timeout: 1800,
+            inspect_wait_timeout: 1800,
             deploy_stall_timeout: 0,
             clean_stall_timeout: 0,
             check_provision_state_interval: 60,
@@ -280,6 +283,9 @@ pub struct Overrides {
     /// Seconds for "rescue wait"; 0 disables [default: 1800].
     #[arg(long, env = "DEPLOYD_RESCUE_CALLBACK_TIMEOUT")]
     pub rescue_callback_timeout: Option<u64>,
+    /// Seconds for "inspect wait", from the inspection's boot; 0 disables [default: 1800].
+    #[arg(long, env = "DEPLOYD_INSPECT_WAIT_TIMEOUT")]
+    pub inspect_wait_timeout: Option<u64>,
     /// Seconds a deploy's agent may heartbeat with no progress; 0 disables [default: 0].
     #[arg(long, env = "DEPLOYD_DEPLOY_STALL_TIMEOUT")]
     pub deploy_stall_timeout: Option<u64>,
@@ -354,6 +360,7 @@ impl Config {
         set(&mut c.clean_callback_timeout, o.clean_callback_timeout);
         set(&mut c.service_callback_timeout, o.service_callback_timeout);
         set(&mut c.rescue_callback_timeout, o.rescue_callback_timeout);
+        set(&mut c.inspect_wait_timeout, o.inspect_wait_timeout);
         set(&mut c.deploy_stall_timeout, o.deploy_stall_timeout);
         set(&mut c.clean_stall_timeout, o.clean_stall_timeout);
         set(
@@ -399,6 +406,7 @@ impl Config {
             clean_callback: Duration::from_secs(c.clean_callback_timeout),
             service_callback: Duration::from_secs(c.service_callback_timeout),
             rescue_callback: Duration::from_secs(c.rescue_callback_timeout),
+            inspect_wait: Duration::from_secs(c.inspect_wait_timeout),
             deploy_stall: Duration::from_secs(c.deploy_stall_timeout),
             clean_stall: Duration::from_secs(c.clean_stall_timeout),
         }

@@ -5,11 +5,12 @@
 //! has one *interface* per kind (`deploy_interface`, `power_interface`, …).
 //!
 //! The built-in types enable exactly what Ironic 39 enables with its default options, and
-//! default to what it defaults to (`../shared/reference/ironic39-drivers.json`, compared
-//! field by field by a test). deployd adds two implementations of its own, because it can
-//! perform them: the `fake` deploy and boot of its fake component (as an Ironic with them
-//! enabled does, `fake-hardware` then defaults to them) and `iscsi`, the pxe family, where
-//! the engine writes the disk the ramdisk exposes.
+//! default to what it defaults to (`tests/api/ironic39-drivers.json`, compared field by
+//! field by a test). deployd adds implementations of its own, because it performs them:
+//! the `fake` deploy and boot of its fake component (as an Ironic with them enabled does,
+//! `fake-hardware` then defaults to them), `iscsi`, the pxe family, where the engine
+//! writes the disk the ramdisk exposes, and `agent` inspection (in band: the ramdisk's
+//! inventory), which Ironic 39 has but does not enable by default.
 //!
 //! Two kinds choose the component that runs the node's flows:
 //!
@@ -178,6 +179,9 @@ impl<'a> Hardware<'a> {
         }
         if kind == "deploy" && hw != "fake-hardware" && self.pxe_loaded(hw) {
             all.push("iscsi".into());
+        }
+        if kind == "inspect" {
+            all.push("agent".into());
         }
         all
     }

@@ -33,6 +33,8 @@ pub struct Timeouts {
     pub clean_callback: Duration,
     pub service_callback: Duration,
     pub rescue_callback: Duration,
+    /// `inspect wait` (Ironic's `inspect_wait_timeout`).
+    pub inspect_wait: Duration,
     /// How long a deploy's progress may stand still while its agent heartbeats.
     pub deploy_stall: Duration,
     /// The same for cleaning.
@@ -57,6 +59,7 @@ impl Timeouts {
             clean_callback: d,
             service_callback: d,
             rescue_callback: d,
+            inspect_wait: d,
             deploy_stall: Duration::ZERO,
             clean_stall: Duration::ZERO,
         }
@@ -75,7 +78,7 @@ impl Timeouts {
         let d = match state.wait_kind()? {
             WaitKind::Deploy => self.deploy_stall,
             WaitKind::Clean => self.clean_stall,
-            WaitKind::Service | WaitKind::Rescue => return None,
+            WaitKind::Service | WaitKind::Rescue | WaitKind::Inspect => return None,
         };
         (!d.is_zero()).then_some(d)
     }
@@ -109,6 +112,7 @@ impl Timeouts {
             WaitKind::Clean => self.clean_callback,
             WaitKind::Service => self.service_callback,
             WaitKind::Rescue => self.rescue_callback,
+            WaitKind::Inspect => self.inspect_wait,
         };
         (!d.is_zero()).then_some(d)
     }

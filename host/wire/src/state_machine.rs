@@ -121,6 +121,9 @@ pub enum WaitKind {
     Clean,
     Service,
     Rescue,
+    /// `inspect wait`: the ramdisk's inventory is awaited (Ironic's `inspect_wait_timeout`,
+    /// from the moment inspection booted it: agents do not heartbeat while inspecting).
+    Inspect,
 }
 
 impl WaitKind {
@@ -131,6 +134,7 @@ impl WaitKind {
             WaitKind::Clean => "clean_callback_timeout",
             WaitKind::Service => "service_callback_timeout",
             WaitKind::Rescue => "rescue_callback_timeout",
+            WaitKind::Inspect => "inspect_wait_timeout",
         }
     }
 }
@@ -269,9 +273,8 @@ impl ProvisionState {
         })
     }
 
-    /// Wait states in which a ramdisk agent calls back, each bounded by a callback timeout.
-    /// Only these accept a touch. (`inspect wait` is bounded by inspection start, not by
-    /// callbacks, and is not touched by heartbeats.)
+    /// Wait states, each bounded by its timeout: those in which a ramdisk agent calls back,
+    /// and `inspect wait`.
     pub fn wait_kind(self) -> Option<WaitKind> {
         use ProvisionState as S;
         match self {
@@ -279,8 +282,16 @@ impl ProvisionState {
             S::CleanWait => Some(WaitKind::Clean),
             S::ServiceWait => Some(WaitKind::Service),
             S::RescueWait => Some(WaitKind::Rescue),
+            S::InspectWait => Some(WaitKind::Inspect),
             _ => None,
         }
+    }
+
+    /// Wait states a heartbeat touches. `inspect wait` is bounded from the moment the
+    /// ramdisk booted for inspection, as Ironic's `inspect_wait_timeout` is, so nothing
+    /// extends it.
+    pub fn accepts_touch(self) -> bool {
+        matches!(self.wait_kind(), Some(k) if k != WaitKind::Inspect)
     }
 
     /// States in which the engine itself is working. Nobody can resume them after a

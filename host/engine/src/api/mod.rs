@@ -24,6 +24,7 @@
 //! | [`node_history`] | `/v1/nodes/{node}/history…` (1.78) |
 //! | [`ports`] | `/v1/ports…`, `/v1/nodes/{node}/ports` |
 //! | [`drivers`] | `GET /v1/drivers…`; the extension `/v1/deployd/drivers` to load and unload |
+//! | [`continue_inspection`] | `POST /v1/continue_inspection` (1.84): an agent's inventory for in-band inspection |
 //! | [`ramdisk`] | the agents' endpoints: `GET /v1/lookup`, `POST /v1/heartbeat/{node}` (1.22) |
 //! | [`conductors`] | `/v1/conductors…` (1.49) |
 //! | [`resources`] | the handlers every stored-only resource below shares |
@@ -47,6 +48,7 @@
 mod allocations;
 mod chassis;
 mod conductors;
+mod continue_inspection;
 mod deploy_templates;
 pub mod drivers;
 pub mod http;
@@ -153,6 +155,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(ports::routes())
         .merge(drivers::routes())
         .merge(ramdisk::routes())
+        .merge(continue_inspection::routes())
         .merge(resources::routes(RESOURCES))
         .merge(maintenance::routes())
         .merge(traits::routes())

@@ -1,9 +1,14 @@
-//! Inspection (`inspect` from `manageable`), out of band through the node's Redfish BMC,
-//! as Ironic 39's `redfish` inspect interface (the `redfish` type's default) does it: the
-//! inventory is read and stored (`GET /v1/nodes/{node}/inventory`), a port is created for
-//! each MAC found that no port has, and `memory_mb`, `local_gb`, `cpu_arch` (and the boot
-//! mode capability) fill the node's properties. Without the three essential properties
-//! the inspection fails with Ironic's words and the properties stay as they were.
+//! Inspection (`inspect` from `manageable`), as Ironic 39 does it with two interfaces:
+//! - `redfish`, out of band (the `redfish` type's default): the BMC's resources are read;
+//! - `agent`, in band: the node boots its ramdisk from the network and waits in
+//!   `inspect wait` (bounded by `inspect_wait_timeout`) until the agent posts its
+//!   inventory to `POST /v1/continue_inspection`; then it is powered off.
+//!
+//! Either way the inventory is stored (`GET /v1/nodes/{node}/inventory`), a port is created
+//! for each MAC found that no port has, and `memory_mb`, `local_gb`, `cpu_arch` (and the
+//! boot mode capability) fill the node's properties. Without the three essential
+//! properties the inspection fails with Ironic's words and the properties stay as they
+//! were.
 
 use std::sync::Arc;
 
@@ -12,8 +17,9 @@ use uuid::Uuid;
 
 use super::steps::Step;
 use super::{Conductor, ConductorError};
-use crate::driver_host::capability::bmc;
-use crate::state_machine::Event;
+use crate::driver_host::capability::bindings::deployd::driver::bmc::BootDevice;
+use crate::driver_host::capability::bmc::{self, PowerAction};
+use crate::state_machine::{Event, ProvisionState};
 use crate::store::StoreError;
 use crate::store::documents::Doc;
 
@@ -28,27 +34,144 @@ impl Conductor {
     pub async fn inspect(self: &Arc<Self>, node: Uuid) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, "inspect").await?;
         let current = self.store.node(node)?;
-        if current.body.interfaces.get("inspect").map(String::as_str) != Some("redfish") {
-            return Err(ConductorError::Invalid(format!(
-                "Driver {} does not support inspect (disabled or not implemented).",
-                current.body.driver
-            )));
-        }
+        let step = match current.body.interfaces.get("inspect").map(String::as_str) {
+            Some("redfish") => Step::Inspect,
+            Some("agent") => Step::InspectBoot,
+            _ => {
+                return Err(ConductorError::Invalid(format!(
+                    "Driver {} does not support inspect (disabled or not implemented).",
+                    current.body.driver
+                )));
+            }
+        };
         let state = current.state();
         state
             .next(Event::Inspect)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
         self.store
             .apply_event_from(node, state, Event::Inspect, None)?;
-        self.spawn(claim, Step::Inspect);
+        self.spawn(claim, step);
         Ok(())
+    }
+
+    /// In-band inspection's first half: the node boots its ramdisk from the network, and
+    /// waits for its inventory.
+    pub(super) async fn boot_for_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
+        let booted = async {
+            let record = self.store.node(node).map_err(|e| e.to_string())?;
+            let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+            let power = driver.description.power.clone();
+            let services = self.registry.services().clone();
+            bmc::set_boot_device(&services, node, &power, BootDevice::Pxe, false)
+                .await
+                .map_err(|e| e.to_string())?;
+            bmc::act(&services, node, &power, PowerAction::Reboot).await
+        };
+        match booted.await {
+            Ok(()) => self.store.apply_event(node, Event::Wait, None)?,
+            Err(e) => {
+                let error = format!("Failed to inspect hardware. Reason: {e}");
+                self.store.apply_event(node, Event::Fail, Some(error))?
+            }
+        };
+        Ok(())
+    }
+
+    /// The node that sent this inventory to `POST /v1/continue_inspection`, as Ironic
+    /// finds it: a port with one of its MACs, else a node whose BMC address it reports;
+    /// only a node in `inspect wait` (`None` for all else, which the API answers 404).
+    pub fn inspected_node(&self, inventory: &Value) -> Result<Option<Uuid>, StoreError> {
+        let macs: Vec<&str> = inventory["interfaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["mac_address"].as_str())
+            .collect();
+        let waiting = |uuid: Uuid| {
+            self.store
+                .node(uuid)
+                .is_ok_and(|n| n.state() == ProvisionState::InspectWait)
+        };
+        if let Some(uuid) = self.store.node_by_macs(macs.iter().copied())? {
+            return Ok(Some(uuid).filter(|u| waiting(*u)));
+        }
+        let bmc: Vec<&str> = ["bmc_address", "bmc_v6address"]
+            .iter()
+            .filter_map(|k| inventory[*k].as_str())
+            .filter(|a| !a.is_empty() && *a != "0.0.0.0" && *a != "::/0")
+            .collect();
+        if bmc.is_empty() {
+            return Ok(None);
+        }
+        for n in self.store.nodes_after(None).filter_map(Result::ok) {
+            if n.state() != ProvisionState::InspectWait {
+                continue;
+            }
+            let info = &n.body.driver_info;
+            let ipmi = info.get("ipmi_address").and_then(Value::as_str);
+            let redfish = info
+                .get("redfish_address")
+                .and_then(Value::as_str)
+                .and_then(|u| u.split("://").nth(1))
+                .and_then(|rest| rest.split(['/', ':']).next());
+            if [ipmi, redfish]
+                .into_iter()
+                .flatten()
+                .any(|a| bmc.contains(&a))
+            {
+                return Ok(Some(n.uuid()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// In-band inspection's second half, in the background under the node's claim: the
+    /// inventory is applied, the node powered off and made manageable.
+    pub async fn continue_inspection(
+        self: &Arc<Self>,
+        node: Uuid,
+        inventory: Value,
+        plugin_data: Value,
+    ) -> Result<(), ConductorError> {
+        let claim = self.claim_for_operator(node, "inspect").await?;
+        if self.store.node(node)?.state() != ProvisionState::InspectWait {
+            return Err(ConductorError::Invalid(format!(
+                "Node {node} is not waiting for inspection data."
+            )));
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let done = match me.apply_inventory(node, inventory, plugin_data) {
+                Ok(()) => me.power_off_after_inspection(node).await,
+                Err(e) => Err(e),
+            };
+            let result = match done {
+                Ok(()) => me.store.apply_event(node, Event::Done, None),
+                Err(e) => {
+                    let error = format!("Failed to inspect hardware. Reason: {e}");
+                    me.store.apply_event(node, Event::Fail, Some(error))
+                }
+            };
+            if let Err(e) = result {
+                tracing::error!(%node, "ending the inspection: {e}");
+            }
+            drop(claim);
+        });
+        Ok(())
+    }
+
+    async fn power_off_after_inspection(&self, node: Uuid) -> Result<(), String> {
+        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let services = self.registry.services().clone();
+        bmc::act(&services, node, &driver.description.power, PowerAction::Off).await
     }
 
     /// The inspection itself, holding the node's claim.
     pub(super) async fn run_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
         let services = self.registry.services().clone();
         let outcome = match bmc::inspect(&services, node).await {
-            Ok(inventory) => self.apply_inventory(node, inventory),
+            Ok(inventory) => self.apply_inventory(node, inventory, json!({})),
             Err(e) => Err(e),
         };
         match outcome {
@@ -61,11 +184,16 @@ impl Conductor {
         Ok(())
     }
 
-    fn apply_inventory(&self, node: Uuid, inventory: Value) -> Result<(), String> {
+    fn apply_inventory(
+        &self,
+        node: Uuid,
+        inventory: Value,
+        plugin_data: Value,
+    ) -> Result<(), String> {
         let mut doc = Doc::new();
         doc.insert("node_uuid".into(), json!(node));
         doc.insert("inventory".into(), inventory.clone());
-        doc.insert("plugin_data".into(), json!({}));
+        doc.insert("plugin_data".into(), plugin_data);
         let docs = self.store.docs_to_write().map_err(|e| e.to_string())?;
         let replaced = docs.update(
             INVENTORY,

@@ -49,6 +49,7 @@ impl Conductor {
             // install guide's order works: enroll, manage, provide, set the image, deploy.
             Step::Service => self.run_service(node).await?,
             Step::Inspect => self.run_inspection(node).await?,
+            Step::InspectBoot => self.boot_for_inspection(node).await?,
             Step::Verify => {
                 let outcome = self.verify(node);
                 match outcome {
@@ -323,6 +324,8 @@ pub(super) enum Step {
     Service,
     /// Out-of-band inspection (see `inspection`).
     Inspect,
+    /// In-band inspection: boot the ramdisk for it.
+    InspectBoot,
 }
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {

@@ -45,7 +45,7 @@ impl Store {
         let _owner = self.locks.lock(uuid);
         let value = self.value_in(&t, uuid)?;
         let (old, json) = record::split(uuid, &value)?;
-        if old.state.wait_kind().is_none() {
+        if !old.state.accepts_touch() {
             return Err(StoreError::NotWaiting {
                 node: uuid,
                 state: old.state,
@@ -93,7 +93,7 @@ impl Store {
                 continue;
             };
             if let Ok((p, _)) = record::split(uuid, &value)
-                && p.state.wait_kind().is_some()
+                && p.state.accepts_touch()
             {
                 self.health.missed(uuid, p.updated_at, Some(p.progress));
             }
@@ -110,7 +110,7 @@ impl Store {
                 continue;
             };
             let (old, json) = record::split(uuid, &value)?;
-            if old.state.wait_kind().is_none() || old.updated_at >= m.at {
+            if !old.state.accepts_touch() || old.updated_at >= m.at {
                 continue;
             }
             let new = self.touched(&old, m.at, m.progress);
@@ -128,7 +128,7 @@ impl Store {
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;
-        if old.state.wait_kind().is_none() || old.progress == progress {
+        if !old.state.accepts_touch() || old.progress == progress {
             return Ok(false);
         }
         let now = self.clock.now();

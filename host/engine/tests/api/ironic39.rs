@@ -33,12 +33,14 @@ fn reference() -> Value {
 }
 
 /// deployd's own implementations, beside Ironic's: `fake` deploy and boot first on
-/// `fake-hardware` (its fake component), `iscsi` last on real types (its pxe family).
+/// `fake-hardware` (its fake component), `iscsi` last on real types (its pxe family),
+/// `agent` inspection last everywhere.
 fn with_deployds_own(hw: &str, kind: &str, ironic: &Value) -> Value {
     let mut list: Vec<Value> = ironic.as_array().unwrap().clone();
     match (hw, kind) {
         ("fake-hardware", "deploy" | "boot") => list.insert(0, json!("fake")),
         ("ipmi" | "redfish", "deploy") => list.push(json!("iscsi")),
+        (_, "inspect") => list.push(json!("agent")),
         _ => {}
     }
     Value::Array(list)
@@ -125,8 +127,10 @@ async fn node_patches_take_and_refuse_interfaces_as_ironic_39() {
             for refused in case["refused"].as_array().unwrap() {
                 let value = refused["value"].as_str().unwrap();
                 let a = set(value).await;
-                if matches!(*kind, "deploy" | "boot") && value == "fake" {
-                    continue; // deployd's own fake deploy and boot: see `with_deployds_own`
+                if (matches!(*kind, "deploy" | "boot") && value == "fake")
+                    || (*kind, value) == ("inspect", "agent")
+                {
+                    continue; // deployd's own: see `with_deployds_own`
                 }
                 assert_eq!(a.status, StatusCode::BAD_REQUEST, "{hw} {kind}={value}");
                 let theirs = refused["faultstring"].as_str().unwrap();
@@ -854,4 +858,115 @@ async fn inspection_without_essential_properties_fails_in_ironics_words() {
         a.fault(),
         "Driver ipmi does not support inspect (disabled or not implemented)."
     );
+}
+
+/// In-band inspection's API: `inspect wait` after the boot, `POST /v1/continue_inspection`
+/// refused unless a node waits for that inventory (and at 1.2–1.83), and a node whose
+/// agent never posts fails on `inspect_wait_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
+    let s = start(|c| {
+        c.conductor.inspect_wait_timeout = 2;
+        c.conductor.check_provision_state_interval = 1;
+    })
+    .await;
+    let mac = "52:54:00:aa:00:01";
+    let node = s
+        .node(json!({"driver": "fake-hardware", "inspect_interface": "agent"}))
+        .await;
+    let port = json!({"node_uuid": node, "address": mac});
+    assert_eq!(
+        s.send(Method::POST, "/v1/ports", port).await.status,
+        StatusCode::CREATED
+    );
+    let post = |version: Option<&'static str>, body: Value| {
+        let s = &s;
+        async move {
+            s.call(
+                Method::POST,
+                "/v1/continue_inspection",
+                version,
+                Some(body.to_string().into_bytes()),
+            )
+            .await
+        }
+    };
+    let data = json!({"inventory": {"interfaces": [{"mac_address": mac}], "cpu": {"count": 2, "architecture": "x86_64"},
+        "memory": {"physical_mb": 4096}, "disks": [{"name": "/dev/vda", "size": 10u64 << 30}]},
+        "boot_interface": mac});
+    // Not waiting yet: a 404 that says nothing more.
+    assert_eq!(post(None, data.clone()).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        provision(&s, &node, "manage").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "inspect wait").await;
+    for (version, body, status) in [
+        (Some("1.83"), data.clone(), StatusCode::NOT_FOUND),
+        (None, json!({"inventory": {}}), StatusCode::BAD_REQUEST),
+        (None, json!({"no": "inventory"}), StatusCode::BAD_REQUEST),
+        (
+            None,
+            json!({"inventory": {"interfaces": [{"mac_address": "52:54:00:aa:00:99"}]}}),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        assert_eq!(
+            post(version, body.clone()).await.status,
+            status,
+            "{version:?} {body}"
+        );
+        assert_eq!(state_of(&s, &node).await, "inspect wait", "changed nothing");
+    }
+    let a = post(Some("1.84"), data).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED);
+    assert_eq!(a.body["uuid"], node);
+    wait_for(&s, &node, "manageable").await;
+    let body = s.get(&format!("/v1/nodes/{node}")).await.body;
+    let p = &body["properties"];
+    assert_eq!(
+        (
+            p["memory_mb"].as_u64(),
+            p["local_gb"].as_u64(),
+            p["cpu_arch"].as_str()
+        ),
+        (Some(4096), Some(9), Some("x86_64"))
+    );
+    let inv = s
+        .at(
+            Method::GET,
+            &format!("/v1/nodes/{node}/inventory"),
+            "1.84",
+            None,
+        )
+        .await
+        .body;
+    assert_eq!(inv["plugin_data"]["boot_interface"], mac);
+
+    // Inspected again, and nobody posts: inspect failed after inspect_wait_timeout.
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "inspect wait").await;
+    for _ in 0..200 {
+        if state_of(&s, &node).await == "inspect failed" {
+            let error = s.get(&format!("/v1/nodes/{node}")).await.body["last_error"].clone();
+            assert!(
+                error
+                    .as_str()
+                    .unwrap()
+                    .contains("inspect_wait_timeout is 2 s"),
+                "{error}"
+            );
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the inspection never timed out");
 }

@@ -340,8 +340,10 @@ impl Overload {
 }
 
 fn public(path: &str) -> bool {
-    matches!(path, "/" | "/v1" | "/v1/" | "/v1/lookup" | "/v1/lookup/")
-        || path.starts_with("/v1/heartbeat/")
+    matches!(
+        path,
+        "/" | "/v1" | "/v1/" | "/v1/lookup" | "/v1/lookup/" | "/v1/continue_inspection"
+    ) || path.starts_with("/v1/heartbeat/")
 }
 
 pub async fn check(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
