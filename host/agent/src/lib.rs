@@ -8,12 +8,14 @@
 //! - [`disk`]: writing an image to the target disk, streamed and verified.
 //! - [`server`]: the agent's HTTP endpoints.
 //! - [`root_disk`]: the disk an image goes to when none is named, as IPA picks it.
+//! - [`inventory`]: the machine's inventory, posted for in-band inspection at boot.
 //! - [`runner`]: the process: lookup, then heartbeats until power-off.
 
 pub mod clean;
 pub mod commands;
 pub mod config_drive;
 pub mod disk;
+pub mod inventory;
 pub mod root_disk;
 pub mod runner;
 pub mod server;

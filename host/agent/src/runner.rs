@@ -245,13 +245,17 @@ impl Drop for StopWrites {
     }
 }
 
-/// Discovery, lookup, then heartbeats until power-off.
+/// Discovery, the inventory for an inspection that may await it, lookup, then heartbeats
+/// until power-off.
 async fn live(
     args: &AgentArgs,
     engine: Engine,
     api: &Arc<CommandApi>,
     verify_ca: Option<String>,
 ) -> anyhow::Result<()> {
+    if engine.version.at_least(84) {
+        crate::inventory::post(&engine.client, args).await;
+    }
     let mut session = lookup(&engine, args).await;
     api.set_token(session.token.clone());
     choose_disk(args, api, &session);
@@ -494,5 +498,23 @@ mod tests {
         assert!(backoff(3, long) >= Duration::from_secs(2));
         assert!(backoff(30, long) <= Duration::from_secs(8));
         assert!(backoff(30, Duration::from_secs(2)) <= Duration::from_secs(2));
+    }
+}
+
+/// Arguments for unit tests: nothing reachable, nothing given.
+#[cfg(test)]
+pub(crate) fn test_args() -> AgentArgs {
+    AgentArgs {
+        api_url: "http://127.0.0.1:9".into(),
+        macs: Vec::new(),
+        node_uuid: None,
+        disk: None,
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        advertise_url: None,
+        advertise_host: None,
+        advertise_port: None,
+        throttle: None,
+        heartbeat_interval: None,
+        tls: TlsMode::default(),
     }
 }

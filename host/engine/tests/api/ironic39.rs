@@ -709,25 +709,25 @@ async fn provision(s: &Server, node: &str, target: &str) -> common::server::Answ
         .await
 }
 
-/// Redfish inspection (the `redfish` type's default inspect interface) of a lab machine:
-/// its BMC's processors, memory, NIC and disk become the inventory, the properties and a
-/// port.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
-    let s = start(|_| {}).await;
-    let dir = tempfile::tempdir().unwrap();
+/// A lab machine of `disk_size` bytes and `memory_mb`, whose agent (a task) talks to `api`.
+async fn lab_machine(
+    dir: &tempfile::TempDir,
+    api: &str,
+    disk_size: u64,
+    memory_mb: u32,
+) -> (deployd_lab::Lab, Value) {
     let vm = deployd_lab::VmArgs {
-        disk_size: 20 << 30, // sparse
-        vm_memory_mb: 2048,
+        disk_size, // sparse
+        vm_memory_mb: memory_mb,
         ..Default::default()
     };
     let args = deployd_lab::LabArgs {
         machines: 1,
         dir: dir.path().join("lab"),
         listen: "127.0.0.1:0".parse().unwrap(),
-        api_url: "http://127.0.0.1:9".into(),
+        api_url: api.into(),
         throttle: None,
-        heartbeat_interval: None,
+        heartbeat_interval: Some(0.2),
         agent_tasks: true,
         agent_tls: deployd_lab::TlsMode::Auto,
         vm,
@@ -735,6 +735,71 @@ async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
     let lab = deployd_lab::Lab::start(&args, deployd_lab::AgentMode::Task)
         .await
         .unwrap();
+    let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
+    (lab, info)
+}
+
+/// deployd's agent inspected in band on a lab machine: the engine boots it from the
+/// network, the agent posts its inventory before lookup, the node is powered off with its
+/// properties set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployds_agent_is_inspected_in_band_on_a_lab_machine() {
+    let s = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, info) = lab_machine(&dir, &s.base, 6 << 30, 1024).await;
+    let machine = lab.machines["machine-000"].clone();
+    let node = s
+        .node(json!({"driver": "redfish", "inspect_interface": "agent", "driver_info": info}))
+        .await;
+    let port = json!({"node_uuid": node, "address": machine.mac});
+    assert_eq!(
+        s.send(Method::POST, "/v1/ports", port).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        provision(&s, &node, "manage").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    assert_eq!(
+        provision(&s, &node, "inspect").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &node, "manageable").await;
+    let body = s
+        .at(Method::GET, &format!("/v1/nodes/{node}"), "1.115", None)
+        .await
+        .body;
+    assert_eq!(body["last_error"], Value::Null);
+    assert_eq!(body["power_state"], "power off");
+    let p = &body["properties"];
+    assert_eq!(p["local_gb"], 5, "the agent's 6 GiB disk");
+    assert_eq!(p["cpu_arch"], std::env::consts::ARCH);
+    assert!(p["memory_mb"].as_u64().unwrap() > 0, "{p}");
+    let inv = s
+        .at(
+            Method::GET,
+            &format!("/v1/nodes/{node}/inventory"),
+            "1.84",
+            None,
+        )
+        .await
+        .body;
+    assert_eq!(
+        inv["inventory"]["interfaces"][0]["mac_address"],
+        machine.mac.to_lowercase()
+    );
+    assert_eq!(machine.view().agent_boots, 1);
+}
+
+/// Redfish inspection (the `redfish` type's default inspect interface) of a lab machine:
+/// its BMC's processors, memory, NIC and disk become the inventory, the properties and a
+/// port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
+    let s = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, info) = lab_machine(&dir, "http://127.0.0.1:9", 20 << 30, 2048).await;
     let machine = lab.machines["machine-000"].clone();
     let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
     let node = s
