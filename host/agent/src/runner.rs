@@ -469,6 +469,24 @@ async fn heartbeat(
     }
 }
 
+/// Arguments for unit tests: nothing reachable, nothing given.
+#[cfg(test)]
+pub(crate) fn test_args() -> AgentArgs {
+    AgentArgs {
+        api_url: "http://127.0.0.1:9".into(),
+        macs: Vec::new(),
+        node_uuid: None,
+        disk: None,
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        advertise_url: None,
+        advertise_host: None,
+        advertise_port: None,
+        throttle: None,
+        heartbeat_interval: None,
+        tls: TlsMode::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,23 +516,5 @@ mod tests {
         assert!(backoff(3, long) >= Duration::from_secs(2));
         assert!(backoff(30, long) <= Duration::from_secs(8));
         assert!(backoff(30, Duration::from_secs(2)) <= Duration::from_secs(2));
-    }
-}
-
-/// Arguments for unit tests: nothing reachable, nothing given.
-#[cfg(test)]
-pub(crate) fn test_args() -> AgentArgs {
-    AgentArgs {
-        api_url: "http://127.0.0.1:9".into(),
-        macs: Vec::new(),
-        node_uuid: None,
-        disk: None,
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        advertise_url: None,
-        advertise_host: None,
-        advertise_port: None,
-        throttle: None,
-        heartbeat_interval: None,
-        tls: TlsMode::default(),
     }
 }

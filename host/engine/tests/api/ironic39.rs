@@ -801,7 +801,6 @@ async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
     let dir = tempfile::tempdir().unwrap();
     let (lab, info) = lab_machine(&dir, "http://127.0.0.1:9", 20 << 30, 2048).await;
     let machine = lab.machines["machine-000"].clone();
-    let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
     let node = s
         .node(json!({"driver": "redfish", "driver_info": info}))
         .await;
