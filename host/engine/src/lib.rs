@@ -15,6 +15,8 @@
 //!   (`driver_host::capability`, one module per host interface).
 //! - [`hardware`]: Ironic's hardware types and interfaces over the loaded drivers.
 //! - [`raid`]: a target RAID configuration checked against Ironic's RAID schema.
+//! - [`inspection_rules`]: the stored inspection rules, run on an inspected node.
+//! - [`python_text`]: JSON values as Python shows them, in Ironic's messages.
 //! - [`images`]: local image paths staged for agents; [`image_server`]: serves them.
 //! - [`config_drive`]: a deploy's config drive, built from a dict or taken as given.
 //! - [`deploy_image`]: a deploy's image made ready before the machine boots: its checksum
@@ -46,8 +48,10 @@ pub mod engine;
 pub mod hardware;
 pub mod image_server;
 pub mod images;
+pub mod inspection_rules;
 pub mod metrics;
 pub mod node;
+pub mod python_text;
 pub mod raid;
 pub mod reservations;
 pub mod state_machine;

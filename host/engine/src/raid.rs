@@ -8,6 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::python_text::repr as py;
+
 /// Each logical disk property, its rule and Ironic's description of it.
 const PROPERTIES: &[(&str, Rule, &str)] = &[
     (
@@ -210,28 +212,6 @@ fn only_known(map: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
             "Additional properties are not allowed ({} were unexpected)",
             extra.join(", ")
         )),
-    }
-}
-
-/// A JSON value as Python's `repr` shows it after `json.loads`.
-fn py(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
-        Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(py).collect();
-            format!("[{}]", inner.join(", "))
-        }
-        Value::Object(map) => {
-            let inner: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", py(&json!(k)), py(v)))
-                .collect();
-            format!("{{{}}}", inner.join(", "))
-        }
     }
 }
 

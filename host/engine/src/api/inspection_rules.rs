@@ -15,13 +15,13 @@ use super::schema::{Field, Schema, Ty};
 use crate::store::documents::Doc;
 
 pub const INSPECTION_RULE: Resource = Resource {
-    kind: "InspectionRule",
+    kind: crate::conductor::inspection::RULES,
     path: "inspection_rules",
     key: "inspection_rules",
     since: 96,
     patch_since: 96,
     schema: Schema {
-        kind: "InspectionRule",
+        kind: crate::conductor::inspection::RULES,
         fields: &[
             Field::create("uuid", Ty::Uuid, 96),
             Field::rw("description", Ty::Text, 96),

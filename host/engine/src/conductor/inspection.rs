@@ -6,9 +6,9 @@
 //!
 //! Either way the inventory is stored (`GET /v1/nodes/{node}/inventory`), a port is created
 //! for each MAC found that no port has, and `memory_mb`, `local_gb`, `cpu_arch` (and the
-//! boot mode capability) fill the node's properties. Without the three essential
-//! properties the inspection fails with Ironic's words and the properties stay as they
-//! were.
+//! boot mode capability) fill the node's properties; then the stored inspection rules run
+//! (`crate::inspection_rules`). Out of band, without the three essential properties the
+//! inspection fails with Ironic's words and the properties stay as they were.
 
 use std::sync::Arc;
 
@@ -25,6 +25,9 @@ use crate::store::documents::Doc;
 
 /// The document kind a node's inventory is kept as (its uuid is the node's).
 pub const INVENTORY: &str = "node_inventory";
+
+/// The document kind of the stored inspection rules (`/v1/inspection_rules`).
+pub const RULES: &str = "InspectionRule";
 
 /// Disks smaller than this are not the node's local disk (Ironic's 4 GiB).
 const SMALLEST_DISK: u64 = 4 << 30;
@@ -141,7 +144,7 @@ impl Conductor {
         }
         let me = self.clone();
         tokio::spawn(async move {
-            let done = match me.apply_inventory(node, inventory, plugin_data) {
+            let done = match me.apply_inventory(node, inventory, plugin_data, false) {
                 Ok(()) => me.power_off_after_inspection(node).await,
                 Err(e) => Err(e),
             };
@@ -171,7 +174,7 @@ impl Conductor {
     pub(super) async fn run_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
         let services = self.registry.services().clone();
         let outcome = match bmc::inspect(&services, node).await {
-            Ok(inventory) => self.apply_inventory(node, inventory, json!({})),
+            Ok(inventory) => self.apply_inventory(node, inventory, json!({}), true),
             Err(e) => Err(e),
         };
         match outcome {
@@ -184,7 +187,65 @@ impl Conductor {
         Ok(())
     }
 
+    /// What inspection found, applied: ports for new MACs, the properties, the stored
+    /// inspection rules; the inventory (and the plugin data as the rules left it) stored
+    /// whatever they decide. `essential`: the out-of-band check of the three properties.
     fn apply_inventory(
+        &self,
+        node: Uuid,
+        inventory: Value,
+        mut plugin_data: Value,
+        essential: bool,
+    ) -> Result<(), String> {
+        self.add_ports(node, &inventory);
+        let properties = properties_of(&inventory);
+        let mut body = self.store.node(node).map_err(|e| e.to_string())?.body;
+        for (key, value) in &properties {
+            let boot_mode_set = key == "capabilities"
+                && body
+                    .properties
+                    .get("capabilities")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| c.contains("boot_mode:"));
+            if !boot_mode_set {
+                body.properties.insert(key.clone(), value.clone());
+            }
+        }
+        let rules: Vec<Doc> = self
+            .store
+            .docs()
+            .and_then(|d| d.list(RULES))
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(_, rule)| rule)
+            .collect();
+        let mut cx = crate::inspection_rules::Context {
+            inventory: &inventory,
+            plugin_data: &mut plugin_data,
+        };
+        let ruled = crate::inspection_rules::apply(&rules, &mut body, &mut cx);
+        self.store_inventory(node, inventory.clone(), plugin_data)?;
+        ruled?;
+        let missing: Vec<&str> = ["memory_mb", "local_gb", "cpu_arch"]
+            .into_iter()
+            .filter(|p| !properties.contains_key(*p))
+            .collect();
+        if essential && !missing.is_empty() {
+            return Err(format!(
+                "Failed to discover the following properties: {} on node {node}",
+                missing.join(", ")
+            ));
+        }
+        self.store
+            .update_node(node, |b| {
+                *b = body.clone();
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn store_inventory(
         &self,
         node: Uuid,
         inventory: Value,
@@ -192,7 +253,7 @@ impl Conductor {
     ) -> Result<(), String> {
         let mut doc = Doc::new();
         doc.insert("node_uuid".into(), json!(node));
-        doc.insert("inventory".into(), inventory.clone());
+        doc.insert("inventory".into(), inventory);
         doc.insert("plugin_data".into(), plugin_data);
         let docs = self.store.docs_to_write().map_err(|e| e.to_string())?;
         let replaced = docs.update(
@@ -208,36 +269,7 @@ impl Conductor {
             Err(StoreError::DocumentNotFound { .. }) => docs.insert(INVENTORY, node, &doc, &[]),
             other => other.map(drop),
         }
-        .map_err(|e| e.to_string())?;
-        drop(docs);
-        self.add_ports(node, &inventory);
-        let properties = properties_of(&inventory);
-        let missing: Vec<&str> = ["memory_mb", "local_gb", "cpu_arch"]
-            .into_iter()
-            .filter(|p| !properties.contains_key(*p))
-            .collect();
-        if !missing.is_empty() {
-            return Err(format!(
-                "Failed to discover the following properties: {} on node {node}",
-                missing.join(", ")
-            ));
-        }
-        self.store
-            .update_node(node, |b| {
-                for (key, value) in &properties {
-                    let boot_mode_set = key == "capabilities"
-                        && b.properties
-                            .get("capabilities")
-                            .and_then(Value::as_str)
-                            .is_some_and(|c| c.contains("boot_mode:"));
-                    if !boot_mode_set {
-                        b.properties.insert(key.clone(), value.clone());
-                    }
-                }
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-        Ok(())
+        .map_err(|e| e.to_string())
     }
 
     /// A port for each MAC found that no port has (Ironic's `ports` hook); a MAC another

@@ -958,6 +958,16 @@ async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
     let data = json!({"inventory": {"interfaces": [{"mac_address": mac}], "cpu": {"count": 2, "architecture": "x86_64"},
         "memory": {"physical_mb": 4096}, "disks": [{"name": "/dev/vda", "size": 10u64 << 30}]},
         "boot_interface": mac});
+    // A stored rule runs on what the inspection found.
+    let rule = json!({"description": "x86 nodes are gold",
+        "conditions": [{"op": "eq", "args": {"values": ["{inventory[cpu][architecture]}", "x86_64"]}}],
+        "actions": [{"op": "add-trait", "args": {"name": "CUSTOM_X86"}},
+                    {"op": "set-attribute", "args": {"path": "/resource_class", "value": "gold"}},
+                    {"op": "set-plugin-data", "args": {"path": "rule.ran", "value": "yes"}}]});
+    let created = s
+        .at(Method::POST, "/v1/inspection_rules", "1.96", Some(rule))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
     // Not waiting yet: a 404 that says nothing more.
     assert_eq!(post(None, data.clone()).await.status, StatusCode::NOT_FOUND);
     assert_eq!(
@@ -991,7 +1001,10 @@ async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
     assert_eq!(a.status, StatusCode::ACCEPTED);
     assert_eq!(a.body["uuid"], node);
     wait_for(&s, &node, "manageable").await;
-    let body = s.get(&format!("/v1/nodes/{node}")).await.body;
+    let body = s
+        .at(Method::GET, &format!("/v1/nodes/{node}"), "1.115", None)
+        .await
+        .body;
     let p = &body["properties"];
     assert_eq!(
         (
@@ -1011,6 +1024,9 @@ async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
         .await
         .body;
     assert_eq!(inv["plugin_data"]["boot_interface"], mac);
+    assert_eq!(inv["plugin_data"]["rule"]["ran"], "yes");
+    assert_eq!(body["resource_class"], "gold");
+    assert_eq!(body["traits"], json!(["CUSTOM_X86"]));
 
     // Inspected again, and nobody posts: inspect failed after inspect_wait_timeout.
     assert_eq!(
