@@ -764,6 +764,11 @@ async fn manual_cleaning_takes_known_steps_and_returns_to_manageable() {
             json!({"target": "clean", "clean_steps": [{"interface": "bios", "step": "apply_configuration"}]}),
             "is not supported; deployd runs",
         ),
+        // RAID steps need the agent RAID interface (this node's is no-raid).
+        (
+            json!({"target": "clean", "clean_steps": [{"interface": "raid", "step": "create_configuration"}]}),
+            "node does not support this clean step: {'interface': 'raid', 'step': 'create_configuration'}",
+        ),
     ];
     for (body, expected) in refused {
         let answer = s.send(Method::PUT, &path, body.clone()).await;

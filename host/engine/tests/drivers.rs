@@ -263,6 +263,18 @@ async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     assert_eq!(steps, ["\"erase_devices_metadata\"", "\"erase_devices\""]);
     let disk = std::fs::read(api.disk.path()).unwrap();
     assert!(disk.iter().all(|&b| b == 0), "the whole disk is zeroed");
+
+    // A RAID step deployd's agent does not list: the cleaning fails in Ironic's words.
+    let steps = vec![json!({"interface": "raid", "step": "create_configuration", "args": {}})];
+    lab.conductor.clean(uuid, steps).await.unwrap();
+    lab.settle(uuid, ProvisionState::CleanWait).await;
+    heartbeat_until_not(&lab, uuid, ProvisionState::CleanWait, &agent_url, &token).await;
+    let node = lab.settle(uuid, ProvisionState::CleanFailed).await;
+    let error = node.body.last_error.unwrap_or_default();
+    assert!(
+        error.contains(&format!("Cannot clean node {uuid}: node does not support this clean step: {{'interface': 'raid', 'step': 'create_configuration'}}")),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

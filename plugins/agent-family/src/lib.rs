@@ -228,6 +228,7 @@ fn start_clean_step(
         "properties": node.properties,
         "instance_info": node.instance_info,
         "driver_internal_info": {},
+        "target_raid_config": node.target_raid_config.clone().unwrap_or_else(|| json!({})),
     });
     let listed = agent::run(
         "clean.get_clean_steps",
@@ -257,8 +258,10 @@ fn start_clean_step(
         })
         .cloned();
     let Some(mut step) = wanted.next() else {
+        // Ironic's words, which clients match on.
         return Ok(Outcome::Fail(format!(
-            "the agent offers no {interface}.{name} clean step"
+            "Cannot clean node {}: node does not support this clean step: {{'interface': '{interface}', 'step': '{name}'}}",
+            node.uuid
         )));
     };
     if args.as_object().is_some_and(|a| !a.is_empty()) {

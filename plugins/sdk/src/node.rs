@@ -25,6 +25,10 @@ pub struct Node {
     /// engines older than this field): what to send the agent.
     #[serde(default)]
     pub image: Option<Image>,
+    /// The RAID the operator asked for, which an agent's `raid.create_configuration`
+    /// builds (absent when none is set).
+    #[serde(default)]
+    pub target_raid_config: Option<Value>,
 }
 
 /// A deploy's image, made ready by the engine: its checksum resolved, its format read

@@ -37,6 +37,7 @@
 //! | [`allocations`] | `/v1/allocations` (the allocator itself is the conductor's) |
 //! | [`runbooks`] | `/v1/runbooks` (1.92) |
 //! | [`inspection_rules`] | `/v1/inspection_rules` (1.96) |
+//! | [`provision_steps`] | the steps a manual cleaning or a servicing is asked to run |
 //! | [`steps`] | the steps deploy templates and runbooks carry |
 //! | [`metrics`] | `GET /metrics` (Prometheus) |
 //! | [`store_backup`] | `GET /store/backup` (an online backup of the store) |
@@ -68,6 +69,7 @@ mod node_view;
 pub mod nodes;
 mod portgroups;
 pub mod ports;
+mod provision_steps;
 pub mod ramdisk;
 mod resources;
 pub mod root;

@@ -20,6 +20,7 @@ use super::node_access::find;
 use super::node_doc;
 use super::node_view::NodeView;
 use super::portgroups::PORTGROUP;
+use super::provision_steps;
 use super::volume::{VOLUME_CONNECTOR, VOLUME_TARGET};
 use super::{App, State, node_list};
 use crate::conductor::{Verb, allocations};
@@ -366,62 +367,6 @@ impl ProvisionRequest {
     }
 }
 
-/// The clean steps deployd's drivers run, through the agent both ironic-python-agent and
-/// deployd's agent have: erasing the disk's metadata (partition tables and signatures),
-/// and erasing the disk (deployd's agent: its metadata, or all of it with `{"full": true}`).
-const CLEAN_STEPS: &[(&str, &str)] = &[
-    ("deploy", "erase_devices_metadata"),
-    ("deploy", "erase_devices"),
-];
-
-/// Manual cleaning needs `clean_steps` (or a runbook's), a list of `{interface, step,
-/// args}` this engine knows, run in the order given; every one of them needs the ramdisk.
-/// Returns them as the driver receives them (`args` always an object).
-fn check_clean_steps(steps: Option<&Value>, disable_ramdisk: bool) -> Result<Vec<Value>, ApiError> {
-    let steps = steps.and_then(Value::as_array).ok_or_else(|| {
-        ApiError::bad_request(
-            "\"clean_steps\" or \"runbook\" is required when setting target provision state to clean",
-        )
-    })?;
-    if steps.is_empty() {
-        return Err(ApiError::bad_request("\"clean_steps\" must not be empty"));
-    }
-    for step in steps {
-        let field = |k: &str| step.get(k).and_then(Value::as_str).unwrap_or("");
-        let (interface, name) = (field("interface"), field("step"));
-        if !CLEAN_STEPS.contains(&(interface, name)) {
-            return Err(ApiError::bad_request(format!(
-                "Clean step {step} is not supported; deployd runs: {}",
-                CLEAN_STEPS
-                    .iter()
-                    .map(|(i, s)| format!("{{\"interface\": \"{i}\", \"step\": \"{s}\"}}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        if disable_ramdisk {
-            return Err(ApiError::bad_request(format!(
-                "Clean step {interface}.{name} runs in the ramdisk; it cannot run with disable_ramdisk."
-            )));
-        }
-    }
-    steps
-        .iter()
-        .map(|step| {
-            let args = match step.get("args") {
-                None | Some(Value::Null) => json!({}),
-                Some(Value::Object(a)) => Value::Object(a.clone()),
-                Some(other) => {
-                    return Err(ApiError::bad_request(format!(
-                        "A clean step's args must be an object, not {other}"
-                    )));
-                }
-            };
-            Ok(json!({"interface": step["interface"], "step": step["step"], "args": args}))
-        })
-        .collect()
-}
-
 async fn provision(
     app: State,
     Extension(version): Extension<Version>,
@@ -483,7 +428,8 @@ async fn provision(
                 None => None,
             };
             let steps = from_runbook.as_ref().or(request.clean_steps.as_ref());
-            let steps = check_clean_steps(steps, request.disable_ramdisk.unwrap_or(false))?;
+            let disable_ramdisk = request.disable_ramdisk.unwrap_or(false);
+            let steps = provision_steps::clean(steps, disable_ramdisk, &node.body)?;
             clean_steps = Some(steps);
             Verb::Clean
         }
@@ -499,7 +445,7 @@ async fn provision(
                 None => None,
             };
             let steps = from_runbook.as_ref().or(request.service_steps.as_ref());
-            let steps = check_service_steps(steps)?;
+            let steps = provision_steps::service(steps)?;
             app.conductor
                 .service(node.uuid(), steps)
                 .await
@@ -549,58 +495,6 @@ fn refused(e: crate::conductor::ConductorError, target: &str) -> ApiError {
         )),
         other => other.into(),
     }
-}
-
-/// Servicing needs `service_steps` (or a runbook's): Ironic's built-in steps, which
-/// deployd runs without a ramdisk (see `conductor::servicing`). A `wait` needs its
-/// `seconds` here, since no agent's heartbeat would end it.
-fn check_service_steps(steps: Option<&Value>) -> Result<Vec<Value>, ApiError> {
-    use crate::conductor::servicing::BUILT_IN;
-    let steps = match steps.and_then(Value::as_array) {
-        Some(list) if !list.is_empty() => list,
-        _ => {
-            return Err(ApiError::bad_request(
-                "\"service_steps\" (a non-empty list) is required when setting target provision state to service",
-            ));
-        }
-    };
-    steps
-        .iter()
-        .map(|step| {
-            let interface = step.get("interface").and_then(Value::as_str);
-            let name = step.get("step").and_then(Value::as_str);
-            let (Some(interface), Some(name)) = (interface, name) else {
-                return Err(ApiError::bad_request(format!(
-                    "A service step needs \"interface\" and \"step\": {step}"
-                )));
-            };
-            if !crate::hardware::KINDS.iter().any(|(k, _)| *k == interface) {
-                return Err(ApiError::bad_request(format!(
-                    "'{interface}' is not a valid interface of a service step"
-                )));
-            }
-            if !BUILT_IN.contains(&name) {
-                return Err(ApiError::bad_request(format!(
-                    "node does not support this service step: {step}"
-                )));
-            }
-            let args = match step.get("args") {
-                None | Some(Value::Null) => json!({}),
-                Some(Value::Object(a)) => Value::Object(a.clone()),
-                Some(other) => {
-                    return Err(ApiError::bad_request(format!(
-                        "A service step's args must be an object, not {other}"
-                    )));
-                }
-            };
-            if name == "wait" && args.get("seconds").and_then(Value::as_u64).is_none() {
-                return Err(ApiError::bad_request(
-                    "deployd services without a ramdisk: a \"wait\" service step needs \"seconds\" (a whole number) in its args",
-                ));
-            }
-            Ok(json!({"interface": interface, "step": name, "args": args}))
-        })
-        .collect()
 }
 
 #[derive(Deserialize)]

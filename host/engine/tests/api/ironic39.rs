@@ -265,6 +265,46 @@ async fn raid_targets_are_answered_as_ironic_39() {
     assert_eq!(put(&node, None).await.status, StatusCode::NO_CONTENT);
     let states = s.get(&format!("/v1/nodes/{node}/states")).await.body;
     assert_eq!(states["target_raid_config"], json!({}));
+    // A manual cleaning's RAID steps need the agent RAID interface, and creating needs a
+    // target to create.
+    let fake = s
+        .node(json!({"driver": "fake-hardware", "raid_interface": "agent"}))
+        .await;
+    assert_eq!(
+        provision(&s, &fake, "manage").await.status,
+        StatusCode::ACCEPTED
+    );
+    wait_for(&s, &fake, "manageable").await;
+    let clean = |step: &str| json!({"target": "clean", "clean_steps": [{"interface": "raid", "step": step}]});
+    let path = format!("/v1/nodes/{fake}/states/provision");
+    let a = s
+        .at(
+            Method::PUT,
+            &path,
+            "1.115",
+            Some(clean("create_configuration")),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(
+        a.fault().contains("has no target RAID configuration"),
+        "{}",
+        a.fault()
+    );
+    assert_eq!(
+        put(&fake, bytes(&valid)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let a = s
+        .at(
+            Method::PUT,
+            &path,
+            "1.115",
+            Some(clean("create_configuration")),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{:?}", a.body);
+    wait_for(&s, &fake, "manageable").await;
     // The logical disk properties, for every type.
     for hw in TYPES {
         let a = s

@@ -26,6 +26,10 @@ struct NodeView<'a> {
     /// The deploy's image as the engine prepared it (see [`crate::deploy_image`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     image: Option<&'a Value>,
+    /// The RAID the operator asked for (`PUT …/states/raid`), which an agent's
+    /// `raid.create_configuration` builds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_raid_config: Option<&'a Value>,
 }
 const MAX_KEY: usize = 128;
 const MAX_VALUE: usize = 64 << 10;
@@ -47,6 +51,7 @@ impl Host for HostState {
             image: b
                 .driver_internal_info
                 .get(crate::deploy_image::DEPLOY_IMAGE),
+            target_raid_config: b.attrs.get("target_raid_config"),
         };
         Ok(serde_json::to_string(&view).expect("a node serialises"))
     }
