@@ -903,6 +903,12 @@ mod hardening;
 #[path = "api/ironic39.rs"]
 mod ironic39;
 
+#[path = "api/ironic_flows.rs"]
+mod ironic_flows;
+
+#[path = "api/inspection.rs"]
+mod inspection;
+
 #[path = "api/ironic_latest.rs"]
 mod ironic_latest;
 

@@ -57,9 +57,11 @@ impl Conductor {
         Ok(())
     }
 
-    /// In-band inspection's first half: the node boots its ramdisk from the network, and
-    /// waits for its inventory.
+    /// In-band inspection's first half: the node waits for its inventory, then boots its
+    /// ramdisk from the network. It waits first, so an agent that boots fast and posts at
+    /// once finds it waiting.
     pub(super) async fn boot_for_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
+        self.store.apply_event(node, Event::Wait, None)?;
         let booted = async {
             let record = self.store.node(node).map_err(|e| e.to_string())?;
             let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
@@ -70,13 +72,15 @@ impl Conductor {
                 .map_err(|e| e.to_string())?;
             bmc::act(&services, node, &power, PowerAction::Reboot).await
         };
-        match booted.await {
-            Ok(()) => self.store.apply_event(node, Event::Wait, None)?,
-            Err(e) => {
-                let error = format!("Failed to inspect hardware. Reason: {e}");
-                self.store.apply_event(node, Event::Fail, Some(error))?
-            }
-        };
+        if let Err(e) = booted.await {
+            let error = format!("Failed to inspect hardware. Reason: {e}");
+            self.store.apply_event_from(
+                node,
+                ProvisionState::InspectWait,
+                Event::Fail,
+                Some(error),
+            )?;
+        }
         Ok(())
     }
 
