@@ -105,10 +105,25 @@ pub fn attrs() -> &'static [(&'static str, Value)] {
 /// Fields kept in `body.attrs`, with the value a node has when none was given.
 pub fn attr_default(name: &str) -> Option<Value> {
     Some(match name {
-        "chassis_uuid" | "instance_uuid" | "resource_class" | "protected_reason" | "owner"
-        | "description" | "allocation_uuid" | "retired_reason" | "lessee" | "automated_clean"
-        | "fault" | "boot_mode" | "secure_boot" | "shard" | "parent_node" | "instance_name"
-        | "health" => Value::Null,
+        "chassis_uuid"
+        | "instance_uuid"
+        | "resource_class"
+        | "protected_reason"
+        | "owner"
+        | "description"
+        | "allocation_uuid"
+        | "retired_reason"
+        | "lessee"
+        | "automated_clean"
+        | "fault"
+        | "boot_mode"
+        | "secure_boot"
+        | "shard"
+        | "parent_node"
+        | "instance_name"
+        | "health"
+        | "inspection_started_at"
+        | "inspection_finished_at" => Value::Null,
         "conductor_group" => json!(""),
         "protected" | "retired" | "disable_power_off" => json!(false),
         "traits" => json!([]),

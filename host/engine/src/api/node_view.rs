@@ -58,15 +58,13 @@ struct Entry {
     part: Part,
 }
 
-static FIXED: LazyLock<[(&str, Value); 7]> = LazyLock::new(|| {
+static FIXED: LazyLock<[(&str, Value); 5]> = LazyLock::new(|| {
     [
         ("console_enabled", Value::Bool(false)),
         ("clean_step", Value::Object(Map::new())),
         ("deploy_step", Value::Object(Map::new())),
         ("service_step", Value::Object(Map::new())),
         ("conductor", Value::from(view::CONDUCTOR)),
-        ("inspection_started_at", Value::Null),
-        ("inspection_finished_at", Value::Null),
     ]
 });
 

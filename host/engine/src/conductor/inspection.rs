@@ -51,6 +51,12 @@ impl Conductor {
         state
             .next(Event::Inspect)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
+        let now = json!(self.store.clock().now().to_datetime());
+        self.store.update_node(node, |b| {
+            b.attrs.insert("inspection_started_at".into(), now.clone());
+            b.attrs.remove("inspection_finished_at");
+            Ok(())
+        })?;
         self.store
             .apply_event_from(node, state, Event::Inspect, None)?;
         self.spawn(claim, step);
@@ -240,6 +246,10 @@ impl Conductor {
                 missing.join(", ")
             ));
         }
+        body.attrs.insert(
+            "inspection_finished_at".into(),
+            json!(self.store.clock().now().to_datetime()),
+        );
         self.store
             .update_node(node, |b| {
                 *b = body.clone();

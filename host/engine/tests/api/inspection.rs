@@ -74,6 +74,14 @@ async fn deployds_agent_is_inspected_in_band_on_a_lab_machine() {
         .body;
     assert_eq!(body["last_error"], Value::Null);
     assert_eq!(body["power_state"], "power off");
+    let (started, finished) = (
+        &body["inspection_started_at"],
+        &body["inspection_finished_at"],
+    );
+    assert!(
+        started.is_string() && finished.as_str() >= started.as_str(),
+        "{started} {finished}"
+    );
     let p = &body["properties"];
     assert_eq!(p["local_gb"], 5, "the agent's 6 GiB disk");
     assert_eq!(p["cpu_arch"], std::env::consts::ARCH);
