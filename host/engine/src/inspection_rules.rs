@@ -393,6 +393,18 @@ enum Edit {
     Delete,
 }
 
+/// The node's own fields a rule may set whole (its documents are set by key: properties,
+/// extra, driver_info, instance_info; traits and capabilities by their actions).
+const SETTABLE: &[&str] = &[
+    "resource_class",
+    "description",
+    "owner",
+    "lessee",
+    "conductor_group",
+    "shard",
+    "automated_clean",
+];
+
 /// A node field by Ironic's path (`/properties/cpu_arch` or `properties.cpu_arch`).
 fn set_path(body: &mut NodeBody, path: &str, edit: Edit) -> Result<(), String> {
     let parts: Vec<&str> = match path.contains('/') {
@@ -410,8 +422,14 @@ fn set_path(body: &mut NodeBody, path: &str, edit: Edit) -> Result<(), String> {
                 "Failed to set attribute {path}: deployd's rules do not change the node's {first}"
             ));
         }
-        // The node's other fields (`resource_class`, `description`, …).
-        _ => (&mut body.attrs, &parts[..]),
+        // The node's other text fields.
+        f if SETTABLE.contains(&f) && rest.is_empty() => (&mut body.attrs, &parts[..]),
+        _ => {
+            return Err(format!(
+                "Failed to set attribute {path}: not a field inspection rules set ({})",
+                SETTABLE.join(", ")
+            ));
+        }
     };
     if within.is_empty() {
         return Err(format!(

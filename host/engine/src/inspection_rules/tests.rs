@@ -105,6 +105,10 @@ fn refusals_fail_the_inspection_with_the_reason() {
             json!({"actions": [{"op": "set-attribute", "args": {"path": "driver", "value": "x"}}]}),
             "do not change",
         ),
+        (
+            json!({"actions": [{"op": "set-attribute", "args": {"path": "traits", "value": "x"}}]}),
+            "not a field inspection rules set",
+        ),
     ] {
         let (result, _, _) = run(std::slice::from_ref(&rule));
         assert!(
