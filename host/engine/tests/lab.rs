@@ -136,6 +136,18 @@ async fn bad_requests_are_refused_and_change_nothing() {
             json!(null),
             StatusCode::CONFLICT,
         ),
+        (
+            reqwest::Method::POST,
+            format!("{base}/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia"),
+            json!({"Image": "/etc/passwd", "Inserted": true}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{unknown}/VirtualMedia/Cd"),
+            json!(null),
+            StatusCode::NOT_FOUND,
+        ),
     ];
     for (method, url, body, expected) in cases {
         let (status, answer) = send(method.clone(), &url, body.clone()).await;
@@ -146,4 +158,8 @@ async fn bad_requests_are_refused_and_change_nothing() {
     assert_eq!(doc["PowerState"], "Off");
     assert_eq!(doc["Boot"]["BootSourceOverrideTarget"], "Hdd");
     assert_eq!(doc["Boot"]["BootSourceOverrideEnabled"], "Disabled");
+    assert_eq!(
+        system(&format!("{base}/VirtualMedia/Cd")).await["Inserted"],
+        false
+    );
 }

@@ -4,7 +4,8 @@
 //! - [`machine`]: one machine: power, boot device, a disk file, and its agent, which
 //!   runs while the machine is on and network-booted.
 //! - [`redfish`]: the BMC all machines share, Redfish-compatible, so the bundled
-//!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones.
+//!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones;
+//!   [`redfish_hardware`]: what its systems report of their hardware, and their virtual CD.
 //! - [`vm`]: machines as QEMU virtual machines that network-boot the engine's ramdisk and
 //!   then boot their deployed disk (`--vm`).
 //! - [`os_image`]: a tiny OS image that boots on a PC and prints a line, to deploy onto
@@ -16,6 +17,7 @@ pub mod machine;
 pub mod operator;
 pub mod os_image;
 pub mod redfish;
+pub mod redfish_hardware;
 pub mod vm;
 
 use std::collections::BTreeMap;

@@ -77,6 +77,8 @@ pub struct Machine {
     pub extra_disks: Vec<PathBuf>,
     /// The machine's memory, as its BMC reports it (a VM's is given to QEMU).
     pub memory_mb: u32,
+    /// The image in its virtual CD, if one is inserted.
+    media: Mutex<Option<String>>,
     log: PathBuf,
     args: AgentArgs,
     mode: AgentMode,
@@ -112,6 +114,7 @@ impl Machine {
                 .map(|i| dir.join(format!("{name}.disk{i}")))
                 .collect(),
             memory_mb,
+            media: Mutex::new(None),
             log: dir.join(format!("{name}.agent.log")),
             args: AgentArgs {
                 macs: vec![mac.clone()],
@@ -131,6 +134,15 @@ impl Machine {
                 generation: 0,
             }),
         })
+    }
+
+    /// The image in the virtual CD.
+    pub fn media(&self) -> Option<String> {
+        self.media.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set_media(&self, image: Option<String>) {
+        *self.media.lock().unwrap_or_else(|p| p.into_inner()) = image;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

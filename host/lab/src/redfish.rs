@@ -1,6 +1,7 @@
 //! The lab's BMC: a Redfish service with one `ComputerSystem` per machine, the subset
 //! Ironic's (and deployd's) `redfish` power and boot interfaces use: read the system,
-//! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget`. Plus
+//! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget`; what the systems
+//! report of their hardware and virtual media is in [`crate::redfish_hardware`]. Plus
 //! `/lab/machines`, not Redfish, for tests and the demo to see and break machines.
 
 use std::collections::BTreeMap;
@@ -24,26 +25,18 @@ pub fn router(machines: Machines) -> Router {
         .route("/redfish/v1/", get(service_root))
         .route("/redfish/v1/Systems", get(systems))
         .route("/redfish/v1/Systems/{id}", get(system).patch(patch_system))
-        .route("/redfish/v1/Systems/{id}/Processors", get(processors))
-        .route("/redfish/v1/Systems/{id}/Processors/CPU0", get(processor))
-        .route("/redfish/v1/Systems/{id}/EthernetInterfaces", get(nics))
-        .route(
-            "/redfish/v1/Systems/{id}/EthernetInterfaces/{nic}",
-            get(nic),
-        )
-        .route("/redfish/v1/Systems/{id}/SimpleStorage", get(storages))
-        .route("/redfish/v1/Systems/{id}/SimpleStorage/0", get(storage))
         .route(
             "/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset",
             post(reset),
         )
+        .merge(crate::redfish_hardware::routes())
         .route("/lab/machines", get(list))
         .route("/lab/machines/{id}/kill-agent", post(kill_agent))
         .with_state(machines)
 }
 
 /// A refusal, answered as a Redfish error body (`error.message`) with its status.
-struct Refused(StatusCode, String);
+pub(crate) struct Refused(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for Refused {
     fn into_response(self) -> Response {
@@ -56,7 +49,7 @@ fn bad_request(message: String) -> Refused {
     Refused(StatusCode::BAD_REQUEST, message)
 }
 
-fn find(machines: &Machines, id: &str) -> Result<Arc<Machine>, Refused> {
+pub(crate) fn find(machines: &Machines, id: &str) -> Result<Arc<Machine>, Refused> {
     machines
         .get(id)
         .cloned()
@@ -121,87 +114,15 @@ async fn system(State(m): State<Machines>, Path(id): Path<String>) -> Result<Jso
         "QEMU"
     });
     doc["SerialNumber"] = json!(machine.name);
-    for what in ["Processors", "EthernetInterfaces", "SimpleStorage"] {
+    for what in [
+        "Processors",
+        "EthernetInterfaces",
+        "SimpleStorage",
+        "VirtualMedia",
+    ] {
         doc[what] = at(what);
     }
     Ok(Json(doc))
-}
-
-/// A collection of one member at `path`.
-fn collection(path: String) -> Json<Value> {
-    Json(json!({"Members@odata.count": 1, "Members": [{"@odata.id": path}]}))
-}
-
-async fn processors(
-    State(m): State<Machines>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, Refused> {
-    find(&m, &id)?;
-    Ok(collection(format!(
-        "/redfish/v1/Systems/{id}/Processors/CPU0"
-    )))
-}
-
-/// The lab's machines are x86-64 (QEMU's `qemu-system-x86_64`, or this host for a process).
-async fn processor(
-    State(m): State<Machines>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, Refused> {
-    find(&m, &id)?;
-    Ok(Json(
-        json!({"Id": "CPU0", "ProcessorType": "CPU", "InstructionSet": "x86-64", "TotalCores": 1}),
-    ))
-}
-
-async fn nics(State(m): State<Machines>, Path(id): Path<String>) -> Result<Json<Value>, Refused> {
-    let machine = find(&m, &id)?;
-    Ok(collection(format!(
-        "/redfish/v1/Systems/{id}/EthernetInterfaces/{}",
-        machine.mac
-    )))
-}
-
-async fn nic(
-    State(m): State<Machines>,
-    Path((id, nic)): Path<(String, String)>,
-) -> Result<Json<Value>, Refused> {
-    let machine = find(&m, &id)?;
-    if !nic.eq_ignore_ascii_case(&machine.mac) {
-        return Err(Refused(
-            StatusCode::NOT_FOUND,
-            format!("no NIC {nic} on {id}"),
-        ));
-    }
-    Ok(Json(
-        json!({"Id": nic, "MACAddress": machine.mac, "LinkStatus": "LinkUp"}),
-    ))
-}
-
-async fn storages(
-    State(m): State<Machines>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, Refused> {
-    find(&m, &id)?;
-    Ok(collection(format!(
-        "/redfish/v1/Systems/{id}/SimpleStorage/0"
-    )))
-}
-
-/// The machine's disks, each as large as its file is now.
-async fn storage(
-    State(m): State<Machines>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, Refused> {
-    let machine = find(&m, &id)?;
-    let devices: Vec<Value> = std::iter::once(&machine.disk)
-        .chain(&machine.extra_disks)
-        .enumerate()
-        .map(|(i, disk)| {
-            let size = std::fs::metadata(disk).map(|m| m.len()).unwrap_or(0);
-            json!({"Name": format!("disk{i}"), "CapacityBytes": size})
-        })
-        .collect();
-    Ok(Json(json!({"Id": "0", "Devices": devices})))
 }
 
 async fn patch_system(

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::ironic39::{provision, state_of, wait_for};
 
 /// A lab machine of `disk_size` bytes and `memory_mb`, whose agent (a task) talks to `api`.
-async fn lab_machine(
+pub(super) async fn lab_machine(
     dir: &tempfile::TempDir,
     api: &str,
     disk_size: u64,

@@ -362,3 +362,70 @@ async fn virtual_media_on_a_redfish_bmc_goes_through_its_virtual_media() {
     }
     panic!("the failed attach was never reported");
 }
+
+/// The same through the lab's BMC: the image lands in the machine's virtual CD, a detach
+/// takes it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
+    let s = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, info) =
+        super::inspection::lab_machine(&dir, "http://127.0.0.1:9", 1 << 20, 512).await;
+    let machine = lab.machines["machine-000"].clone();
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": info}))
+        .await;
+    let path = format!("/v1/nodes/{node}/vmedia");
+    let attach = json!({"device_type": "cdrom", "image_url": "http://images.example/boot.iso"});
+    assert_eq!(
+        s.at(Method::POST, &path, "1.93", Some(attach.clone()))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    for _ in 0..200 {
+        if machine.media().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        machine.media().as_deref(),
+        Some("http://images.example/boot.iso")
+    );
+    let listed = s.at(Method::GET, &path, "1.93", None).await.body;
+    assert_eq!(listed["vmedia"][0]["inserted"], true);
+    // Attached again over what it holds: ejected first, as Ironic does.
+    let again = json!({"device_type": "cdrom", "image_url": "http://images.example/other.iso"});
+    assert_eq!(
+        s.at(Method::POST, &path, "1.93", Some(again)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    for _ in 0..200 {
+        if machine.media().as_deref() == Some("http://images.example/other.iso") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        machine.media().as_deref(),
+        Some("http://images.example/other.iso")
+    );
+    assert_eq!(
+        s.call(Method::DELETE, &path, Some("1.93"), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    for _ in 0..200 {
+        if machine.media().is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(machine.media(), None);
+    assert_eq!(
+        s.get(&format!("/v1/nodes/{node}")).await.body["last_error"],
+        Value::Null
+    );
+}
