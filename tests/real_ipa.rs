@@ -233,6 +233,17 @@ enum Given {
     Qcow2WithConfigDrive,
 }
 
+/// Enrolls a node and its port (the machine's MAC, which lookup finds it by): its uuid.
+fn enroll(api: &str, node: Value, mac: &str) -> String {
+    let (status, node) = call("POST", &format!("{api}/v1/nodes"), Some(node));
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let port = json!({"node_uuid": uuid, "address": mac});
+    let (status, _) = call("POST", &format!("{api}/v1/ports"), Some(port));
+    assert_eq!(status, 201);
+    uuid
+}
+
 fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: Given) {
     let dir = tempfile::tempdir().unwrap();
     open_to_all(dir.path());
@@ -263,20 +274,9 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
     let mut info = driver_info;
     // IPA syncs slowly; leave the power-off step time within the driver's deadline.
     info["soft_power_off_timeout"] = json!(3);
-    let (status, node) = call(
-        "POST",
-        &format!("{}/v1/nodes", engine.url),
-        Some(json!({"driver": driver, "driver_info": info,
-                    "instance_info": {"image_source": url, "image_checksum": checksum}})),
-    );
-    assert_eq!(status, 201, "{node}");
-    let uuid = node["uuid"].as_str().unwrap().to_owned();
-    let (status, _) = call(
-        "POST",
-        &format!("{}/v1/ports", engine.url),
-        Some(json!({"node_uuid": uuid, "address": mac})),
-    );
-    assert_eq!(status, 201);
+    let node = json!({"driver": driver, "driver_info": info,
+                      "instance_info": {"image_source": url, "image_checksum": checksum}});
+    let uuid = enroll(&engine.url, node, mac);
     make_available_without_cleaning(&engine.url, &uuid);
     // IPA's config drive partition takes the disk's last 64 MiB.
     let machine = Machine::new(dir.path(), mac, if drive { 144 } else { 64 }, drive);
@@ -430,20 +430,9 @@ fn ironic_python_agent_inspects_a_node_in_band_through_continue_inspection() {
     open_to_all(dir.path());
     let engine = Engine::start(&dir.path().join("data"), &["--inspect-wait-timeout", "120"]);
     let mac = "52:54:00:1a:00:03";
-    let (status, node) = call(
-        "POST",
-        &format!("{}/v1/nodes", engine.url),
-        Some(json!({"driver": "redfish", "inspect_interface": "agent",
-                    "driver_info": {"redfish_address": base, "redfish_system_id": system}})),
-    );
-    assert_eq!(status, 201, "{node}");
-    let uuid = node["uuid"].as_str().unwrap().to_owned();
-    let (status, _) = call(
-        "POST",
-        &format!("{}/v1/ports", engine.url),
-        Some(json!({"node_uuid": uuid, "address": mac})),
-    );
-    assert_eq!(status, 201);
+    let node = json!({"driver": "redfish", "inspect_interface": "agent",
+                      "driver_info": {"redfish_address": base, "redfish_system_id": system}});
+    let uuid = enroll(&engine.url, node, mac);
     provision(&engine.url, &uuid, "manage");
     wait_node(&engine.url, &uuid, 30, |n| {
         n["provision_state"] == "manageable"

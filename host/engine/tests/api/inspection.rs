@@ -41,6 +41,22 @@ pub(super) async fn lab_machine(
     (lab, info)
 }
 
+/// Manages and inspects the node (which ends manageable, with no error): the node as
+/// 1.115 shows it.
+async fn manage_and_inspect(s: &common::server::Server, node: &str) -> Value {
+    for (target, state) in [("manage", "manageable"), ("inspect", "manageable")] {
+        assert_eq!(
+            provision(s, node, target).await.status,
+            StatusCode::ACCEPTED
+        );
+        wait_for(s, node, state).await;
+    }
+    let path = format!("/v1/nodes/{node}");
+    let body = s.at(Method::GET, &path, "1.115", None).await.body;
+    assert_eq!(body["last_error"], Value::Null);
+    body
+}
+
 /// deployd's agent inspected in band on a lab machine: the engine boots it from the
 /// network, the agent posts its inventory before lookup, the node is powered off with its
 /// properties set.
@@ -58,21 +74,7 @@ async fn deployds_agent_is_inspected_in_band_on_a_lab_machine() {
         s.send(Method::POST, "/v1/ports", port).await.status,
         StatusCode::CREATED
     );
-    assert_eq!(
-        provision(&s, &node, "manage").await.status,
-        StatusCode::ACCEPTED
-    );
-    wait_for(&s, &node, "manageable").await;
-    assert_eq!(
-        provision(&s, &node, "inspect").await.status,
-        StatusCode::ACCEPTED
-    );
-    wait_for(&s, &node, "manageable").await;
-    let body = s
-        .at(Method::GET, &format!("/v1/nodes/{node}"), "1.115", None)
-        .await
-        .body;
-    assert_eq!(body["last_error"], Value::Null);
+    let body = manage_and_inspect(&s, &node).await;
     assert_eq!(body["power_state"], "power off");
     let (started, finished) = (
         &body["inspection_started_at"],
@@ -124,21 +126,7 @@ async fn redfish_inspection_fills_the_inventory_properties_and_ports() {
         StatusCode::BAD_REQUEST,
         "from enroll"
     );
-    assert_eq!(
-        provision(&s, &node, "manage").await.status,
-        StatusCode::ACCEPTED
-    );
-    wait_for(&s, &node, "manageable").await;
-    assert_eq!(
-        provision(&s, &node, "inspect").await.status,
-        StatusCode::ACCEPTED
-    );
-    wait_for(&s, &node, "manageable").await;
-    let body = s
-        .at(Method::GET, &format!("/v1/nodes/{node}"), "1.115", None)
-        .await
-        .body;
-    assert_eq!(body["last_error"], Value::Null);
+    let body = manage_and_inspect(&s, &node).await;
     let p = &body["properties"];
     assert_eq!(
         (p["memory_mb"].as_u64(), p["local_gb"].as_u64()),

@@ -376,54 +376,34 @@ async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
         .node(json!({"driver": "redfish", "driver_info": info}))
         .await;
     let path = format!("/v1/nodes/{node}/vmedia");
-    let attach = json!({"device_type": "cdrom", "image_url": "http://images.example/boot.iso"});
-    assert_eq!(
-        s.at(Method::POST, &path, "1.93", Some(attach.clone()))
-            .await
-            .status,
-        StatusCode::NO_CONTENT
-    );
-    for _ in 0..200 {
-        if machine.media().is_some() {
-            break;
+    // The machine's CD once the background work is done.
+    let cd_holds = |want: Option<&'static str>| {
+        let machine = machine.clone();
+        async move {
+            for _ in 0..200 {
+                if machine.media().as_deref() == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            panic!("the CD holds {:?}, not {want:?}", machine.media());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    };
+    for image in [
+        "http://images.example/boot.iso",
+        "http://images.example/other.iso",
+    ] {
+        // The second over the first: ejected first, as Ironic does.
+        let attach = json!({"device_type": "cdrom", "image_url": image});
+        let a = s.at(Method::POST, &path, "1.93", Some(attach)).await;
+        assert_eq!(a.status, StatusCode::NO_CONTENT);
+        cd_holds(Some(image)).await;
+        let listed = s.at(Method::GET, &path, "1.93", None).await.body;
+        assert_eq!(listed["vmedia"][0]["inserted"], true);
     }
-    assert_eq!(
-        machine.media().as_deref(),
-        Some("http://images.example/boot.iso")
-    );
-    let listed = s.at(Method::GET, &path, "1.93", None).await.body;
-    assert_eq!(listed["vmedia"][0]["inserted"], true);
-    // Attached again over what it holds: ejected first, as Ironic does.
-    let again = json!({"device_type": "cdrom", "image_url": "http://images.example/other.iso"});
-    assert_eq!(
-        s.at(Method::POST, &path, "1.93", Some(again)).await.status,
-        StatusCode::NO_CONTENT
-    );
-    for _ in 0..200 {
-        if machine.media().as_deref() == Some("http://images.example/other.iso") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert_eq!(
-        machine.media().as_deref(),
-        Some("http://images.example/other.iso")
-    );
-    assert_eq!(
-        s.call(Method::DELETE, &path, Some("1.93"), None)
-            .await
-            .status,
-        StatusCode::NO_CONTENT
-    );
-    for _ in 0..200 {
-        if machine.media().is_none() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert_eq!(machine.media(), None);
+    let a = s.call(Method::DELETE, &path, Some("1.93"), None).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    cd_holds(None).await;
     assert_eq!(
         s.get(&format!("/v1/nodes/{node}")).await.body["last_error"],
         Value::Null
