@@ -140,6 +140,13 @@ async fn attach_vmedia(
     }
     let node = find(&app, &ident)?;
     if redfish_management(&node.body) {
+        // deployd hands the BMC the image's url as given: Ironic's `http`. Serving it from
+        // the engine (`local`) or Swift is not done, so asking for them is refused.
+        if let Some(asked @ ("local" | "swift")) = request.image_download_source.as_deref() {
+            return Err(ApiError::bad_request(format!(
+                "image_download_source '{asked}' is not supported by deployd: the BMC is given the image_url as it is ('http')"
+            )));
+        }
         let (device, image) = (request.device_type, request.image_url);
         app.conductor
             .attach_media(node.uuid(), device, image)

@@ -376,6 +376,18 @@ async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
         .node(json!({"driver": "redfish", "driver_info": info}))
         .await;
     let path = format!("/v1/nodes/{node}/vmedia");
+    for source in ["local", "swift"] {
+        let attach = json!({"device_type": "cdrom", "image_url": "http://images.example/a.iso",
+                            "image_download_source": source});
+        let a = s.at(Method::POST, &path, "1.93", Some(attach)).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{source}");
+        assert!(
+            a.fault().contains("not supported by deployd"),
+            "{}",
+            a.fault()
+        );
+    }
+    assert_eq!(machine.media(), None, "nothing attached");
     // The machine's CD once the background work is done.
     let cd_holds = |want: Option<&'static str>| {
         let machine = machine.clone();
