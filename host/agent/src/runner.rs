@@ -469,22 +469,30 @@ async fn heartbeat(
     }
 }
 
+impl AgentArgs {
+    /// An agent of the engine at `api_url`, with every other flag at its default (its
+    /// command API on a free loopback port).
+    pub fn for_engine(api_url: String) -> AgentArgs {
+        AgentArgs {
+            api_url,
+            macs: Vec::new(),
+            node_uuid: None,
+            disk: None,
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            advertise_url: None,
+            advertise_host: None,
+            advertise_port: None,
+            throttle: None,
+            heartbeat_interval: None,
+            tls: TlsMode::default(),
+        }
+    }
+}
+
 /// Arguments for unit tests: nothing reachable, nothing given.
 #[cfg(test)]
 pub(crate) fn test_args() -> AgentArgs {
-    AgentArgs {
-        api_url: "http://127.0.0.1:9".into(),
-        macs: Vec::new(),
-        node_uuid: None,
-        disk: None,
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        advertise_url: None,
-        advertise_host: None,
-        advertise_port: None,
-        throttle: None,
-        heartbeat_interval: None,
-        tls: TlsMode::default(),
-    }
+    AgentArgs::for_engine("http://127.0.0.1:9".into())
 }
 
 #[cfg(test)]

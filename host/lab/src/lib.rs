@@ -167,17 +167,10 @@ impl Lab {
         std::fs::create_dir_all(&args.dir)
             .with_context(|| format!("creating {}", args.dir.display()))?;
         let agent = deployd_agent::AgentArgs {
-            api_url: args.api_url.clone(),
-            macs: vec![],
-            node_uuid: None,
-            disk: None,
-            listen: "127.0.0.1:0".parse().expect("an address"),
-            advertise_url: None,
-            advertise_host: None,
-            advertise_port: None,
             throttle: args.throttle,
             heartbeat_interval: args.heartbeat_interval,
             tls: args.agent_tls,
+            ..deployd_agent::AgentArgs::for_engine(args.api_url.clone())
         };
         let vm = matches!(mode, AgentMode::Vm(_));
         anyhow::ensure!(

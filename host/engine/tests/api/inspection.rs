@@ -41,6 +41,12 @@ pub(super) async fn lab_machine(
     (lab, info)
 }
 
+/// The node's stored inventory document (`inventory`, `plugin_data`).
+async fn inventory_of(s: &common::server::Server, node: &str) -> Value {
+    let path = format!("/v1/nodes/{node}/inventory");
+    s.at(Method::GET, &path, "1.84", None).await.body
+}
+
 /// Manages and inspects the node (which ends manageable, with no error): the node as
 /// 1.115 shows it.
 async fn manage_and_inspect(s: &common::server::Server, node: &str) -> Value {
@@ -88,15 +94,7 @@ async fn deployds_agent_is_inspected_in_band_on_a_lab_machine() {
     assert_eq!(p["local_gb"], 5, "the agent's 6 GiB disk");
     assert_eq!(p["cpu_arch"], std::env::consts::ARCH);
     assert!(p["memory_mb"].as_u64().unwrap() > 0, "{p}");
-    let inv = s
-        .at(
-            Method::GET,
-            &format!("/v1/nodes/{node}/inventory"),
-            "1.84",
-            None,
-        )
-        .await
-        .body;
+    let inv = inventory_of(&s, &node).await;
     assert_eq!(
         inv["inventory"]["interfaces"][0]["mac_address"],
         machine.mac.to_lowercase()
@@ -312,15 +310,7 @@ async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
         ),
         (Some(4096), Some(9), Some("x86_64"))
     );
-    let inv = s
-        .at(
-            Method::GET,
-            &format!("/v1/nodes/{node}/inventory"),
-            "1.84",
-            None,
-        )
-        .await
-        .body;
+    let inv = inventory_of(&s, &node).await;
     assert_eq!(inv["plugin_data"]["boot_interface"], mac);
     assert_eq!(inv["plugin_data"]["rule"]["ran"], "yes");
     assert_eq!(body["resource_class"], "gold");
