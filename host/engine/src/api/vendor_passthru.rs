@@ -25,10 +25,18 @@ pub fn routes() -> Router<Arc<App>> {
         )
         .route("/v1/nodes/{ident}/vendor_passthru", any(node_call))
         .route(
+            "/v1/nodes/{ident}/vendor_passthru/{method}",
+            any(node_call_named),
+        )
+        .route(
             "/v1/drivers/{name}/vendor_passthru/methods",
             get(driver_methods),
         )
         .route("/v1/drivers/{name}/vendor_passthru", any(driver_call))
+        .route(
+            "/v1/drivers/{name}/vendor_passthru/{method}",
+            any(driver_call_named),
+        )
 }
 
 #[derive(Deserialize, Default)]
@@ -62,6 +70,28 @@ async fn driver_call(
 ) -> Result<Json<Value>, ApiError> {
     driver(&app, &name)?;
     Err(no_handler(call))
+}
+
+/// The method named in the path (`…/vendor_passthru/{method}`), as python-ironicclient
+/// calls it; Ironic takes both forms.
+async fn node_call_named(
+    app: State,
+    Path((ident, method)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    find(&app, &ident)?;
+    Err(no_handler(Call {
+        method: Some(method),
+    }))
+}
+
+async fn driver_call_named(
+    app: State,
+    Path((name, method)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    driver(&app, &name)?;
+    Err(no_handler(Call {
+        method: Some(method),
+    }))
 }
 
 fn driver(app: &App, name: &str) -> Result<(), ApiError> {

@@ -113,6 +113,17 @@ async fn vendor_passthru_lists_no_methods_and_refuses_calls_in_ironics_words() {
         }
         let a = s.send(Method::POST, &base, json!({})).await;
         assert_eq!(a.fault(), "Method not specified");
+        // The method in the path, as python-ironicclient sends it.
+        let a = s
+            .send(Method::POST, &format!("{base}/missing_method"), json!({}))
+            .await;
+        assert_eq!(
+            (a.status, a.fault()),
+            (
+                StatusCode::BAD_REQUEST,
+                "No handler for method missing_method".to_owned()
+            )
+        );
     }
     let a = s.get("/v1/drivers/no-such/vendor_passthru/methods").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
