@@ -3,6 +3,7 @@
 //! vendor interfaces (`no-vendor`, `ipmitool`, `redfish`) expose none, so the lists are
 //! `{}` and every call is refused with Ironic's "No handler for method" (400).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -19,24 +20,12 @@ use crate::hardware::Hardware;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
-        .route(
-            "/v1/nodes/{ident}/vendor_passthru/methods",
-            get(node_methods),
-        )
-        .route("/v1/nodes/{ident}/vendor_passthru", any(node_call))
-        .route(
-            "/v1/nodes/{ident}/vendor_passthru/{method}",
-            any(node_call_named),
-        )
-        .route(
-            "/v1/drivers/{name}/vendor_passthru/methods",
-            get(driver_methods),
-        )
-        .route("/v1/drivers/{name}/vendor_passthru", any(driver_call))
-        .route(
-            "/v1/drivers/{name}/vendor_passthru/{method}",
-            any(driver_call_named),
-        )
+        .route("/v1/nodes/{ident}/vendor_passthru/methods", get(methods))
+        .route("/v1/nodes/{ident}/vendor_passthru", any(call))
+        .route("/v1/nodes/{ident}/vendor_passthru/{method}", any(call))
+        .route("/v1/drivers/{name}/vendor_passthru/methods", get(methods))
+        .route("/v1/drivers/{name}/vendor_passthru", any(call))
+        .route("/v1/drivers/{name}/vendor_passthru/{method}", any(call))
 }
 
 #[derive(Deserialize, Default)]
@@ -44,54 +33,32 @@ struct Call {
     method: Option<String>,
 }
 
-async fn node_methods(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    find(&app, &ident)?;
+/// The route's parameters: a node (`ident`) or a driver (`name`), and the method when
+/// the path names it (as python-ironicclient calls it; Ironic takes it there or in
+/// `?method=`, as gophercloud sends it).
+type Params = Path<HashMap<String, String>>;
+
+/// The node or driver exists (else 404).
+fn subject(app: &App, params: &HashMap<String, String>) -> Result<(), ApiError> {
+    match (params.get("ident"), params.get("name")) {
+        (Some(ident), _) => find(app, ident).map(drop),
+        (None, Some(name)) => driver(app, name),
+        (None, None) => Err(ApiError::not_found("No node or driver named.")),
+    }
+}
+
+async fn methods(app: State, Path(params): Params) -> Result<Json<Value>, ApiError> {
+    subject(&app, &params)?;
     Ok(Json(json!({})))
 }
 
-async fn node_call(
+async fn call(
     app: State,
-    Path(ident): Path<String>,
-    Query(call): Query<Call>,
+    Path(mut params): Params,
+    Query(query): Query<Call>,
 ) -> Result<Json<Value>, ApiError> {
-    find(&app, &ident)?;
-    Err(no_handler(call))
-}
-
-async fn driver_methods(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    driver(&app, &name)?;
-    Ok(Json(json!({})))
-}
-
-async fn driver_call(
-    app: State,
-    Path(name): Path<String>,
-    Query(call): Query<Call>,
-) -> Result<Json<Value>, ApiError> {
-    driver(&app, &name)?;
-    Err(no_handler(call))
-}
-
-/// The method named in the path (`…/vendor_passthru/{method}`), as python-ironicclient
-/// calls it; Ironic takes both forms.
-async fn node_call_named(
-    app: State,
-    Path((ident, method)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    find(&app, &ident)?;
-    Err(no_handler(Call {
-        method: Some(method),
-    }))
-}
-
-async fn driver_call_named(
-    app: State,
-    Path((name, method)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    driver(&app, &name)?;
-    Err(no_handler(Call {
-        method: Some(method),
-    }))
+    subject(&app, &params)?;
+    Err(no_handler(params.remove("method").or(query.method)))
 }
 
 fn driver(app: &App, name: &str) -> Result<(), ApiError> {
@@ -103,8 +70,8 @@ fn driver(app: &App, name: &str) -> Result<(), ApiError> {
     }
 }
 
-fn no_handler(call: Call) -> ApiError {
-    match call.method.filter(|m| !m.is_empty()) {
+fn no_handler(method: Option<String>) -> ApiError {
+    match method.filter(|m| !m.is_empty()) {
         None => ApiError::bad_request("Method not specified"),
         Some(method) => ApiError::bad_request(format!("No handler for method {method}")),
     }

@@ -407,6 +407,18 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         let s = &s;
         async move { s.at(method, &path, version, body).await }
     };
+    // A call the suite makes, answered with the status it accepts.
+    let expect = |method: Method,
+                  path: String,
+                  version: &'static str,
+                  body: Option<Value>,
+                  status: StatusCode| {
+        let s = &s;
+        async move {
+            let a = s.at(method.clone(), &path, version, body).await;
+            assert_eq!(a.status, status, "{method} {path}: {:?}", a.body);
+        }
+    };
     let info = json!({"ipmi_port": "6230", "ipmi_username": "admin", "ipmi_address": "192.168.122.1",
         "ipmi_password": "admin", "deploy_kernel": "http://172.22.0.1/images/k", "deploy_ramdisk": "http://172.22.0.1/images/r"});
     // CreateNode
@@ -443,27 +455,28 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         (StatusCode::OK, json!(true))
     );
     let m = format!("/v1/nodes/{ipmi}/maintenance");
-    assert_eq!(
-        call(
-            Method::PUT,
-            m.clone(),
-            "1.38",
-            Some(json!({"reason": "I'm tired"}))
-        )
-        .await
-        .status,
-        StatusCode::ACCEPTED
-    );
+    expect(
+        Method::PUT,
+        m.clone(),
+        "1.38",
+        Some(json!({"reason": "I'm tired"})),
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_eq!(
         call(Method::GET, format!("/v1/nodes/{ipmi}"), "1.38", None)
             .await
             .body["maintenance_reason"],
         "I'm tired"
     );
-    assert_eq!(
-        call(Method::DELETE, m.clone(), "1.38", None).await.status,
-        StatusCode::ACCEPTED
-    );
+    expect(
+        Method::DELETE,
+        m.clone(),
+        "1.38",
+        None,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_eq!(
         call(Method::GET, format!("/v1/nodes/{ipmi}"), "1.38", None)
             .await
@@ -507,27 +520,23 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
     // TestNodesVirtualMedia
     let vmedia = format!("/v1/nodes/{ipmi}/vmedia");
     let attach = json!({"device_type": "cdrom", "image_url": "http://127.0.0.1:17"});
-    assert_eq!(
-        call(Method::POST, vmedia.clone(), "1.93", Some(attach))
-            .await
-            .status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(
-        call(
-            Method::DELETE,
-            format!("{vmedia}?device_types=cdrom"),
-            "1.93",
-            None
-        )
-        .await
-        .status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(
-        call(Method::DELETE, vmedia, "1.93", None).await.status,
-        StatusCode::NO_CONTENT
-    );
+    expect(
+        Method::POST,
+        vmedia.clone(),
+        "1.93",
+        Some(attach),
+        StatusCode::NO_CONTENT,
+    )
+    .await;
+    expect(
+        Method::DELETE,
+        format!("{vmedia}?device_types=cdrom"),
+        "1.93",
+        None,
+        StatusCode::NO_CONTENT,
+    )
+    .await;
+    expect(Method::DELETE, vmedia, "1.93", None, StatusCode::NO_CONTENT).await;
     // TestNodesVirtualInterfaces
     let vifs = format!("/v1/nodes/{ipmi}/vifs");
     assert_eq!(
@@ -542,23 +551,22 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         json!({"vifs": []})
     );
     // DeleteNode: maintenance, then delete.
-    assert_eq!(
-        call(
-            Method::PUT,
-            m,
-            "1.38",
-            Some(json!({"reason": "forced deletion"}))
-        )
-        .await
-        .status,
-        StatusCode::ACCEPTED
-    );
-    assert_eq!(
-        call(Method::DELETE, format!("/v1/nodes/{ipmi}"), "1.38", None)
-            .await
-            .status,
-        StatusCode::NO_CONTENT
-    );
+    expect(
+        Method::PUT,
+        m,
+        "1.38",
+        Some(json!({"reason": "forced deletion"})),
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    expect(
+        Method::DELETE,
+        format!("/v1/nodes/{ipmi}"),
+        "1.38",
+        None,
+        StatusCode::NO_CONTENT,
+    )
+    .await;
 
     // CreateFakeNode, DeployFakeNode, TestNodesServicingHold
     let fake = call(
@@ -590,12 +598,14 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
     }
     let service =
         json!({"target": "service", "service_steps": [{"interface": "deploy", "step": "reboot"}]});
-    assert_eq!(
-        call(Method::PUT, states, "1.87", Some(service))
-            .await
-            .status,
-        StatusCode::ACCEPTED
-    );
+    expect(
+        Method::PUT,
+        states,
+        "1.87",
+        Some(service),
+        StatusCode::ACCEPTED,
+    )
+    .await;
     wait_for(&s, &fake, "active").await;
     // TestVendorPassthruMethods
     let methods = call(
@@ -618,17 +628,14 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         .await
         .body;
     let first = drivers["drivers"][0]["name"].as_str().unwrap().to_owned();
-    assert_eq!(
-        call(
-            Method::GET,
-            format!("/v1/drivers/{first}/vendor_passthru/methods"),
-            "1.38",
-            None
-        )
-        .await
-        .status,
-        StatusCode::OK
-    );
+    expect(
+        Method::GET,
+        format!("/v1/drivers/{first}/vendor_passthru/methods"),
+        "1.38",
+        None,
+        StatusCode::OK,
+    )
+    .await;
     let missing = call(
         Method::POST,
         format!("/v1/drivers/{first}/vendor_passthru?method=gophercloud_acceptance_missing_method"),
@@ -654,12 +661,14 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
             .body["address"],
         "aa:bb:cc:dd:ee:ff"
     );
-    assert_eq!(
-        call(Method::DELETE, format!("/v1/ports/{port}"), "1.53", None)
-            .await
-            .status,
-        StatusCode::NO_CONTENT
-    );
+    expect(
+        Method::DELETE,
+        format!("/v1/ports/{port}"),
+        "1.53",
+        None,
+        StatusCode::NO_CONTENT,
+    )
+    .await;
     let group = call(
         Method::POST,
         "/v1/portgroups".into(),
@@ -688,12 +697,14 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(
-        call(Method::GET, format!("/v1/conductors/{host}"), "1.49", None)
-            .await
-            .status,
-        StatusCode::OK
-    );
+    expect(
+        Method::GET,
+        format!("/v1/conductors/{host}"),
+        "1.49",
+        None,
+        StatusCode::OK,
+    )
+    .await;
     // TestAllocationsCreateDestroy, TestAllocationsGetDeleteByNode (skipped on Ironic's words)
     let a = call(
         Method::POST,
@@ -722,15 +733,12 @@ async fn gophercloud_acceptance_flows_answer_as_its_suite_expects() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    assert_eq!(
-        call(
-            Method::DELETE,
-            format!("/v1/allocations/{uuid}"),
-            "1.52",
-            None
-        )
-        .await
-        .status,
-        StatusCode::NO_CONTENT
-    );
+    expect(
+        Method::DELETE,
+        format!("/v1/allocations/{uuid}"),
+        "1.52",
+        None,
+        StatusCode::NO_CONTENT,
+    )
+    .await;
 }
