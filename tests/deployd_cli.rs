@@ -323,3 +323,43 @@ fn a_javascript_driver_built_with_componentize_js_deploys_a_lab_machine() {
     built(build);
     example_deploys("js_redfish", &dir.path().join("js_redfish.wasm"));
 }
+
+/// `deployd store migrate` on a real PostgreSQL: once it migrates, then it has nothing to
+/// do; a database a newer deployd migrated, and a URL with no server, are refused with
+/// words that say so.
+#[test]
+fn deployd_store_migrate_brings_a_shared_store_to_its_schema_and_refuses_a_newer_one() {
+    use deployd_test_support::postgres::{CLUSTER, database_of};
+    let url = CLUSTER.database();
+    let migrate = |url: &str| {
+        let out = Command::new(&*BIN)
+            .args(["store", "migrate", "--store-url", url])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (done, text) = migrate(&url);
+    assert!(done && text.contains("from version 0 to 1"), "{text}");
+    let (done, text) = migrate(&url);
+    assert!(
+        done && text.contains("at version 1: nothing to do"),
+        "{text}"
+    );
+    CLUSTER.psql(
+        database_of(&url),
+        "UPDATE deployd_schema SET version = 1000",
+    );
+    let (done, text) = migrate(&url);
+    assert!(
+        !done && text.contains("schema is version 1000; this deployd knows versions up to 1"),
+        "{text}"
+    );
+    let port = emulators::free_tcp_port();
+    let (done, text) = migrate(&format!("postgres://deployd@127.0.0.1:{port}/none"));
+    assert!(!done && text.contains("the shared store"), "{text}");
+}

@@ -1,12 +1,13 @@
 //! `deployd store`: backup (online, through the engine), restore and verify (offline,
-//! on a data directory). See `deployd_engine::store::backup` and `::verify`.
+//! on a data directory), and the shared store's schema migration. See
+//! `deployd_engine::store::backup`, `::verify` and `::postgres`.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use deployd_engine::store::{StoreConfig, backup, verify};
+use deployd_engine::store::{StoreConfig, backup, postgres, verify};
 
 #[derive(Subcommand)]
 pub enum StoreCommand {
@@ -24,6 +25,13 @@ pub enum StoreCommand {
         from: PathBuf,
         #[arg(long, env = "DEPLOYD_DATA_DIR")]
         data_dir: PathBuf,
+    },
+    /// Brings a shared store's (PostgreSQL) schema to this deployd's version; refuses a
+    /// database a newer deployd migrated.
+    Migrate {
+        /// `postgres://user:password@host:port/database`
+        #[arg(long, env = "DEPLOYD_STORE_URL")]
+        store_url: String,
     },
     /// Reads every record and index entry of a stopped engine's store; exits 1 on a problem.
     Verify {
@@ -53,6 +61,16 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
                 data_dir.display(),
                 done.dropped_ports
             );
+            Ok(())
+        }
+        StoreCommand::Migrate { store_url } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            let (was, now) = runtime.block_on(postgres::migrate(&store_url))?;
+            if was == now {
+                println!("the shared store's schema is at version {now}: nothing to do");
+            } else {
+                println!("migrated the shared store's schema from version {was} to {now}");
+            }
             Ok(())
         }
         StoreCommand::Verify { data_dir } => {

@@ -11,3 +11,4 @@ mod plugins;
 mod race;
 mod restart;
 mod seed;
+mod shared_store;

@@ -9,11 +9,13 @@
 //! | [`emulators`] | sushy-tools, pyghmi's `fakebmc`, in-process peers, the test virtualenv | both |
 //! | [`vm`] | the musl agent, a ramdisk, a bootable test OS image, console logs | end-to-end tests |
 //! | [`netns`] | a network namespace with a tap for a VM and a veth pair to it, the real dnsmasq in it | end-to-end tests |
+//! | [`postgres`] | a real PostgreSQL cluster on loopback, a database per test | engine tests |
 //! | [`processes`] | the real `deployd` binary as `serve` and `lab` processes, and calls to them | end-to-end tests |
 
 pub mod emulators;
 pub mod lab;
 pub mod netns;
+pub mod postgres;
 pub mod processes;
 pub mod server;
 pub mod store;

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::{Store, StoreError, last_error, record};
 use crate::clock::Timestamp;
 use crate::node::Provision;
-use crate::state_machine::{Event, Expiry, ProvisionState};
+use crate::state_machine::{Event, Expiry, ProvisionState, Timeouts};
 
 /// A node the sweeper failed because its agent went silent, or made no progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,10 +146,10 @@ impl Store {
             t.deadlines.remove(record::deadline_key(entry, uuid))?;
             return Ok(None);
         };
-        let deadline = match p.deadline {
-            Some(d) if d <= now && p.state.wait_kind().is_some() => d,
+        let failure = match judge(uuid, &p, now, &self.timeouts, describe) {
+            Verdict::Fail(failure) => failure,
             // Touched since: file the entry at the deadline the record now has.
-            later => {
+            Verdict::Refile(later) => {
                 self.write_node(
                     uuid,
                     &p,
@@ -162,43 +162,95 @@ impl Store {
                 return Ok(None);
             }
         };
-        let kind = p.state.wait_kind().expect("filtered on wait states");
-        let silent_for = now.since(p.updated_at);
-        let expiry = self
-            .timeouts
-            .deadline(p.state, p.updated_at, p.progress_at)
-            .map_or(Expiry::Callback, |(_, e)| e);
-        let (timeout, last_error) = match expiry {
-            Expiry::Callback => {
-                let timeout = deadline.since(p.updated_at);
-                let last_error =
-                    last_error::callback_timeout(uuid, p.state, kind, silent_for, timeout);
-                (timeout, last_error)
-            }
-            Expiry::Stall => {
-                let timeout = deadline.since(p.progress_at);
-                let last_error = last_error::stall(
-                    uuid,
-                    p.state,
-                    kind,
-                    now.since(p.progress_at),
-                    timeout,
-                    describe(uuid),
-                );
-                (timeout, last_error)
-            }
-        };
-        let node =
-            self.transition_locked(uuid, p, json, Event::Fail, Some(last_error.clone()), now)?;
-        self.metrics.timed_out(expiry);
-        Ok(Some(TimedOut {
-            node: uuid,
-            waited_in: p.state,
-            failed_to: node.provision.state,
-            expiry,
-            timeout,
-            silent_for,
-            last_error,
-        }))
+        let node = self.transition_locked(
+            uuid,
+            p,
+            json,
+            Event::Fail,
+            Some(failure.last_error.clone()),
+            now,
+        )?;
+        self.metrics.timed_out(failure.expiry);
+        Ok(Some(failure.timed_out(uuid, p.state, node.provision.state)))
     }
+}
+
+/// What the sweeper does with a node whose index entry came due.
+pub(super) enum Verdict {
+    /// A touch moved the deadline on (or off): file the entry there.
+    Refile(Option<Timestamp>),
+    /// The deadline passed in a wait state: fail the node, with these words.
+    Fail(Failure),
+}
+
+/// Why a node is failed by the sweeper.
+pub(super) struct Failure {
+    pub expiry: Expiry,
+    pub timeout: Duration,
+    pub silent_for: Duration,
+    pub last_error: String,
+}
+
+impl Failure {
+    pub(super) fn timed_out(
+        self,
+        node: Uuid,
+        waited_in: ProvisionState,
+        failed_to: ProvisionState,
+    ) -> TimedOut {
+        TimedOut {
+            node,
+            waited_in,
+            failed_to,
+            expiry: self.expiry,
+            timeout: self.timeout,
+            silent_for: self.silent_for,
+            last_error: self.last_error,
+        }
+    }
+}
+
+/// The sweeper's rule, the same for every backend: a node in a wait state whose own
+/// deadline has passed at `now` fails, by the check that set that deadline; any other is
+/// re-filed at the deadline its record has.
+pub(super) fn judge(
+    uuid: Uuid,
+    p: &Provision,
+    now: Timestamp,
+    timeouts: &Timeouts,
+    describe: &dyn Fn(Uuid) -> Option<String>,
+) -> Verdict {
+    let (deadline, kind) = match (p.deadline, p.state.wait_kind()) {
+        (Some(d), Some(kind)) if d <= now => (d, kind),
+        (later, _) => return Verdict::Refile(later),
+    };
+    let silent_for = now.since(p.updated_at);
+    let expiry = timeouts
+        .deadline(p.state, p.updated_at, p.progress_at)
+        .map_or(Expiry::Callback, |(_, e)| e);
+    let (timeout, last_error) = match expiry {
+        Expiry::Callback => {
+            let timeout = deadline.since(p.updated_at);
+            let last_error = last_error::callback_timeout(uuid, p.state, kind, silent_for, timeout);
+            (timeout, last_error)
+        }
+        Expiry::Stall => {
+            let timeout = deadline.since(p.progress_at);
+            let last_error = last_error::stall(
+                uuid,
+                p.state,
+                kind,
+                now.since(p.progress_at),
+                timeout,
+                describe(uuid),
+            );
+            (timeout, last_error)
+        }
+    };
+    Verdict::Fail(Failure {
+        expiry,
+        timeout,
+        silent_for,
+        last_error,
+    })
 }

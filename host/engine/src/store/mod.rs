@@ -38,6 +38,7 @@ mod last_error;
 mod locks;
 pub mod manifest;
 mod ports;
+pub mod postgres;
 mod record;
 mod recovery;
 mod reserve;
@@ -51,7 +52,7 @@ use std::sync::Arc;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use uuid::Uuid;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::metrics::Metrics;
 use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState, Timeouts};
@@ -129,6 +130,21 @@ pub enum StoreError {
     Lost(Box<manifest::Lost>),
     #[error("the store's manifest: {0}")]
     Manifest(String),
+    /// The shared store (PostgreSQL) answered with an error.
+    #[error("the shared store: {0}")]
+    Shared(String),
+    #[error(
+        "the shared store's schema is version {found}; this deployd knows versions up to {} only (migrated by a newer deployd?)",
+        postgres::SCHEMA_VERSION
+    )]
+    Schema { found: i32 },
+    /// Another engine holds the node's claim, and its lease lives.
+    #[error("node {node} is locked by engine {owner}; try again once it is done")]
+    NotOwner { node: Uuid, owner: String },
+    /// This engine's lease lapsed (or it was declared dead): it acts on no node until it
+    /// has renewed.
+    #[error("this engine's lease on the shared store has lapsed: {0}")]
+    Fenced(String),
 }
 
 /// An I/O error is the disk's refusal (a 503 that names it); anything else from sled is
@@ -489,42 +505,8 @@ impl Store {
 
     fn insert_node(&self, new: NewNode) -> Result<Node, StoreError> {
         let t = self.w()?;
-        if let Some(name) = &new.name {
-            node::validate_name(name)?;
-        }
-        let now = self.clock.now();
-        let body = NodeBody {
-            uuid: new.uuid.unwrap_or_else(Uuid::new_v4),
-            name: new.name,
-            driver: new.driver,
-            driver_info: new.driver_info,
-            instance_info: new.instance_info,
-            properties: new.properties,
-            driver_internal_info: Default::default(),
-            extra: new.extra,
-            last_error: None,
-            power_state: None,
-            target_power_state: None,
-            maintenance: false,
-            maintenance_reason: None,
-            reservation: None,
-            interfaces: new.interfaces,
-            attrs: new.attrs,
-            created_at: now,
-            updated_at: None,
-        };
-        let provision = Provision {
-            state: ProvisionState::Enroll,
-            target: None,
-            updated_at: now,
-            deadline: None,
-            indexed: None,
-            progress_at: now,
-            progress: 0,
-        };
+        let (Node { body, provision }, json) = enrolled(new, self.clock.now())?;
         let uuid = body.uuid;
-        let json = serde_json::to_vec(&body).expect("a node body serialises");
-        node::check_sizes(&body, json.len(), None)?;
         let value = record::join(&provision, &json);
         let _owner = self.locks.lock(uuid);
         if body.name.is_none() {
@@ -905,6 +887,46 @@ fn parse_node(uuid: Uuid, value: &[u8]) -> Result<Node, StoreError> {
 
 fn parse_json<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// A node as enrolling `new` at `now` makes it, and its body's JSON: the name checked, the
+/// record in `enroll`. The same rule for every backend.
+pub(crate) fn enrolled(new: NewNode, now: Timestamp) -> Result<(Node, Vec<u8>), StoreError> {
+    if let Some(name) = &new.name {
+        node::validate_name(name)?;
+    }
+    let body = NodeBody {
+        uuid: new.uuid.unwrap_or_else(Uuid::new_v4),
+        name: new.name,
+        driver: new.driver,
+        driver_info: new.driver_info,
+        instance_info: new.instance_info,
+        properties: new.properties,
+        driver_internal_info: Default::default(),
+        extra: new.extra,
+        last_error: None,
+        power_state: None,
+        target_power_state: None,
+        maintenance: false,
+        maintenance_reason: None,
+        reservation: None,
+        interfaces: new.interfaces,
+        attrs: new.attrs,
+        created_at: now,
+        updated_at: None,
+    };
+    let provision = Provision {
+        state: ProvisionState::Enroll,
+        target: None,
+        updated_at: now,
+        deadline: None,
+        indexed: None,
+        progress_at: now,
+        progress: 0,
+    };
+    let json = serde_json::to_vec(&body).expect("a node body serialises");
+    node::check_sizes(&body, json.len(), None)?;
+    Ok((Node { body, provision }, json))
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ const NO_DEADLINE: i64 = i64::MIN;
 /// Every state's stored code, written out: reordering or adding states in the state
 /// machine must never change what a stored byte means (the golden test below pins them).
 /// An unlisted state is a compile error in [`state_code`].
-const STATE_CODES: [(ProvisionState, u8); 30] = {
+pub(crate) const STATE_CODES: [(ProvisionState, u8); 30] = {
     use ProvisionState as S;
     [
         (S::Enroll, 0),
@@ -66,7 +66,7 @@ const STATE_CODES: [(ProvisionState, u8); 30] = {
     ]
 };
 
-pub(super) fn state_code(s: ProvisionState) -> u8 {
+pub(crate) fn state_code(s: ProvisionState) -> u8 {
     use ProvisionState as S;
     // Exhaustive on purpose: a new state needs a new code in STATE_CODES.
     match s {
@@ -108,7 +108,7 @@ pub(super) fn state_code(s: ProvisionState) -> u8 {
         .expect("every state has a code")
 }
 
-pub(super) fn state_from_code(code: u8) -> Option<ProvisionState> {
+pub(crate) fn state_from_code(code: u8) -> Option<ProvisionState> {
     STATE_CODES
         .iter()
         .find(|(_, c)| *c == code)

@@ -14,6 +14,7 @@ use super::{Store, StoreError, Trees, parse_body, record};
 use crate::clock::Timestamp;
 use crate::metrics::Metrics;
 use crate::node::{Node, Provision};
+use crate::state_machine::Timeouts;
 
 impl Store {
     /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
@@ -65,20 +66,7 @@ impl Store {
 
     /// `old` touched at `at`, with the agent's `progress` mark.
     fn touched(&self, old: &Provision, at: Timestamp, progress: Option<u64>) -> Provision {
-        let (progress_at, progress) = match progress {
-            Some(mark) if mark != old.progress => (at, mark),
-            _ => (old.progress_at, old.progress),
-        };
-        Provision {
-            updated_at: at,
-            deadline: self
-                .timeouts
-                .deadline(old.state, at, progress_at)
-                .map(|(d, _)| d),
-            progress_at,
-            progress,
-            ..*old
-        }
+        touched(&self.timeouts, old, at, progress)
     }
 
     /// Notes, for a reopen, the clock of each waiting node as the faulty database `old`
@@ -143,6 +131,29 @@ impl Store {
         };
         t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
         Ok(true)
+    }
+}
+
+/// `old` touched at `at`, with the agent's `progress` mark: the clock moves, and the
+/// progress clock only when the mark differs from the last. The same rule for every backend.
+pub(super) fn touched(
+    timeouts: &Timeouts,
+    old: &Provision,
+    at: Timestamp,
+    progress: Option<u64>,
+) -> Provision {
+    let (progress_at, progress) = match progress {
+        Some(mark) if mark != old.progress => (at, mark),
+        _ => (old.progress_at, old.progress),
+    };
+    Provision {
+        updated_at: at,
+        deadline: timeouts
+            .deadline(old.state, at, progress_at)
+            .map(|(d, _)| d),
+        progress_at,
+        progress,
+        ..*old
     }
 }
 

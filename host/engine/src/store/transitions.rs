@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{Store, StoreError, history, parse_body, record};
 use crate::clock::Timestamp;
 use crate::node::{Node, Provision};
-use crate::state_machine::{Event, ProvisionState};
+use crate::state_machine::{Event, IllegalTransition, ProvisionState, Timeouts};
 
 impl Store {
     /// Applies `event` to a node, flushed to disk before it returns. `last_error` replaces
@@ -110,24 +110,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<Node, StoreError> {
         let t = self.w()?;
-        let to = old
-            .state
-            .next(event)
+        let new = advanced(old, event, now, &self.timeouts)
             .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
-        let new = Provision {
-            state: to,
-            target: target(old, event, to),
-            updated_at: now,
-            deadline: self.timeouts.deadline(to, now, now).map(|(d, _)| d),
-            indexed: None,
-            // A new state is progress; its agent's reports start afresh.
-            progress_at: now,
-            progress: 0,
-        };
-        let new = Provision {
-            indexed: new.deadline,
-            ..new
-        };
+        let to = new.state;
         let mut body = parse_body(uuid, json)?;
         if body.last_error == last_error {
             self.write_node(uuid, &old, &new, json)?;
@@ -156,6 +141,29 @@ impl Store {
             provision: new,
         })
     }
+}
+
+/// The record after `event` at `now`: the new state and target, the clock stamped, the
+/// deadline derived from `timeouts` and filed in the index at once. The same rule for every
+/// backend.
+pub(super) fn advanced(
+    old: Provision,
+    event: Event,
+    now: Timestamp,
+    timeouts: &Timeouts,
+) -> Result<Provision, IllegalTransition> {
+    let to = old.state.next(event)?;
+    let deadline = timeouts.deadline(to, now, now).map(|(d, _)| d);
+    Ok(Provision {
+        state: to,
+        target: target(old, event, to),
+        updated_at: now,
+        deadline,
+        indexed: deadline,
+        // A new state is progress; its agent's reports start afresh.
+        progress_at: now,
+        progress: 0,
+    })
 }
 
 /// Where the flow is heading after `old --event--> to`. Mostly the state's own target (a

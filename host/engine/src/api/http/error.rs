@@ -74,9 +74,9 @@ impl From<StoreError> for ApiError {
             | StoreError::MacTaken { .. }
             | StoreError::PortNameTaken { .. }
             | StoreError::DocumentTaken { .. } => StatusCode::CONFLICT,
-            StoreError::DeleteRefused { .. } | StoreError::StateChanged { .. } => {
-                StatusCode::CONFLICT
-            }
+            StoreError::DeleteRefused { .. }
+            | StoreError::StateChanged { .. }
+            | StoreError::NotOwner { .. } => StatusCode::CONFLICT,
             StoreError::Invalid(_)
             | StoreError::IllegalTransition { .. }
             | StoreError::NotWaiting { .. } => StatusCode::BAD_REQUEST,
@@ -85,8 +85,10 @@ impl From<StoreError> for ApiError {
             | StoreError::Locked(_)
             | StoreError::Lost(_)
             | StoreError::Manifest(_)
+            | StoreError::Shared(_)
+            | StoreError::Schema { .. }
             | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Unavailable(_) | StoreError::Fenced(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),

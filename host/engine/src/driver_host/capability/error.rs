@@ -37,6 +37,9 @@ impl From<StoreError> for CapabilityError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Db(_)
+            | StoreError::Shared(_)
+            | StoreError::Schema { .. }
+            | StoreError::Fenced(_)
             | StoreError::Corrupt(_)
             | StoreError::Locked(_)
             | StoreError::Format { .. }
@@ -44,6 +47,7 @@ impl From<StoreError> for CapabilityError {
             StoreError::NodeNotFound(_)
             | StoreError::NotWaiting { .. }
             | StoreError::StateChanged { .. }
+            | StoreError::NotOwner { .. }
             | StoreError::IllegalTransition { .. } => CapabilityError::NotReady(e.to_string()),
             other => CapabilityError::Invalid(other.to_string()),
         }

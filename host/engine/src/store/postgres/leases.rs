@@ -1,0 +1,273 @@
+//! Engines and their leases on the shared store.
+//!
+//! An engine is a row renewed every [`RENEW_EVERY`] to [`LEASE`] ahead on the database's
+//! clock, so engines whose clocks disagree agree on who is alive. Its epoch grows each time
+//! it rejoins: a claim is `(engine, epoch)`, so what an engine claimed before it was
+//! declared dead stays dead with it. Declaring an expired engine dead is a
+//! compare-and-swap in one `UPDATE` (the lease's expiry rechecked under the row's lock),
+//! so when several survivors try at once exactly one wins, and only it takes the dead
+//! engine's nodes over.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::nodes::{self, Guard};
+use super::rows::stamp;
+use super::{Lease, SharedStore, db_error};
+use crate::clock::Timestamp;
+use crate::state_machine::{Event, ProvisionState};
+use crate::store::StoreError;
+
+/// How long a lease lasts from its last renewal.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// How often an engine renews its lease.
+pub const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+/// An engine as `GET /v1/conductors` lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineInfo {
+    pub id: i64,
+    pub epoch: i64,
+    pub hostname: String,
+    pub conductor_group: String,
+    pub drivers: Vec<String>,
+    pub started_at: Timestamp,
+    pub lease_until: Timestamp,
+    /// Its lease lives and no engine has declared it dead.
+    pub alive: bool,
+}
+
+/// An engine a survivor declared dead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadEngine {
+    pub id: i64,
+    pub epoch: i64,
+    pub hostname: String,
+}
+
+/// What a survivor did with a dead engine's nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TakenOver {
+    /// Waiting on agents or at rest: their claim let go; they carry on anywhere.
+    pub released: Vec<Uuid>,
+    /// In the middle of a step the dead engine was running: failed, naming it.
+    pub failed: Vec<Uuid>,
+}
+
+/// Whether a renewal kept the lease or found the engine declared dead and rejoined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewed {
+    Held,
+    /// Declared dead meanwhile: registered again under a new epoch; its old claims are gone.
+    Rejoined,
+}
+
+impl SharedStore {
+    /// Registers this engine with a lease of [`LEASE`].
+    pub async fn register(
+        &self,
+        hostname: &str,
+        conductor_group: &str,
+        drivers: &[String],
+    ) -> Result<Lease, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO engines (hostname, conductor_group, drivers, lease_until)
+                 VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+                 RETURNING id, epoch",
+                &[&hostname, &conductor_group, &drivers, &millis(LEASE)],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(Lease {
+            id: row.get(0),
+            epoch: row.get(1),
+        })
+    }
+
+    /// Renews `lease`; an engine found declared dead rejoins with a new epoch (and
+    /// `lease` is updated to it).
+    pub async fn renew(&self, lease: &mut Lease) -> Result<Renewed, StoreError> {
+        let client = self.client().await?;
+        let held = client
+            .execute(
+                "UPDATE engines SET lease_until = now() + $3::float8 * interval '1 millisecond'
+                 WHERE id = $1 AND epoch = $2 AND dead_at IS NULL",
+                &[&lease.id, &lease.epoch, &millis(LEASE)],
+            )
+            .await
+            .map_err(db_error)?;
+        if held == 1 {
+            return Ok(Renewed::Held);
+        }
+        let row = client
+            .query_opt(
+                "UPDATE engines SET epoch = epoch + 1, dead_at = NULL, dead_by = NULL,
+                     lease_until = now() + $2::float8 * interval '1 millisecond'
+                 WHERE id = $1 RETURNING epoch",
+                &[&lease.id, &millis(LEASE)],
+            )
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| StoreError::Fenced(format!("engine {} is not registered", lease.id)))?;
+        lease.epoch = row.get(0);
+        Ok(Renewed::Rejoined)
+    }
+
+    /// Marks every engine whose lease expired dead, if `me`'s own lease lives; returns the
+    /// engines this call declared dead (each to exactly one caller).
+    pub async fn declare_dead(&self, me: &Lease) -> Result<Vec<DeadEngine>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "UPDATE engines SET dead_at = now(), dead_by = $1
+                 WHERE dead_at IS NULL AND lease_until < now() AND id <> $1
+                   AND EXISTS (SELECT 1 FROM engines me WHERE me.id = $1 AND me.epoch = $2
+                               AND me.dead_at IS NULL AND me.lease_until > now())
+                 RETURNING id, epoch, hostname",
+                &[&me.id, &me.epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| DeadEngine {
+                id: r.get(0),
+                epoch: r.get(1),
+                hostname: r.get(2),
+            })
+            .collect())
+    }
+
+    /// Takes over the nodes `dead` held claims on: a node waiting on its agent, or at
+    /// rest, carries on (its claim let go); a node in the middle of a step fails with a
+    /// `last_error` that names the dead engine.
+    pub async fn take_over(&self, me: &Lease, dead: &DeadEngine) -> Result<TakenOver, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let owned: Vec<Uuid> = tx
+            .query(
+                "SELECT uuid FROM nodes WHERE owner = $1 AND owner_epoch <= $2 ORDER BY uuid",
+                &[&dead.id, &dead.epoch],
+            )
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut done = TakenOver::default();
+        for uuid in owned {
+            let locked = nodes::lock(&tx, uuid).await?;
+            let state = locked.provision.state;
+            if busy(state) && state.next(Event::Fail).is_ok() {
+                let why = format!(
+                    "engine {} (id {}) was working on this node in \"{state}\" and stopped: its lease on the shared store expired, and engine {} took its nodes over",
+                    dead.hostname, dead.id, me.id
+                );
+                self.transition(
+                    &tx,
+                    uuid,
+                    locked,
+                    Event::Fail,
+                    Some(why),
+                    Guard::None,
+                    Some(me),
+                )
+                .await?;
+                done.failed.push(uuid);
+            } else {
+                done.released.push(uuid);
+            }
+            tx.execute(
+                "UPDATE nodes SET owner = NULL, owner_epoch = NULL WHERE uuid = $1",
+                &[&uuid],
+            )
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
+    }
+
+    /// Claims a node for `me`: refused while another engine with a live lease holds it.
+    pub async fn claim(&self, node: Uuid, me: &Lease) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let locked = nodes::lock(&tx, node).await?;
+        if let Some(owner) = locked.claim.live_owner
+            && locked.claim.owner != Some((me.id, me.epoch))
+        {
+            return Err(StoreError::NotOwner { node, owner });
+        }
+        let claimed = tx
+            .execute(
+                "UPDATE nodes SET owner = $2, owner_epoch = $3 WHERE uuid = $1
+                   AND EXISTS (SELECT 1 FROM engines e WHERE e.id = $2 AND e.epoch = $3
+                               AND e.dead_at IS NULL AND e.lease_until > now())",
+                &[&node, &me.id, &me.epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        if claimed == 0 {
+            return Err(StoreError::Fenced(format!(
+                "engine {} (epoch {}) cannot claim node {node}: its lease has lapsed",
+                me.id, me.epoch
+            )));
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// Lets go of `me`'s claim on a node (nothing if it holds none).
+    pub async fn release(&self, node: Uuid, me: &Lease) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE nodes SET owner = NULL, owner_epoch = NULL
+                 WHERE uuid = $1 AND owner = $2 AND owner_epoch = $3",
+                &[&node, &me.id, &me.epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Every registered engine, alive or not, by id.
+    pub async fn engines(&self) -> Result<Vec<EngineInfo>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, epoch, hostname, conductor_group, drivers, started_at, lease_until,
+                        dead_at IS NULL AND lease_until > now()
+                 FROM engines ORDER BY id",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| EngineInfo {
+                id: r.get(0),
+                epoch: r.get(1),
+                hostname: r.get(2),
+                conductor_group: r.get(3),
+                drivers: r.get(4),
+                started_at: stamp(r.get::<_, DateTime<Utc>>(5)),
+                lease_until: stamp(r.get::<_, DateTime<Utc>>(6)),
+                alive: r.get(7),
+            })
+            .collect())
+    }
+}
+
+/// A state in which an engine is in the middle of a step (not at rest, not waiting on an
+/// agent, not failed): only such a node is failed when its engine dies.
+fn busy(state: ProvisionState) -> bool {
+    !(state.is_stable() || state.is_failed() || state.accepts_touch())
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

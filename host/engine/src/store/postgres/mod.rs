@@ -1,0 +1,138 @@
+//! The shared store on PostgreSQL: several engines, one database.
+//!
+//! sled is one process's store; this is the store that several engines share. The rules
+//! (transitions, deadlines, the sweeper's verdict, `last_error`'s words) are the sled
+//! store's own functions (`transitions::advanced`, `touches::touched`, `expiry::judge`,
+//! `enrolled`); what differs is how a write is made atomic and fenced:
+//!
+//! - **A node is a row** whose hot columns (state, target, clock, deadline, the sweeper's
+//!   index position `due`, progress, owner and owner epoch) sit outside its JSON body. Only
+//!   `due` is indexed (a partial index on the rows that have one), so a touch, which moves
+//!   `updated_at` and `deadline` but not `due`, is a heap-only update: no index is written.
+//! - **The database's clock** stamps every touch, transition and sweep (`now()` of the
+//!   statement's transaction): engines whose clocks disagree still agree on deadlines.
+//! - **Touches are grouped**: every touch waiting while the previous statement runs goes
+//!   into the next one (no fixed wait window), each acknowledged after its commit
+//!   (`touches`).
+//! - **The sweeper** takes due rows with `FOR UPDATE SKIP LOCKED`, so every engine can
+//!   sweep and no two take the same node; the row lock orders it with touches, and the
+//!   failing `UPDATE` rechecks the deadline itself (`sweep`).
+//! - **Engines hold leases** (`leases`): a row per engine renewed on the database's clock.
+//!   A node's claim is `owner` + `owner_epoch`, valid while that lease lives; a claimed
+//!   write is fenced on both. A survivor marks an expired engine dead with a
+//!   compare-and-swap and takes its nodes over.
+//!
+//! The schema is versioned (`schema`): an engine migrates an older one at start and
+//! refuses a newer one, as the sled store's format check does.
+
+mod leases;
+mod nodes;
+mod rows;
+mod schema;
+mod sweep;
+mod touches;
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::StoreError;
+use crate::state_machine::Timeouts;
+
+pub use leases::{DeadEngine, EngineInfo, LEASE, RENEW_EVERY, Renewed, TakenOver};
+pub use schema::SCHEMA_VERSION;
+
+/// Connections an engine keeps to the shared store.
+const POOL_SIZE: usize = 8;
+
+/// An engine's registration: its row and the epoch its claims carry (see `leases`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: i64,
+    pub epoch: i64,
+}
+
+/// One engine's handle on the shared store.
+pub struct SharedStore {
+    pool: Pool,
+    timeouts: Timeouts,
+    touches: touches::Batcher,
+}
+
+impl SharedStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`), migrates an
+    /// older schema and refuses a newer one. Needs a tokio runtime: the touch batchers run
+    /// on it.
+    pub async fn connect(url: &str, timeouts: Timeouts) -> Result<SharedStore, StoreError> {
+        let pool = pool(url)?;
+        let mut client = pool.get().await.map_err(pool_error)?;
+        schema::migrate(&mut client).await?;
+        drop(client);
+        let touches = touches::Batcher::start(pool.clone());
+        Ok(SharedStore {
+            pool,
+            timeouts,
+            touches,
+        })
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+}
+
+/// Applies the schema's pending migrations to the database at `url`; returns the version
+/// it was at and the version it is at now. What `deployd store migrate` runs.
+pub async fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
+    let pool = pool(url)?;
+    let mut client = pool.get().await.map_err(pool_error)?;
+    schema::migrate(&mut client).await
+}
+
+fn pool(url: &str) -> Result<Pool, StoreError> {
+    let config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .build()
+        .map_err(|e| StoreError::Shared(e.to_string()))
+}
+
+/// A connection that could not be had is the database's absence: a 503, as a full disk is
+/// for sled.
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => db_error(e),
+        e => StoreError::Unavailable(format!("the shared store: {e}")),
+    }
+}
+
+/// A lost connection is the database's absence (503); an error the database answered, or
+/// a statement this engine could not make, is the store's own fault.
+fn db_error(e: tokio_postgres::Error) -> StoreError {
+    use std::error::Error;
+    if let Some(db) = e.as_db_error() {
+        return StoreError::Shared(db.to_string());
+    }
+    let io = e.source().is_some_and(|s| s.is::<std::io::Error>());
+    if e.is_closed() || io {
+        StoreError::Unavailable(format!("the shared store: {e}"))
+    } else {
+        StoreError::Shared(format!(
+            "{e}: {}",
+            e.source().map(|s| s.to_string()).unwrap_or_default()
+        ))
+    }
+}

@@ -1,0 +1,98 @@
+//! The shared store's schema, versioned: each migration is applied once, in order, in one
+//! transaction with the version it brings, under an advisory lock so that engines
+//! starting together do not race. A database migrated by a newer deployd is refused, not
+//! read: its rows may mean what this deployd cannot know.
+
+use deadpool_postgres::Object;
+
+use super::db_error;
+use crate::store::StoreError;
+
+/// Each migration's statements; the schema's version is how many have been applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: engines and their leases, nodes with their hot columns, history.
+    r#"
+    CREATE TABLE engines (
+        id bigserial PRIMARY KEY,
+        epoch bigint NOT NULL DEFAULT 1,
+        hostname text NOT NULL,
+        conductor_group text NOT NULL DEFAULT '',
+        drivers text[] NOT NULL DEFAULT '{}',
+        started_at timestamptz NOT NULL DEFAULT now(),
+        lease_until timestamptz NOT NULL,
+        dead_at timestamptz,
+        dead_by bigint
+    );
+    -- Room on every page for a touch's new row version: a heap-only update.
+    CREATE TABLE nodes (
+        uuid uuid PRIMARY KEY,
+        name text UNIQUE,
+        state smallint NOT NULL,
+        target smallint,
+        updated_at timestamptz NOT NULL,
+        deadline timestamptz,
+        due timestamptz,
+        progress_at timestamptz NOT NULL,
+        progress bigint NOT NULL DEFAULT 0,
+        callback_ms bigint,
+        stall_ms bigint,
+        owner bigint,
+        owner_epoch bigint,
+        body jsonb NOT NULL
+    ) WITH (fillfactor = 70);
+    CREATE INDEX nodes_due ON nodes (due) WHERE due IS NOT NULL;
+    CREATE TABLE history (
+        node uuid NOT NULL,
+        seq bigserial,
+        at timestamptz NOT NULL,
+        from_state smallint NOT NULL,
+        to_state smallint NOT NULL,
+        event text NOT NULL,
+        target smallint,
+        error text,
+        seconds double precision NOT NULL,
+        note text,
+        engine bigint,
+        PRIMARY KEY (node, seq)
+    );
+    "#,
+];
+
+/// The version this deployd writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// An arbitrary key, the same in every engine, for the migration's advisory lock.
+const MIGRATION_LOCK: i64 = 0x0064_6570_6c6f_7964; // "deployd"
+
+/// Brings the schema to [`SCHEMA_VERSION`]; returns the versions before and after.
+pub(super) async fn migrate(client: &mut Object) -> Result<(i32, i32), StoreError> {
+    let tx = client.transaction().await.map_err(db_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db_error)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS deployd_schema (
+             one boolean PRIMARY KEY DEFAULT true CHECK (one),
+             version integer NOT NULL
+         );
+         INSERT INTO deployd_schema (version) VALUES (0) ON CONFLICT DO NOTHING;",
+    )
+    .await
+    .map_err(db_error)?;
+    let found: i32 = tx
+        .query_one("SELECT version FROM deployd_schema", &[])
+        .await
+        .map_err(db_error)?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::Schema { found });
+    }
+    for sql in &MIGRATIONS[found.max(0) as usize..] {
+        tx.batch_execute(sql).await.map_err(db_error)?;
+    }
+    tx.execute("UPDATE deployd_schema SET version = $1", &[&SCHEMA_VERSION])
+        .await
+        .map_err(db_error)?;
+    tx.commit().await.map_err(db_error)?;
+    Ok((found, SCHEMA_VERSION))
+}

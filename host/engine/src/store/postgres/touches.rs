@@ -1,0 +1,205 @@
+//! Touches on the shared store, grouped: a heartbeat's touch joins whatever touches are
+//! waiting while the previous statement runs, and the group is one `UPDATE … FROM
+//! unnest(…)` on the database's clock. There is no wait window: a lone touch goes at once;
+//! under load, a group is as large as the load makes it. Every touch is acknowledged
+//! after its group's commit (synchronous commit), never before.
+//!
+//! A touch writes `updated_at`, `deadline` and the progress columns, none of them
+//! indexed: a heap-only update. The deadline is derived in the statement from the
+//! timeouts the row carries for its state (`callback_ms`, `stall_ms`), the earlier wins.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use deadpool_postgres::Pool;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::rows::{self, PROVISION};
+use super::{SharedStore, db_error, pool_error};
+use crate::node::Provision;
+use crate::state_machine::ProvisionState;
+use crate::store::StoreError;
+
+/// The most touches in one statement.
+const MAX_GROUP: usize = 2_000;
+/// Groups in flight at once, each on its own connection: one commits while the next
+/// fills.
+const WORKERS: usize = 2;
+
+struct Touch {
+    uuid: Uuid,
+    progress: Option<u64>,
+    reply: oneshot::Sender<Result<Provision, StoreError>>,
+}
+
+/// The queue of touches and the workers that write them.
+pub(super) struct Batcher {
+    queue: mpsc::UnboundedSender<Touch>,
+}
+
+impl Batcher {
+    /// Starts the workers; they end when the batcher is dropped.
+    pub(super) fn start(pool: Pool) -> Batcher {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..WORKERS {
+            tokio::spawn(work(pool.clone(), rx.clone()));
+        }
+        Batcher { queue }
+    }
+}
+
+impl SharedStore {
+    /// Moves a waiting node's `provision_updated_at` and deadline to the database's now,
+    /// with the agent's `progress` mark (see `Store::touch`); committed when it returns.
+    pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Provision, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let touch = Touch {
+            uuid,
+            progress,
+            reply,
+        };
+        self.touches
+            .queue
+            .send(touch)
+            .map_err(|_| StoreError::Unavailable("the shared store is closing".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the shared store is closing".into()))?
+    }
+}
+
+async fn work(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Touch>>>) {
+    loop {
+        let mut group = Vec::new();
+        {
+            let mut rx = rx.lock().await;
+            match rx.recv().await {
+                Some(t) => group.push(t),
+                None => return,
+            }
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(t) => group.push(t),
+                    Err(_) => break,
+                }
+            }
+        }
+        write(&pool, group).await;
+    }
+}
+
+/// Writes one group and answers each of its touches.
+async fn write(pool: &Pool, group: Vec<Touch>) {
+    // One row per node: the last progress mark reported wins, and every touch of the node
+    // gets the row's answer.
+    let mut marks: HashMap<Uuid, Option<u64>> = HashMap::with_capacity(group.len());
+    for t in &group {
+        let mark = marks.entry(t.uuid).or_insert(None);
+        *mark = t.progress.or(*mark);
+    }
+    let answers = match update(pool, &marks).await {
+        Ok(answers) => answers,
+        Err(e) => {
+            let message = e.to_string();
+            for t in group {
+                let _ = t.reply.send(Err(StoreError::Unavailable(message.clone())));
+            }
+            return;
+        }
+    };
+    for t in group {
+        let answer = match answers.get(&t.uuid) {
+            Some(Answer::Touched(p)) => Ok(*p),
+            Some(&Answer::NotWaiting(state)) => Err(StoreError::NotWaiting {
+                node: t.uuid,
+                state,
+            }),
+            Some(Answer::Corrupt(why)) => Err(StoreError::Corrupt(why.clone())),
+            None => Err(StoreError::NodeNotFound(t.uuid.to_string())),
+        };
+        let _ = t.reply.send(answer);
+    }
+}
+
+/// What a group's statement did to one node.
+enum Answer {
+    Touched(Provision),
+    NotWaiting(ProvisionState),
+    Corrupt(String),
+}
+
+impl From<Result<Provision, StoreError>> for Answer {
+    fn from(r: Result<Provision, StoreError>) -> Answer {
+        r.map_or_else(|e| Answer::Corrupt(e.to_string()), Answer::Touched)
+    }
+}
+
+/// The statement of a group, on the database's clock: `$1` the nodes, `$2` their progress
+/// marks, `$3` the codes of the states a touch applies in.
+static TOUCH: LazyLock<String> = LazyLock::new(|| {
+    let returned: Vec<String> = PROVISION.split(", ").map(|c| format!("n.{c}")).collect();
+    format!(
+        "WITH t AS (
+             SELECT t.uuid, t.progress, n.progress IS DISTINCT FROM t.progress
+                    AND t.progress IS NOT NULL AS moved
+             FROM unnest($1::uuid[], $2::int8[]) AS t(uuid, progress)
+             JOIN nodes n ON n.uuid = t.uuid
+         )
+         UPDATE nodes n SET
+             updated_at = now(),
+             progress_at = CASE WHEN t.moved THEN now() ELSE n.progress_at END,
+             progress = CASE WHEN t.moved THEN t.progress ELSE n.progress END,
+             deadline = LEAST(
+                 now() + n.callback_ms * interval '1 millisecond',
+                 CASE WHEN t.moved THEN now() ELSE n.progress_at END
+                     + n.stall_ms * interval '1 millisecond')
+         FROM t
+         WHERE n.uuid = t.uuid AND n.state = ANY($3::int2[])
+         RETURNING n.uuid, {}",
+        returned.join(", ")
+    )
+});
+
+/// The group's statement, then (only when some node was not touched) why not.
+async fn update(
+    pool: &Pool,
+    marks: &HashMap<Uuid, Option<u64>>,
+) -> Result<HashMap<Uuid, Answer>, StoreError> {
+    let client = pool.get().await.map_err(pool_error)?;
+    let uuids: Vec<Uuid> = marks.keys().copied().collect();
+    let progress: Vec<Option<i64>> = uuids.iter().map(|u| marks[u].map(|m| m as i64)).collect();
+    let statement = client.prepare_cached(&TOUCH).await.map_err(db_error)?;
+    let rows = client
+        .query(&statement, &[&uuids, &progress, &rows::touchable()])
+        .await
+        .map_err(db_error)?;
+    let mut answers = HashMap::with_capacity(uuids.len());
+    for row in &rows {
+        let uuid: Uuid = row.get(0);
+        answers.insert(uuid, Answer::from(rows::provision(uuid, row, 1)));
+    }
+    if answers.len() < uuids.len() {
+        let missing: Vec<Uuid> = uuids
+            .into_iter()
+            .filter(|u| !answers.contains_key(u))
+            .collect();
+        for row in client
+            .query(
+                "SELECT uuid, state FROM nodes WHERE uuid = ANY($1)",
+                &[&missing],
+            )
+            .await
+            .map_err(db_error)?
+        {
+            let uuid: Uuid = row.get(0);
+            let answer = match rows::state(uuid, row.get(1)) {
+                Ok(state) => Answer::NotWaiting(state),
+                Err(e) => Answer::Corrupt(e.to_string()),
+            };
+            answers.insert(uuid, answer);
+        }
+    }
+    Ok(answers)
+}

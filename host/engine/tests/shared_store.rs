@@ -1,0 +1,375 @@
+//! The shared store on a real PostgreSQL (Debian's server, a database per test): the
+//! schema's versions, the touch contract on the database's clock, the heartbeat-vs-sweeper
+//! race with the two on different engines, and engines' leases, fencing and takeover.
+
+use deployd_test_support as common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::postgres::{CLUSTER, database_of};
+use common::store::{TO_WAIT_CALL_BACK, fake_node};
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::store::StoreError;
+use deployd_engine::store::postgres::{Renewed, SCHEMA_VERSION, SharedStore};
+use uuid::Uuid;
+
+const CALLBACK: Duration = Duration::from_secs(60);
+
+async fn engine(url: &str) -> SharedStore {
+    SharedStore::connect(url, Timeouts::uniform(CALLBACK))
+        .await
+        .unwrap()
+}
+
+/// A node walked from enroll through `events` by the store's own transitions.
+async fn walked(store: &SharedStore, events: &[Event]) -> Uuid {
+    let uuid = store.create_node(fake_node()).await.unwrap().uuid();
+    for &event in events {
+        store
+            .apply_event(uuid, None, event, None, None)
+            .await
+            .unwrap();
+    }
+    uuid
+}
+
+/// Moves a node's clock, deadline and due entry an hour back: an agent silent that long.
+fn age(url: &str, uuid: Uuid) {
+    CLUSTER.psql(
+        database_of(url),
+        &format!(
+            "UPDATE nodes SET updated_at = updated_at - interval '1 hour',
+                 progress_at = progress_at - interval '1 hour',
+                 deadline = deadline - interval '1 hour', due = due - interval '1 hour'
+             WHERE uuid = '{uuid}'"
+        ),
+    );
+}
+
+#[tokio::test]
+async fn the_schema_is_migrated_once_and_a_newer_one_is_refused_with_its_version() {
+    let url = CLUSTER.database();
+    let db = database_of(&url);
+    assert_eq!(
+        deployd_engine::store::postgres::migrate(&url)
+            .await
+            .unwrap(),
+        (0, SCHEMA_VERSION)
+    );
+    // A second engine finds it done; two more at once do not race.
+    let (a, b) = tokio::join!(
+        deployd_engine::store::postgres::migrate(&url),
+        deployd_engine::store::postgres::migrate(&url)
+    );
+    assert_eq!(a.unwrap(), (SCHEMA_VERSION, SCHEMA_VERSION));
+    assert_eq!(b.unwrap(), (SCHEMA_VERSION, SCHEMA_VERSION));
+    CLUSTER.psql(
+        db,
+        &format!("UPDATE deployd_schema SET version = {}", SCHEMA_VERSION + 1),
+    );
+    let refused = SharedStore::connect(&url, Timeouts::uniform(CALLBACK)).await;
+    let Err(e @ StoreError::Schema { .. }) = refused else {
+        panic!("a newer schema was not refused");
+    };
+    assert!(
+        e.to_string().contains(&format!(
+            "schema is version {}; this deployd knows versions up to {SCHEMA_VERSION}",
+            SCHEMA_VERSION + 1
+        )),
+        "{e}"
+    );
+    // Refused, and left as it was.
+    assert_eq!(
+        CLUSTER.psql(db, "SELECT version FROM deployd_schema"),
+        (SCHEMA_VERSION + 1).to_string()
+    );
+}
+
+#[tokio::test]
+async fn a_touch_moves_the_clock_and_deadline_on_the_databases_clock_and_writes_no_index() {
+    let url = CLUSTER.database();
+    let store = engine(&url).await;
+    let uuid = walked(&store, &TO_WAIT_CALL_BACK).await;
+    let before = store.node(uuid).await.unwrap().provision;
+    assert_eq!(before.state, ProvisionState::WaitCallBack);
+    assert_eq!(before.deadline, Some(before.updated_at.plus(CALLBACK)));
+    assert_eq!(before.indexed, before.deadline);
+    // What the node's indexes hold before the touches (the transition into wait call-back
+    // filed the due entry: that update was not heap-only).
+    let db = database_of(&url);
+    CLUSTER.psql(db, "CREATE EXTENSION IF NOT EXISTS pageinspect");
+    let entries = || {
+        ["nodes_pkey", "nodes_due"].map(|index| {
+            CLUSTER.psql(
+                db,
+                &format!("SELECT count(*) FROM bt_page_items(get_raw_page('{index}', 1))"),
+            )
+        })
+    };
+    let indexed = entries();
+    let mut last = before;
+    for _ in 0..20 {
+        let touched = store.touch(uuid, None).await.unwrap();
+        assert!(touched.updated_at > last.updated_at);
+        assert_eq!(touched.deadline, Some(touched.updated_at.plus(CALLBACK)));
+        // The sweeper's entry stays where it was: a touch does not move the index.
+        assert_eq!(touched.indexed, before.indexed);
+        assert_eq!(store.node(uuid).await.unwrap().provision, touched);
+        last = touched;
+    }
+    // No touch wrote an index entry: each was a heap-only update.
+    assert_eq!(
+        entries(),
+        indexed,
+        "index entries (primary key, due) after 20 touches"
+    );
+    // Not waiting: refused with the state, and nothing written.
+    let enrolled = store.create_node(fake_node()).await.unwrap().uuid();
+    let Err(StoreError::NotWaiting { state, .. }) = store.touch(enrolled, None).await else {
+        panic!("a node in enroll was touched");
+    };
+    assert_eq!(state, ProvisionState::Enroll);
+    let Err(StoreError::NodeNotFound(_)) = store.touch(Uuid::new_v4(), None).await else {
+        panic!("an unknown node was touched");
+    };
+}
+
+#[tokio::test]
+async fn a_dead_agent_times_out_a_live_one_does_not_and_a_timeout_of_0_disables_the_check() {
+    let url = CLUSTER.database();
+    let store = engine(&url).await;
+    let dead = walked(&store, &TO_WAIT_CALL_BACK).await;
+    let live = walked(&store, &TO_WAIT_CALL_BACK).await;
+    age(&url, dead);
+    age(&url, live);
+    // The live agent's heartbeat comes after the hour of silence.
+    store.touch(live, None).await.unwrap();
+    let failed = store.fail_expired(100, None).await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].node, dead);
+    assert_eq!(failed[0].failed_to, ProvisionState::DeployFailed);
+    assert!(
+        failed[0].last_error.starts_with(&format!(
+            "Timeout reached while waiting for callback for node {dead}: no callback for 36"
+        )),
+        "{}",
+        failed[0].last_error
+    );
+    let node = store.node(dead).await.unwrap();
+    assert_eq!(node.provision.state, ProvisionState::DeployFailed);
+    assert_eq!(
+        node.body.last_error.as_deref(),
+        Some(failed[0].last_error.as_str())
+    );
+    assert_eq!(node.provision.indexed, None);
+    // The live node's entry was re-filed at its new deadline, and it waits on.
+    let live_now = store.node(live).await.unwrap().provision;
+    assert_eq!(live_now.state, ProvisionState::WaitCallBack);
+    assert_eq!(live_now.indexed, live_now.deadline);
+    assert!(store.fail_expired(100, None).await.unwrap().is_empty());
+    // The dead agent's late heartbeat is refused.
+    let Err(StoreError::NotWaiting { state, .. }) = store.touch(dead, None).await else {
+        panic!("a failed node was touched");
+    };
+    assert_eq!(state, ProvisionState::DeployFailed);
+
+    // deploy_callback_timeout = 0: no deadline, never failed, touches still accepted.
+    let zero = SharedStore::connect(
+        &url,
+        Timeouts {
+            deploy_callback: Duration::ZERO,
+            ..Timeouts::uniform(CALLBACK)
+        },
+    )
+    .await
+    .unwrap();
+    let unlimited = walked(&zero, &TO_WAIT_CALL_BACK).await;
+    let p = zero.touch(unlimited, None).await.unwrap();
+    assert_eq!((p.deadline, p.indexed), (None, None));
+    age(&url, unlimited);
+    assert!(zero.fail_expired(100, None).await.unwrap().is_empty());
+    assert_eq!(
+        zero.node(unlimited).await.unwrap().provision.state,
+        ProvisionState::WaitCallBack
+    );
+}
+
+const RACES: usize = 4000;
+
+/// Iteration *i*: node *i* is past its deadline; engine A touches it while engine B sweeps,
+/// both at once. Whatever the interleaving, a touch acknowledged means the node was not
+/// failed, and a touch refused means it was failed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_on_one_engine_and_a_sweep_on_another_never_both_win() {
+    let url = CLUSTER.database();
+    let (a, b) = (engine(&url).await, engine(&url).await);
+    let lease_b = b.register("engine-b", "", &[]).await.unwrap();
+    let template = walked(&a, &TO_WAIT_CALL_BACK).await;
+    // The fleet: copies of a node the store walked to wait call-back, each an hour past
+    // its deadline, node i a microsecond after node i - 1.
+    CLUSTER.psql(
+        database_of(&url),
+        &format!(
+            "WITH g AS (SELECT gen_random_uuid() AS u, i FROM generate_series(1, {RACES}) i)
+             INSERT INTO nodes (uuid, state, target, updated_at, deadline, due, progress_at,
+                                progress, callback_ms, stall_ms, body)
+             SELECT g.u, n.state, n.target, n.updated_at - interval '1 hour',
+                    n.deadline - interval '1 hour' + g.i * interval '1 microsecond',
+                    n.due - interval '1 hour' + g.i * interval '1 microsecond',
+                    n.progress_at - interval '1 hour', n.progress, n.callback_ms, n.stall_ms,
+                    jsonb_set(n.body, '{{uuid}}', to_jsonb(g.u::text))
+             FROM g, nodes n WHERE n.uuid = '{template}'"
+        ),
+    );
+    a.apply_event(template, None, Event::Fail, None, None)
+        .await
+        .unwrap();
+    let fleet: Vec<Uuid> = CLUSTER
+        .psql(
+            database_of(&url),
+            "SELECT uuid FROM nodes WHERE state = 5 ORDER BY due",
+        )
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(fleet.len(), RACES);
+    let mut failed: Vec<Uuid> = Vec::new();
+    let mut acked = HashSet::new();
+    let mut refused = HashSet::new();
+    for &node in &fleet {
+        // The sweep takes the earliest due node it can lock: this one, or (when the
+        // touch holds it) the next, which the next iteration's touch then finds failed.
+        let (touch, sweep) = tokio::join!(a.touch(node, None), b.fail_expired(1, Some(&lease_b)));
+        failed.extend(sweep.unwrap().into_iter().map(|t| t.node));
+        match touch {
+            Ok(p) => {
+                assert_eq!(p.state, ProvisionState::WaitCallBack);
+                acked.insert(node);
+                // Re-files this node's entry (or fails the next node), so that the next
+                // iteration's sweep meets the next node.
+                let refiled = b.fail_expired(1, Some(&lease_b)).await.unwrap();
+                failed.extend(refiled.into_iter().map(|t| t.node));
+            }
+            Err(StoreError::NotWaiting { state, .. }) => {
+                assert_eq!(state, ProvisionState::DeployFailed);
+                refused.insert(node);
+            }
+            Err(e) => panic!("{node}: {e}"),
+        }
+    }
+    let failed_once: HashSet<Uuid> = failed.iter().copied().collect();
+    assert_eq!(failed_once.len(), failed.len(), "a node was failed twice");
+    assert!(
+        acked.is_disjoint(&failed_once),
+        "a node both acknowledged and failed"
+    );
+    assert_eq!(
+        refused, failed_once,
+        "a touch refused for a node not failed"
+    );
+    // Both outcomes happened: the race was run, not one side every time.
+    assert!(
+        !acked.is_empty() && !refused.is_empty(),
+        "{} acked, {} refused",
+        acked.len(),
+        refused.len()
+    );
+    for &node in &acked {
+        let p = a.node(node).await.unwrap().provision;
+        assert_eq!(p.state, ProvisionState::WaitCallBack, "{node}");
+        assert!(
+            p.indexed.is_some() && p.indexed <= p.deadline,
+            "{node}: {p:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_engine_past_its_lease_is_fenced_declared_dead_once_and_its_nodes_taken_over() {
+    let url = CLUSTER.database();
+    let db = database_of(&url);
+    let store = engine(&url).await;
+    let mut a = store
+        .register("engine-a", "", &["fake".into()])
+        .await
+        .unwrap();
+    let b = store.register("engine-b", "", &[]).await.unwrap();
+    let c = store.register("engine-c", "", &[]).await.unwrap();
+    // A is busy deploying one node and waits on another's agent.
+    let busy = walked(&store, &TO_WAIT_CALL_BACK[..5]).await;
+    let waiting = walked(&store, &TO_WAIT_CALL_BACK).await;
+    store.claim(busy, &a).await.unwrap();
+    store.claim(waiting, &a).await.unwrap();
+    let Err(StoreError::NotOwner { owner, .. }) = store.claim(busy, &b).await else {
+        panic!("B claimed A's node");
+    };
+    assert_eq!(owner, "engine-a");
+    let Err(StoreError::NotOwner { .. }) =
+        store.apply_event(busy, None, Event::Fail, None, None).await
+    else {
+        panic!("an unclaimed write changed A's node");
+    };
+    assert!(store.declare_dead(&b).await.unwrap().is_empty());
+
+    // A stops renewing: past its lease, its own writes are fenced.
+    CLUSTER.psql(
+        db,
+        &format!(
+            "UPDATE engines SET lease_until = now() - interval '1 second' WHERE id = {}",
+            a.id
+        ),
+    );
+    let Err(StoreError::Fenced(_)) = store
+        .apply_event(busy, None, Event::Wait, None, Some(&a))
+        .await
+    else {
+        panic!("a lapsed engine's write landed");
+    };
+    // B and C both try to declare it dead; exactly one does.
+    let (by_b, by_c) = tokio::join!(store.declare_dead(&b), store.declare_dead(&c));
+    let (by_b, by_c) = (by_b.unwrap(), by_c.unwrap());
+    assert_eq!(by_b.len() + by_c.len(), 1, "{by_b:?} {by_c:?}");
+    let (winner, dead) = if by_b.is_empty() {
+        (c, &by_c[0])
+    } else {
+        (b, &by_b[0])
+    };
+    assert_eq!((dead.id, dead.hostname.as_str()), (a.id, "engine-a"));
+    let taken = store.take_over(&winner, dead).await.unwrap();
+    assert_eq!((taken.failed, taken.released), (vec![busy], vec![waiting]));
+    let failed = store.node(busy).await.unwrap();
+    assert_eq!(failed.provision.state, ProvisionState::DeployFailed);
+    let why = failed.body.last_error.unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "engine engine-a (id {}) was working on this node in \"deploying\" and stopped",
+            a.id
+        )),
+        "{why}"
+    );
+    // The waiting node carries on: any engine's touch lands, any engine may claim it.
+    store.touch(waiting, None).await.unwrap();
+    store.claim(waiting, &b).await.unwrap();
+    store.release(waiting, &b).await.unwrap();
+
+    // A wakes: its renewal finds it dead, and it rejoins under a new epoch.
+    let old = a;
+    assert_eq!(store.renew(&mut a).await.unwrap(), Renewed::Rejoined);
+    assert_eq!(a.epoch, old.epoch + 1);
+    assert_eq!(store.renew(&mut a).await.unwrap(), Renewed::Held);
+    let Err(StoreError::Fenced(_)) = store.claim(waiting, &old).await else {
+        panic!("a claim under the dead epoch landed");
+    };
+    store.claim(waiting, &a).await.unwrap();
+    let engines = store.engines().await.unwrap();
+    let alive: Vec<(&str, bool)> = engines
+        .iter()
+        .map(|e| (e.hostname.as_str(), e.alive))
+        .collect();
+    assert_eq!(
+        alive,
+        [("engine-a", true), ("engine-b", true), ("engine-c", true)]
+    );
+    assert_eq!(engines[0].drivers, ["fake"]);
+}

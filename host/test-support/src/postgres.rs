@@ -1,0 +1,198 @@
+//! A real PostgreSQL for the tests: Debian's server (`.ci/run` installs it) in a temporary
+//! directory, on a free loopback port, with no Unix socket. One cluster per test binary,
+//! started on first use; each test gets a database of its own.
+//!
+//! The server refuses to run as root, so under root (CI) it runs as nobody. It is started
+//! by a small shell that holds the server's pid: when the test binary exits, the pipe to
+//! that shell closes and it stops the server (a fast shutdown, by pid) and removes the
+//! directory. No server outlives its tests.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::emulators::free_tcp_port;
+
+/// The cluster's one superuser (trust authentication, loopback only).
+const USER: &str = "deployd";
+const NOBODY: u32 = 65534;
+
+pub struct Cluster {
+    port: u16,
+    bin: PathBuf,
+    /// The shell that stops the server when this pipe closes; also used to stop it early.
+    keeper: Mutex<Child>,
+    databases: AtomicU32,
+}
+
+/// The test binary's cluster.
+pub static CLUSTER: LazyLock<Cluster> = LazyLock::new(Cluster::start);
+
+/// The newest installed server's `bin` folder.
+fn server_bin() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| bin.join("postgres").exists())
+        .collect();
+    versions.sort();
+    versions.pop().expect(
+        "PostgreSQL's server is not installed: run .ci/run once, or: apt-get install postgresql-15",
+    )
+}
+
+fn as_server_user(command: &mut Command) -> &mut Command {
+    if rustix::process::geteuid().is_root() {
+        use std::os::unix::process::CommandExt;
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    command
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let bin = server_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("deployd-pg-")
+            .tempdir()
+            .expect("a temporary directory")
+            .keep();
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+        let data = dir.join("data");
+        let init = as_server_user(Command::new(bin.join("initdb")).args([
+            "--no-sync",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "-U",
+            USER,
+            "-D",
+        ]))
+        .arg(&data)
+        .output()
+        .expect("initdb runs");
+        assert!(
+            init.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let port = free_tcp_port();
+        let keeper = as_server_user(Command::new("sh").args([
+            "-c",
+            r#"bin="$1"; data="$2"; port="$3"; dir="$4"
+               "$bin/postgres" -D "$data" -p "$port" -c listen_addresses=127.0.0.1 \
+                 -c unix_socket_directories= -c max_connections=300 -c fsync=on \
+                 -c synchronous_commit=on >"$dir/server.log" 2>&1 &
+               pid=$!
+               read _
+               kill -INT "$pid"; wait "$pid"; rm -rf "$dir""#,
+            "keeper",
+        ]))
+        .arg(&bin)
+        .arg(&data)
+        .arg(port.to_string())
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+        let cluster = Cluster {
+            port,
+            bin,
+            keeper: Mutex::new(keeper),
+            databases: AtomicU32::new(0),
+        };
+        cluster.wait_ready(&dir);
+        cluster
+    }
+
+    fn wait_ready(&self, dir: &Path) {
+        for _ in 0..300 {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "PostgreSQL did not start: {}",
+            std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+        );
+    }
+
+    /// A new, empty database; its URL.
+    pub fn database(&self) -> String {
+        let name = format!(
+            "t{}_{}",
+            std::process::id(),
+            self.databases.fetch_add(1, Ordering::SeqCst)
+        );
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(&name)
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Runs `sql` in `database` with psql; panics with its words if it fails. Returns what
+    /// it printed (unaligned, tuples only).
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                USER,
+                "-d",
+                database,
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Stops the server now (a fast shutdown); the cluster cannot be used after.
+    pub fn stop(&self) {
+        let mut keeper = self.keeper.lock().unwrap();
+        if let Some(mut stdin) = keeper.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let _ = keeper.wait();
+    }
+}
+
+/// The database's name in a URL from [`Cluster::database`].
+pub fn database_of(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
