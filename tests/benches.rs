@@ -14,7 +14,8 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
     std::fs::create_dir_all(&agent_dir).unwrap();
     let agent_dir = agent_dir.display().to_string();
     let bin = support::BIN.display().to_string();
-    let benches: [(&[&str], &str); 8] = [
+    let store_url = deployd_test_support::postgres::CLUSTER.database();
+    let benches: [(&[&str], &str); 9] = [
         (
             &[
                 "core",
@@ -76,6 +77,20 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
             "heartbeat dispatch throughput: 200 calls",
         ),
         (&["ports", "--ports", "200"], "150-200"),
+        (
+            &[
+                "shared-store",
+                "--store-url",
+                &store_url,
+                "--nodes",
+                "2000",
+                "--seconds",
+                "1",
+                "--concurrency",
+                "20",
+            ],
+            "sweep, 1000 expired: 1000 failed",
+        ),
         (
             &["fleet", "--machines", "3", "--image-kb", "64"],
             "3 of 3 active",

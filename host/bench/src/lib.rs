@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod flood;
 pub mod plugins;
 pub mod ports;
+pub mod shared_store;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
@@ -18,6 +19,7 @@ pub use self::fleet::{FleetBench, run_fleet};
 pub use self::flood::{FloodBench, run_flood};
 pub use self::plugins::{PluginBench, run_plugins};
 pub use self::ports::{PortsBench, run_ports};
+pub use self::shared_store::{SharedStoreBench, run_shared_store};
 
 use std::time::Duration;
 
@@ -41,6 +43,21 @@ pub fn sample(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
         .collect();
     out.sort();
     out
+}
+
+/// `n` samples of an async call that may fail, sorted.
+pub async fn sample_async<T, E, F: Future<Output = Result<T, E>>>(
+    n: usize,
+    mut f: impl FnMut() -> F,
+) -> Result<Vec<Duration>, E> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f().await?;
+        out.push(t.elapsed());
+    }
+    out.sort();
+    Ok(out)
 }
 
 pub fn median(sorted: &[Duration]) -> Duration {

@@ -22,6 +22,9 @@ pub enum Bench {
     Flood(deployd_bench::FloodBench),
     /// Named port create, get by name and list by address as the ports grow.
     Ports(deployd_bench::PortsBench),
+    /// The shared store (PostgreSQL): touches by several engines, sweeps with nothing and
+    /// with 1,000 expired.
+    SharedStore(deployd_bench::SharedStoreBench),
     /// One bench by this build and a previous one (`--engine-bin`), alternated: medians
     /// and ratios.
     Compare(deployd_bench::CompareBench),
@@ -36,6 +39,7 @@ pub fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Fleet(args) => deployd_bench::run_fleet(&args),
         Bench::Flood(args) => deployd_bench::run_flood(&args),
         Bench::Ports(args) => deployd_bench::run_ports(&args),
+        Bench::SharedStore(args) => deployd_bench::run_shared_store(&args),
         Bench::Compare(args) => deployd_bench::run_compare(&args),
     }
 }

@@ -71,7 +71,8 @@ pub(super) async fn migrate(client: &mut Object) -> Result<(i32, i32), StoreErro
         .await
         .map_err(db_error)?;
     tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS deployd_schema (
+        "SET LOCAL client_min_messages = warning;
+         CREATE TABLE IF NOT EXISTS deployd_schema (
              one boolean PRIMARY KEY DEFAULT true CHECK (one),
              version integer NOT NULL
          );

@@ -102,9 +102,12 @@ async fn write(pool: &Pool, group: Vec<Touch>) {
     let answers = match update(pool, &marks).await {
         Ok(answers) => answers,
         Err(e) => {
-            let message = e.to_string();
             for t in group {
-                let _ = t.reply.send(Err(StoreError::Unavailable(message.clone())));
+                let e = match &e {
+                    StoreError::Unavailable(why) => StoreError::Unavailable(why.clone()),
+                    other => StoreError::Shared(other.to_string()),
+                };
+                let _ = t.reply.send(Err(e));
             }
             return;
         }
@@ -137,7 +140,9 @@ impl From<Result<Provision, StoreError>> for Answer {
 }
 
 /// The statement of a group, on the database's clock: `$1` the nodes, `$2` their progress
-/// marks, `$3` the codes of the states a touch applies in.
+/// marks, `$3` the codes of the states a touch applies in. The rows are locked in uuid
+/// order first: two groups in flight that share nodes then wait for each other in one
+/// order, never in a cycle (a deadlock, which PostgreSQL would break by failing one).
 static TOUCH: LazyLock<String> = LazyLock::new(|| {
     let returned: Vec<String> = PROVISION.split(", ").map(|c| format!("n.{c}")).collect();
     format!(
@@ -146,6 +151,8 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
                     AND t.progress IS NOT NULL AS moved
              FROM unnest($1::uuid[], $2::int8[]) AS t(uuid, progress)
              JOIN nodes n ON n.uuid = t.uuid
+             ORDER BY n.uuid
+             FOR UPDATE OF n
          )
          UPDATE nodes n SET
              updated_at = now(),
