@@ -155,6 +155,7 @@ const STORE_READS: &[&str] = &[
     "health",
     "is_degraded",
     "degraded",
+    "fault",
     "path",
     "config_drive",
     "clock",
@@ -178,6 +179,7 @@ const STORE_READS: &[&str] = &[
     "get",
     "find",
     "list",
+    "engines",
 ];
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
@@ -214,6 +216,12 @@ const STORE_WRITES: &[&str] = &[
     "fail_expired_describing",
     "leave_fault",
     "docs_to_write",
+    "register",
+    "renew",
+    "declare_dead",
+    "take_over",
+    "claim",
+    "release",
 ];
 
 /// The method each use of the store in `code` calls: after `store()` or `store` (an
@@ -254,7 +262,7 @@ fn the_api_writes_only_through_the_conductor() {
         if file.file_name().unwrap() == "tests.rs" {
             continue;
         }
-        let text = code(&file);
+        let text = code(&file).replace("pub async fn ", "pub fn ");
         for (at, _) in text.match_indices("pub fn ") {
             let rest = &text[at + "pub fn ".len()..];
             let name: String = rest

@@ -12,3 +12,4 @@ mod race;
 mod restart;
 mod seed;
 mod shared_store;
+mod store_contract;

@@ -1,6 +1,7 @@
-//! The shared store on a real PostgreSQL (Debian's server, a database per test): the
-//! schema's versions, the touch contract on the database's clock, the heartbeat-vs-sweeper
-//! race with the two on different engines, and engines' leases, fencing and takeover.
+//! What only the shared store on a real PostgreSQL has (Debian's server, a database per
+//! test): the schema's versions, touches as heap-only updates, the heartbeat-vs-sweeper
+//! race with the two on different engines, and engines' leases, fencing and takeover. The
+//! contract both stores keep is `store_contract`'s.
 
 use deployd_test_support as common;
 
@@ -32,19 +33,6 @@ async fn walked(store: &SharedStore, events: &[Event]) -> Uuid {
             .unwrap();
     }
     uuid
-}
-
-/// Moves a node's clock, deadline and due entry an hour back: an agent silent that long.
-fn age(url: &str, uuid: Uuid) {
-    CLUSTER.psql(
-        database_of(url),
-        &format!(
-            "UPDATE nodes SET updated_at = updated_at - interval '1 hour',
-                 progress_at = progress_at - interval '1 hour',
-                 deadline = deadline - interval '1 hour', due = due - interval '1 hour'
-             WHERE uuid = '{uuid}'"
-        ),
-    );
 }
 
 #[tokio::test]
@@ -133,66 +121,6 @@ async fn a_touch_moves_the_clock_and_deadline_on_the_databases_clock_and_writes_
     let Err(StoreError::NodeNotFound(_)) = store.touch(Uuid::new_v4(), None).await else {
         panic!("an unknown node was touched");
     };
-}
-
-#[tokio::test]
-async fn a_dead_agent_times_out_a_live_one_does_not_and_a_timeout_of_0_disables_the_check() {
-    let url = CLUSTER.database();
-    let store = engine(&url).await;
-    let dead = walked(&store, &TO_WAIT_CALL_BACK).await;
-    let live = walked(&store, &TO_WAIT_CALL_BACK).await;
-    age(&url, dead);
-    age(&url, live);
-    // The live agent's heartbeat comes after the hour of silence.
-    store.touch(live, None).await.unwrap();
-    let failed = store.fail_expired(100, None).await.unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert_eq!(failed[0].node, dead);
-    assert_eq!(failed[0].failed_to, ProvisionState::DeployFailed);
-    assert!(
-        failed[0].last_error.starts_with(&format!(
-            "Timeout reached while waiting for callback for node {dead}: no callback for 36"
-        )),
-        "{}",
-        failed[0].last_error
-    );
-    let node = store.node(dead).await.unwrap();
-    assert_eq!(node.provision.state, ProvisionState::DeployFailed);
-    assert_eq!(
-        node.body.last_error.as_deref(),
-        Some(failed[0].last_error.as_str())
-    );
-    assert_eq!(node.provision.indexed, None);
-    // The live node's entry was re-filed at its new deadline, and it waits on.
-    let live_now = store.node(live).await.unwrap().provision;
-    assert_eq!(live_now.state, ProvisionState::WaitCallBack);
-    assert_eq!(live_now.indexed, live_now.deadline);
-    assert!(store.fail_expired(100, None).await.unwrap().is_empty());
-    // The dead agent's late heartbeat is refused.
-    let Err(StoreError::NotWaiting { state, .. }) = store.touch(dead, None).await else {
-        panic!("a failed node was touched");
-    };
-    assert_eq!(state, ProvisionState::DeployFailed);
-
-    // deploy_callback_timeout = 0: no deadline, never failed, touches still accepted.
-    let zero = SharedStore::connect(
-        &url,
-        Timeouts {
-            deploy_callback: Duration::ZERO,
-            ..Timeouts::uniform(CALLBACK)
-        },
-    )
-    .await
-    .unwrap();
-    let unlimited = walked(&zero, &TO_WAIT_CALL_BACK).await;
-    let p = zero.touch(unlimited, None).await.unwrap();
-    assert_eq!((p.deadline, p.indexed), (None, None));
-    age(&url, unlimited);
-    assert!(zero.fail_expired(100, None).await.unwrap().is_empty());
-    assert_eq!(
-        zero.node(unlimited).await.unwrap().provision.state,
-        ProvisionState::WaitCallBack
-    );
 }
 
 const RACES: usize = 4000;

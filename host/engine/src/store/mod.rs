@@ -28,6 +28,7 @@
 //! much of the touches, and a node can come back at most `flush_every_ms` older than it
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
+pub mod backend;
 pub mod backup;
 mod config_drives;
 pub mod documents;

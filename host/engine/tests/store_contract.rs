@@ -1,0 +1,259 @@
+//! One suite, both backends: the contract every store of nodes keeps (`store::backend`),
+//! run on the embedded sled store and on the shared store on a real PostgreSQL. Time is
+//! the one thing the two move differently: sled's manual clock is advanced, the shared
+//! store's rows are aged on the database's clock (an agent silent that long).
+
+use deployd_test_support as common;
+
+use std::time::Duration;
+
+use common::postgres::{CLUSTER, database_of};
+use common::store::{T0, TO_WAIT_CALL_BACK, fake_node};
+use deployd_engine::clock::Clock;
+use deployd_engine::node::NewNode;
+use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
+use deployd_engine::store::backend::Backend;
+use deployd_engine::store::postgres::SharedStore;
+use deployd_engine::store::{Store, StoreError};
+use uuid::Uuid;
+
+const CALLBACK: Duration = Duration::from_secs(7200);
+
+/// A backend to run the contract on, and how its nodes are made older.
+trait Fixture: Sized {
+    type B: Backend;
+    async fn open(timeouts: Timeouts) -> Self;
+    fn store(&self) -> &Self::B;
+    /// Makes `nodes` `by` older: their clocks, deadlines and index entries.
+    fn age(&self, nodes: &[Uuid], by: Duration);
+}
+
+struct Sled {
+    store: Store,
+    clock: Clock,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture for Sled {
+    type B = Store;
+    async fn open(timeouts: Timeouts) -> Sled {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::manual(T0);
+        let (store, _) = common::store::open(&dir, timeouts, &clock);
+        Sled {
+            store,
+            clock,
+            _dir: dir,
+        }
+    }
+    fn store(&self) -> &Store {
+        &self.store
+    }
+    fn age(&self, _: &[Uuid], by: Duration) {
+        self.clock.advance(by);
+    }
+}
+
+struct Postgres {
+    store: SharedStore,
+    url: String,
+}
+
+impl Fixture for Postgres {
+    type B = SharedStore;
+    async fn open(timeouts: Timeouts) -> Postgres {
+        let url = CLUSTER.database();
+        let store = SharedStore::connect(&url, timeouts).await.unwrap();
+        Postgres { store, url }
+    }
+    fn store(&self) -> &SharedStore {
+        &self.store
+    }
+    fn age(&self, nodes: &[Uuid], by: Duration) {
+        let list: Vec<String> = nodes.iter().map(|u| format!("'{u}'")).collect();
+        let by = format!("interval '{} milliseconds'", by.as_millis());
+        CLUSTER.psql(
+            database_of(&self.url),
+            &format!(
+                "UPDATE nodes SET updated_at = updated_at - {by},
+                     progress_at = progress_at - {by}, deadline = deadline - {by},
+                     due = due - {by}
+                 WHERE uuid IN ({})",
+                list.join(", ")
+            ),
+        );
+    }
+}
+
+async fn walked(store: &impl Backend, events: &[Event]) -> Uuid {
+    let uuid = store.create_node(fake_node()).await.unwrap().uuid();
+    for &event in events {
+        store.apply_event(uuid, None, event, None).await.unwrap();
+    }
+    uuid
+}
+
+/// A dead agent's node times out with Ironic's words; a live one, touched after the same
+/// silence, waits on; the dead agent's late heartbeat is refused.
+async fn a_dead_agent_times_out_and_a_live_one_does_not<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let dead = walked(store, &TO_WAIT_CALL_BACK).await;
+    let live = walked(store, &TO_WAIT_CALL_BACK).await;
+    let entered = store.node(live).await.unwrap().provision;
+    assert_eq!(entered.deadline, Some(entered.updated_at.plus(CALLBACK)));
+    f.age(&[dead, live], CALLBACK + Duration::from_secs(1));
+    let touched = store.touch(live, None).await.unwrap();
+    assert_eq!(touched.deadline, Some(touched.updated_at.plus(CALLBACK)));
+
+    let failed = store.fail_expired(100).await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let t = &failed[0];
+    assert_eq!(
+        (t.node, t.waited_in, t.failed_to),
+        (
+            dead,
+            ProvisionState::WaitCallBack,
+            ProvisionState::DeployFailed
+        )
+    );
+    assert_eq!(t.timeout, CALLBACK);
+    assert!(
+        t.last_error.starts_with(&format!(
+            "Timeout reached while waiting for callback for node {dead}: no callback for 7201"
+        )) && t
+            .last_error
+            .ends_with("in \"wait call-back\" (deploy_callback_timeout is 7200 s)"),
+        "{}",
+        t.last_error
+    );
+    let node = store.node(dead).await.unwrap();
+    assert_eq!(node.provision.state, ProvisionState::DeployFailed);
+    assert_eq!(node.body.last_error.as_deref(), Some(t.last_error.as_str()));
+    let Err(StoreError::NotWaiting { state, .. }) = store.touch(dead, None).await else {
+        panic!("the dead agent's heartbeat was taken");
+    };
+    assert_eq!(state, ProvisionState::DeployFailed);
+    // The live node's entry was re-filed at its deadline: nothing more to fail.
+    assert!(store.fail_expired(100).await.unwrap().is_empty());
+    let waiting = store.node(live).await.unwrap().provision;
+    assert_eq!(waiting.state, ProvisionState::WaitCallBack);
+    assert_eq!(waiting.indexed, waiting.deadline);
+    assert_eq!(store.next_deadline().await.unwrap(), waiting.deadline);
+}
+
+/// `deploy_callback_timeout = 0`: no deadline at all; silence fails nothing.
+async fn a_timeout_of_0_disables_the_check<F: Fixture>() {
+    let f = F::open(Timeouts {
+        deploy_callback: Duration::ZERO,
+        ..Timeouts::uniform(CALLBACK)
+    })
+    .await;
+    let store = f.store();
+    let node = walked(store, &TO_WAIT_CALL_BACK).await;
+    let p = store.touch(node, None).await.unwrap();
+    assert_eq!((p.deadline, p.indexed), (None, None));
+    f.age(&[node], Duration::from_secs(30 * 86_400));
+    assert!(store.fail_expired(100).await.unwrap().is_empty());
+    assert_eq!(store.next_deadline().await.unwrap(), None);
+    assert_eq!(
+        store.node(node).await.unwrap().provision.state,
+        ProvisionState::WaitCallBack
+    );
+}
+
+/// With a stall timeout, heartbeats that report no new progress keep the agent alive but
+/// not the deploy: it fails as stalled. One whose progress moves waits on.
+async fn heartbeats_without_progress_stall_and_progress_restarts_the_stall_clock<F: Fixture>() {
+    let stall = Duration::from_secs(600);
+    let f = F::open(Timeouts {
+        deploy_stall: stall,
+        ..Timeouts::uniform(CALLBACK)
+    })
+    .await;
+    let store = f.store();
+    let stuck = walked(store, &TO_WAIT_CALL_BACK).await;
+    let moving = walked(store, &TO_WAIT_CALL_BACK).await;
+    store.touch(stuck, Some(1)).await.unwrap();
+    store.touch(moving, Some(1)).await.unwrap();
+    f.age(&[stuck, moving], stall + Duration::from_secs(1));
+    let same = store.touch(stuck, Some(1)).await.unwrap();
+    assert_eq!(same.deadline, Some(same.progress_at.plus(stall)));
+    let moved = store.touch(moving, Some(2)).await.unwrap();
+    assert_eq!((moved.progress, moved.progress_at), (2, moved.updated_at));
+    let failed = store.fail_expired(100).await.unwrap();
+    assert_eq!(failed.iter().map(|t| t.node).collect::<Vec<_>>(), [stuck]);
+    assert!(
+        failed[0]
+            .last_error
+            .starts_with(&format!("Stalled: node {stuck}'s agent kept calling back")),
+        "{}",
+        failed[0].last_error
+    );
+    assert_eq!(
+        store.node(moving).await.unwrap().provision.state,
+        ProvisionState::WaitCallBack
+    );
+}
+
+/// Bad calls are refused with their reason and change nothing.
+async fn refusals_name_their_reason_and_change_nothing<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let named = NewNode {
+        name: Some("rack-1".into()),
+        ..fake_node()
+    };
+    let node = store.create_node(named.clone()).await.unwrap().uuid();
+    let Err(StoreError::NameTaken(name)) = store.create_node(named).await else {
+        panic!("a second node took the name");
+    };
+    assert_eq!(name, "rack-1");
+    let Err(StoreError::IllegalTransition { .. }) =
+        store.apply_event(node, None, Event::Wait, None).await
+    else {
+        panic!("enroll went to wait");
+    };
+    let Err(StoreError::StateChanged { actual, .. }) = store
+        .apply_event(node, Some(ProvisionState::Manageable), Event::Manage, None)
+        .await
+    else {
+        panic!("acted on a node that was not where the caller thought");
+    };
+    assert_eq!(actual, ProvisionState::Enroll);
+    let Err(StoreError::NodeNotFound(_)) = store.node(Uuid::new_v4()).await else {
+        panic!("an unknown node was found");
+    };
+    let Err(StoreError::NotWaiting { state, .. }) = store.touch(node, None).await else {
+        panic!("a node in enroll was touched");
+    };
+    assert_eq!(state, ProvisionState::Enroll);
+    let after = store.node(node).await.unwrap();
+    assert_eq!(
+        (after.provision.state, after.body.last_error),
+        (ProvisionState::Enroll, None)
+    );
+}
+
+macro_rules! on_both_backends {
+    ($($contract:ident),* $(,)?) => {$(
+        mod $contract {
+            #[tokio::test]
+            async fn on_sled() {
+                super::$contract::<super::Sled>().await
+            }
+
+            #[tokio::test]
+            async fn on_postgres() {
+                super::$contract::<super::Postgres>().await
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    a_dead_agent_times_out_and_a_live_one_does_not,
+    a_timeout_of_0_disables_the_check,
+    heartbeats_without_progress_stall_and_progress_restarts_the_stall_clock,
+    refusals_name_their_reason_and_change_nothing,
+);
