@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::store::postgres::{Membership, SharedStore};
 use crate::store::{Store, TimedOut};
 
 /// What runs after the sweeper failed a node. It must not block: spawn long work.
@@ -59,6 +60,22 @@ impl Sweeper {
         let (stop, stopped) = watch::channel(false);
         let task = (!config.check_interval.is_zero())
             .then(|| tokio::spawn(run(store, config, hook, stopped)));
+        Sweeper { stop, task }
+    }
+
+    /// Starts this engine's sweeper of the shared store (PostgreSQL), beside every other
+    /// engine's: each pass takes only the due nodes no other sweeper holds (see
+    /// `store::postgres`), and a deadline any engine files wakes them all. An engine that
+    /// is not sure of its lease sweeps nothing.
+    pub fn spawn_shared(
+        store: Arc<SharedStore>,
+        membership: Arc<Membership>,
+        config: SweeperConfig,
+        hook: Arc<dyn TimeoutHook>,
+    ) -> Sweeper {
+        let (stop, stopped) = watch::channel(false);
+        let task = (!config.check_interval.is_zero())
+            .then(|| tokio::spawn(run_shared(store, membership, config, hook, stopped)));
         Sweeper { stop, task }
     }
 
@@ -149,6 +166,72 @@ async fn run(
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             _ = store.waker().woken() => {}
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
+
+async fn run_shared(
+    store: Arc<SharedStore>,
+    membership: Arc<Membership>,
+    config: SweeperConfig,
+    hook: Arc<dyn TimeoutHook>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    // Listening starts before the first look at the index, so no deadline filed after
+    // that look goes unheard.
+    let mut listener = loop {
+        match store.listen_deadlines().await {
+            Ok(listener) => break listener,
+            Err(e) => tracing::warn!(error = %e, "the sweeper cannot listen for deadlines yet"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DEGRADED_RECHECK) => {}
+            _ = stopped.changed() => return,
+        }
+    };
+    loop {
+        let mut wait = config.check_interval;
+        if let Some(lease) = membership.current() {
+            match store.fail_expired(config.batch as i64, Some(&lease)).await {
+                Ok(timed_out) => {
+                    let full = timed_out.len() == config.batch;
+                    for event in timed_out {
+                        hook.timed_out(event);
+                    }
+                    if full {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    match store.next_due_in().await {
+                        Ok(Some(due)) => wait = wait.min(due),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::error!(error = %e, "sweeper could not read the due index")
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval")
+                }
+            }
+        } else {
+            wait = wait.min(DEGRADED_RECHECK);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            filed = listener.next() => {
+                if filed.is_none() {
+                    tracing::warn!("the sweeper's deadline listener closed; listening again");
+                    match store.listen_deadlines().await {
+                        Ok(l) => listener = l,
+                        Err(_) => tokio::time::sleep(DEGRADED_RECHECK).await,
+                    }
+                }
+            }
             _ = stopped.changed() => return,
         }
         if *stopped.borrow() {

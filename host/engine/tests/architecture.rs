@@ -180,6 +180,11 @@ const STORE_READS: &[&str] = &[
     "find",
     "list",
     "engines",
+    "orphaned",
+    "current",
+    "lease_times",
+    "listen_deadlines",
+    "next_due_in",
 ];
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.

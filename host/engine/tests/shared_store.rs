@@ -301,3 +301,136 @@ async fn an_engine_past_its_lease_is_fenced_declared_dead_once_and_its_nodes_tak
     );
     assert_eq!(engines[0].drivers, ["fake"]);
 }
+
+/// Short leases, so that a takeover happens within the test.
+const TIMES: deployd_engine::store::postgres::LeaseTimes =
+    deployd_engine::store::postgres::LeaseTimes {
+        lease: Duration::from_millis(1500),
+        renew_every: Duration::from_millis(200),
+    };
+
+/// Polls `check` every 50 ms for up to `limit`; whether it came true.
+async fn eventually<F: Future<Output = bool>>(
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) -> bool {
+    let until = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < until {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_engines_lease_lapses_and_a_survivor_takes_its_nodes_over() {
+    use deployd_engine::store::postgres::Membership;
+    use std::sync::Arc;
+    let url = CLUSTER.database();
+    let store = Arc::new(engine(&url).await.with_lease_times(TIMES));
+    let a = Membership::join(store.clone(), "engine-a", "", &[])
+        .await
+        .unwrap();
+    let b = Membership::join(store.clone(), "engine-b", "", &[])
+        .await
+        .unwrap();
+    let busy = walked(&store, &TO_WAIT_CALL_BACK[..5]).await;
+    let lease_a = a.current().expect("a fresh lease is held");
+    store.claim(busy, &lease_a).await.unwrap();
+    // Both renew: after several lease lengths both still hold theirs.
+    tokio::time::sleep(TIMES.lease * 2).await;
+    assert!(a.current().is_some() && b.current().is_some());
+    assert_eq!(
+        store.node(busy).await.unwrap().provision.state,
+        ProvisionState::Deploying
+    );
+
+    // A stops (its process gone): it stops renewing, knows its lease is no longer sure,
+    // and B takes its node over once the lease has expired.
+    drop(a);
+    let failed = eventually(TIMES.lease * 4, || async {
+        store.node(busy).await.unwrap().provision.state == ProvisionState::DeployFailed
+    })
+    .await;
+    assert!(failed, "B did not take A's node over");
+    let why = store.node(busy).await.unwrap().body.last_error.unwrap();
+    assert!(why.starts_with("engine engine-a"), "{why}");
+    assert!(b.current().is_some());
+    let engines = store.engines().await.unwrap();
+    let alive: Vec<(&str, bool)> = engines
+        .iter()
+        .map(|e| (e.hostname.as_str(), e.alive))
+        .collect();
+    assert_eq!(alive, [("engine-a", false), ("engine-b", true)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweepers_on_two_engines_fail_an_expired_node_once_woken_by_the_deadline_it_filed() {
+    use deployd_engine::store::TimedOut;
+    use deployd_engine::store::postgres::Membership;
+    use deployd_engine::sweeper::{Sweeper, SweeperConfig, TimeoutHook};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<TimedOut>>);
+    impl TimeoutHook for Seen {
+        fn timed_out(&self, event: TimedOut) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+    let url = CLUSTER.database();
+    let timeouts = Timeouts::uniform(Duration::from_secs(1));
+    let seen = Arc::new(Seen::default());
+    let mut sweepers = Vec::new();
+    let mut stores = Vec::new();
+    for name in ["engine-a", "engine-b"] {
+        let store = Arc::new(
+            SharedStore::connect(&url, timeouts)
+                .await
+                .unwrap()
+                .with_lease_times(TIMES),
+        );
+        let member = Arc::new(
+            Membership::join(store.clone(), name, "", &[])
+                .await
+                .unwrap(),
+        );
+        // A check interval far past the test: only a notification can wake them in time.
+        let config = SweeperConfig {
+            check_interval: Duration::from_secs(600),
+            batch: 100,
+        };
+        sweepers.push(Sweeper::spawn_shared(
+            store.clone(),
+            member,
+            config,
+            seen.clone(),
+        ));
+        stores.push(store);
+    }
+    // Both sweepers asleep on an empty index; then a node enters wait call-back with a
+    // 1 s timeout, and no agent calls back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let node = walked(&stores[0], &TO_WAIT_CALL_BACK).await;
+    let failed = eventually(Duration::from_secs(20), || async {
+        !seen.0.lock().unwrap().is_empty()
+    })
+    .await;
+    assert!(failed, "no sweeper failed the node");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].node, seen[0].failed_to),
+        (node, ProvisionState::DeployFailed)
+    );
+    assert_eq!(
+        stores[1].node(node).await.unwrap().provision.state,
+        ProvisionState::DeployFailed
+    );
+    for sweeper in sweepers {
+        sweeper.shutdown().await;
+    }
+}

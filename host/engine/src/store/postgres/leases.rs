@@ -1,7 +1,7 @@
 //! Engines and their leases on the shared store.
 //!
-//! An engine is a row renewed every [`RENEW_EVERY`] to [`LEASE`] ahead on the database's
-//! clock, so engines whose clocks disagree agree on who is alive. Its epoch grows each time
+//! An engine is a row whose lease is renewed every few seconds to [`LeaseTimes::lease`]
+//! ahead on the database's clock, so engines whose clocks disagree agree on who is alive. Its epoch grows each time
 //! it rejoins: a claim is `(engine, epoch)`, so what an engine claimed before it was
 //! declared dead stays dead with it. Declaring an expired engine dead is a
 //! compare-and-swap in one `UPDATE` (the lease's expiry rechecked under the row's lock),
@@ -20,10 +20,21 @@ use crate::clock::Timestamp;
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::StoreError;
 
-/// How long a lease lasts from its last renewal.
-pub const LEASE: Duration = Duration::from_secs(10);
-/// How often an engine renews its lease.
-pub const RENEW_EVERY: Duration = Duration::from_secs(2);
+/// How long a lease lasts from its last renewal, and how often an engine renews it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTimes {
+    pub lease: Duration,
+    pub renew_every: Duration,
+}
+
+impl Default for LeaseTimes {
+    fn default() -> Self {
+        LeaseTimes {
+            lease: Duration::from_secs(10),
+            renew_every: Duration::from_secs(2),
+        }
+    }
+}
 
 /// An engine as `GET /v1/conductors` lists it.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,7 +76,7 @@ pub enum Renewed {
 }
 
 impl SharedStore {
-    /// Registers this engine with a lease of [`LEASE`].
+    /// Registers this engine with a lease of [`LeaseTimes::lease`].
     pub async fn register(
         &self,
         hostname: &str,
@@ -78,7 +89,12 @@ impl SharedStore {
                 "INSERT INTO engines (hostname, conductor_group, drivers, lease_until)
                  VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
                  RETURNING id, epoch",
-                &[&hostname, &conductor_group, &drivers, &millis(LEASE)],
+                &[
+                    &hostname,
+                    &conductor_group,
+                    &drivers,
+                    &millis(self.lease_times.lease),
+                ],
             )
             .await
             .map_err(db_error)?;
@@ -96,7 +112,7 @@ impl SharedStore {
             .execute(
                 "UPDATE engines SET lease_until = now() + $3::float8 * interval '1 millisecond'
                  WHERE id = $1 AND epoch = $2 AND dead_at IS NULL",
-                &[&lease.id, &lease.epoch, &millis(LEASE)],
+                &[&lease.id, &lease.epoch, &millis(self.lease_times.lease)],
             )
             .await
             .map_err(db_error)?;
@@ -108,7 +124,7 @@ impl SharedStore {
                 "UPDATE engines SET epoch = epoch + 1, dead_at = NULL, dead_by = NULL,
                      lease_until = now() + $2::float8 * interval '1 millisecond'
                  WHERE id = $1 RETURNING epoch",
-                &[&lease.id, &millis(LEASE)],
+                &[&lease.id, &millis(self.lease_times.lease)],
             )
             .await
             .map_err(db_error)?
@@ -161,6 +177,14 @@ impl SharedStore {
         let mut done = TakenOver::default();
         for uuid in owned {
             let locked = nodes::lock(&tx, uuid).await?;
+            // Another survivor may have taken it over while this one waited for the row.
+            if !locked
+                .claim
+                .owner
+                .is_some_and(|(id, epoch)| id == dead.id && epoch <= dead.epoch)
+            {
+                continue;
+            }
             let state = locked.provision.state;
             if busy(state) && state.next(Event::Fail).is_ok() {
                 let why = format!(
@@ -190,6 +214,31 @@ impl SharedStore {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(done)
+    }
+
+    /// Engines declared dead (or claims of an epoch an engine has left behind by
+    /// rejoining) that still hold claims on nodes: the takeovers still to do, whoever
+    /// declared them. Each engine with the highest such epoch.
+    pub async fn orphaned(&self) -> Result<Vec<DeadEngine>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT e.id, max(n.owner_epoch), e.hostname
+                 FROM nodes n JOIN engines e ON e.id = n.owner
+                 WHERE e.dead_at IS NOT NULL OR n.owner_epoch < e.epoch
+                 GROUP BY e.id, e.hostname ORDER BY e.id",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| DeadEngine {
+                id: r.get(0),
+                epoch: r.get(1),
+                hostname: r.get(2),
+            })
+            .collect())
     }
 
     /// Claims a node for `me`: refused while another engine with a live lease holds it.

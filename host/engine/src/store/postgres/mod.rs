@@ -26,6 +26,8 @@
 //! refuses a newer one, as the sled store's format check does.
 
 mod leases;
+mod listener;
+mod membership;
 mod nodes;
 mod rows;
 mod schema;
@@ -40,7 +42,9 @@ use tokio_postgres::NoTls;
 use super::StoreError;
 use crate::state_machine::Timeouts;
 
-pub use leases::{DeadEngine, EngineInfo, LEASE, RENEW_EVERY, Renewed, TakenOver};
+pub use leases::{DeadEngine, EngineInfo, LeaseTimes, Renewed, TakenOver};
+pub use listener::DeadlineListener;
+pub use membership::Membership;
 pub use schema::SCHEMA_VERSION;
 
 /// Connections an engine keeps to the shared store.
@@ -56,7 +60,10 @@ pub struct Lease {
 /// One engine's handle on the shared store.
 pub struct SharedStore {
     pool: Pool,
+    /// Where to open a connection of its own (the deadline listener's).
+    config: tokio_postgres::Config,
     timeouts: Timeouts,
+    lease_times: LeaseTimes,
     touches: touches::Batcher,
 }
 
@@ -65,16 +72,31 @@ impl SharedStore {
     /// older schema and refuses a newer one. Needs a tokio runtime: the touch batchers run
     /// on it.
     pub async fn connect(url: &str, timeouts: Timeouts) -> Result<SharedStore, StoreError> {
-        let pool = pool(url)?;
+        let config = config(url)?;
+        let pool = pool(config.clone())?;
         let mut client = pool.get().await.map_err(pool_error)?;
         schema::migrate(&mut client).await?;
         drop(client);
         let touches = touches::Batcher::start(pool.clone());
         Ok(SharedStore {
             pool,
+            config,
             timeouts,
+            lease_times: LeaseTimes::default(),
             touches,
         })
+    }
+
+    /// The same store with engines' leases of other lengths (tests shorten them).
+    pub fn with_lease_times(self, lease_times: LeaseTimes) -> SharedStore {
+        SharedStore {
+            lease_times,
+            ..self
+        }
+    }
+
+    pub fn lease_times(&self) -> LeaseTimes {
+        self.lease_times
     }
 
     pub fn timeouts(&self) -> &Timeouts {
@@ -89,14 +111,17 @@ impl SharedStore {
 /// Applies the schema's pending migrations to the database at `url`; returns the version
 /// it was at and the version it is at now. What `deployd store migrate` runs.
 pub async fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
-    let pool = pool(url)?;
+    let pool = pool(config(url)?)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     schema::migrate(&mut client).await
 }
 
-fn pool(url: &str) -> Result<Pool, StoreError> {
-    let config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))?;
+fn config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))
+}
+
+fn pool(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
     let manager = Manager::from_config(
         config,
         NoTls,

@@ -1,0 +1,72 @@
+//! The deadline listener: a connection of its own that `LISTEN`s on `deployd_deadlines`,
+//! where every transition that files a deadline notifies at its commit (`nodes`). A
+//! sweeper sleeping towards a later deadline, or its check interval, wakes for it; a
+//! notification that comes while the sweeper is busy is kept until it next waits.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::{SharedStore, db_error};
+use crate::clock::Timestamp;
+use crate::store::StoreError;
+
+/// Notifications of deadlines filed by any engine.
+pub struct DeadlineListener {
+    filed: mpsc::UnboundedReceiver<Timestamp>,
+    /// Kept for the connection's life: dropping the client ends it.
+    _client: tokio_postgres::Client,
+}
+
+impl DeadlineListener {
+    /// The next deadline filed; `None` once the connection is gone.
+    pub async fn next(&mut self) -> Option<Timestamp> {
+        self.filed.recv().await
+    }
+}
+
+impl SharedStore {
+    /// Listens for deadlines filed by every engine's transitions.
+    pub async fn listen_deadlines(&self) -> Result<DeadlineListener, StoreError> {
+        let (client, mut connection) = self.config.connect(NoTls).await.map_err(db_error)?;
+        let (tx, filed) = mpsc::unbounded_channel();
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = message
+                    && let Ok(micros) = n.payload().parse::<i64>()
+                    && tx.send(Timestamp::from_micros(micros)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        client
+            .batch_execute("LISTEN deployd_deadlines")
+            .await
+            .map_err(db_error)?;
+        Ok(DeadlineListener {
+            filed,
+            _client: client,
+        })
+    }
+
+    /// How long until the earliest due entry on the database's clock (zero if one is due
+    /// now); `None` when no node waits with a deadline.
+    pub async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT extract(epoch FROM min(due) - now())::float8
+                 FROM nodes WHERE due IS NOT NULL",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(row
+            .get::<_, Option<f64>>(0)
+            .map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+}

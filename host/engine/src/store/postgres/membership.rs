@@ -1,0 +1,118 @@
+//! An engine's membership of the shared store: registered, its lease renewed every
+//! [`LeaseTimes::renew_every`](super::LeaseTimes), every engine whose lease expired
+//! declared dead (one survivor wins each), and what dead engines still hold taken over.
+//!
+//! [`Membership::current`] is the lease only while this engine knows it holds: until one
+//! renewal period before the lease could have expired, counted on tokio's clock from
+//! when the last successful renewal was *sent* (the database stamped it later, so the
+//! lease lasts at least that long). An engine that cannot renew, a paused process, or a
+//! database it cannot reach, gets `None` and starts no BMC or agent action; its claimed
+//! writes would be fenced anyway.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::leases::Renewed;
+use super::{Lease, SharedStore};
+use crate::store::StoreError;
+
+struct Held {
+    lease: Lease,
+    renewed_at: Instant,
+}
+
+/// A registered engine's lease, kept by a task; dropping the membership stops renewing.
+pub struct Membership {
+    held: Arc<Mutex<Held>>,
+    store: Arc<SharedStore>,
+    task: JoinHandle<()>,
+}
+
+impl Membership {
+    /// Registers this engine and starts keeping its lease.
+    pub async fn join(
+        store: Arc<SharedStore>,
+        hostname: &str,
+        conductor_group: &str,
+        drivers: &[String],
+    ) -> Result<Membership, StoreError> {
+        let renewed_at = Instant::now();
+        let lease = store.register(hostname, conductor_group, drivers).await?;
+        let held = Arc::new(Mutex::new(Held { lease, renewed_at }));
+        let task = tokio::spawn(keep(store.clone(), held.clone()));
+        Ok(Membership { held, store, task })
+    }
+
+    /// The lease, while this engine is sure it holds it.
+    pub fn current(&self) -> Option<Lease> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let times = self.store.lease_times();
+        let sure_for = times.lease.saturating_sub(times.renew_every);
+        (held.renewed_at.elapsed() < sure_for).then_some(held.lease)
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn keep(store: Arc<SharedStore>, held: Arc<Mutex<Held>>) {
+    let every = store.lease_times().renew_every;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let sent = Instant::now();
+        let mut lease = held.lock().unwrap_or_else(|p| p.into_inner()).lease;
+        match store.renew(&mut lease).await {
+            Ok(renewed) => {
+                if renewed == Renewed::Rejoined {
+                    tracing::warn!(
+                        engine = lease.id,
+                        epoch = lease.epoch,
+                        "this engine was declared dead while it could not renew its lease; it rejoined under a new epoch, and its earlier claims are gone"
+                    );
+                }
+                *held.lock().unwrap_or_else(|p| p.into_inner()) = Held {
+                    lease,
+                    renewed_at: sent,
+                };
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not renew this engine's lease");
+                continue;
+            }
+        }
+        if let Err(e) = store.declare_dead(&lease).await {
+            tracing::warn!(error = %e, "could not look for dead engines");
+            continue;
+        }
+        // Every survivor takes over what any dead engine still holds: a takeover that
+        // failed half-way, or whose survivor died too, is done by the next pass.
+        let dead = match store.orphaned().await {
+            Ok(dead) => dead,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for dead engines' nodes");
+                continue;
+            }
+        };
+        for engine in dead {
+            match store.take_over(&lease, &engine).await {
+                Ok(taken) if taken == Default::default() => {}
+                Ok(taken) => tracing::warn!(
+                    dead = %engine.hostname,
+                    failed = taken.failed.len(),
+                    released = taken.released.len(),
+                    "an engine's lease expired: its nodes were taken over"
+                ),
+                Err(e) => {
+                    tracing::error!(dead = %engine.hostname, error = %e, "taking over a dead engine's nodes failed")
+                }
+            }
+        }
+    }
+}
