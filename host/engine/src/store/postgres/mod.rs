@@ -116,9 +116,17 @@ pub async fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
     schema::migrate(&mut client).await
 }
 
+/// The connection settings in `url`, with synchronous commit on whatever the server's
+/// default: a write is acknowledged only once it is on the primary's disk.
 fn config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))?;
+    let options = format!(
+        "{} -c synchronous_commit=on",
+        config.get_options().unwrap_or_default()
+    );
+    config.options(options.trim_start());
+    Ok(config)
 }
 
 fn pool(config: tokio_postgres::Config) -> Result<Pool, StoreError> {

@@ -42,7 +42,7 @@ impl SharedStore {
             .await
             .map_err(db_error)?;
         let mut refile: Vec<(Uuid, Option<DateTime<Utc>>)> = Vec::new();
-        let mut timed_out = Vec::new();
+        let mut failing = Vec::new();
         for row in &due {
             let uuid: Uuid = row.get(9);
             let p = rows::provision(uuid, row, 0)?;
@@ -64,20 +64,30 @@ impl SharedStore {
                 },
                 now,
             };
-            let last_error = Some(failure.last_error.clone());
-            let node = self
-                .transition(
-                    &tx,
-                    uuid,
-                    locked,
-                    Event::Fail,
-                    last_error,
-                    Guard::Expired,
-                    engine,
-                )
-                .await?;
-            timed_out.push(failure.timed_out(uuid, p.state, node.provision.state));
+            failing.push((uuid, locked, failure));
         }
+        // The failures' statements go out together on the one connection (pipelined),
+        // not one round trip after another.
+        let tx_ref = &tx;
+        let failed = futures_util::future::try_join_all(failing.into_iter().map(
+            |(uuid, locked, failure)| async move {
+                let waited_in = locked.provision.state;
+                let last_error = Some(failure.last_error.clone());
+                let node = self
+                    .transition(
+                        tx_ref,
+                        uuid,
+                        locked,
+                        Event::Fail,
+                        last_error,
+                        Guard::Expired,
+                        engine,
+                    )
+                    .await?;
+                Ok::<_, StoreError>(failure.timed_out(uuid, waited_in, node.provision.state))
+            },
+        ))
+        .await?;
         if !refile.is_empty() {
             let (uuids, dues): (Vec<Uuid>, Vec<Option<DateTime<Utc>>>) = refile.into_iter().unzip();
             tx.execute(
@@ -90,7 +100,7 @@ impl SharedStore {
             .map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)?;
-        Ok(timed_out)
+        Ok(failed)
     }
 
     /// The earliest entry in the due index (possibly stale; the sweep step checks).
