@@ -101,6 +101,15 @@ fn panicked(e: tokio::task::JoinError) -> crate::store::StoreError {
     crate::store::StoreError::Corrupt(format!("the sweeper's pass panicked: {e}"))
 }
 
+/// Hands a pass's failed nodes to the hook; whether the pass was full (more may be due).
+fn hand_over(timed_out: Vec<TimedOut>, batch: usize, hook: &dyn TimeoutHook) -> bool {
+    let full = timed_out.len() == batch;
+    for event in timed_out {
+        hook.timed_out(event);
+    }
+    full
+}
+
 async fn run(
     store: Arc<Store>,
     config: SweeperConfig,
@@ -129,11 +138,7 @@ async fn run(
         };
         let passed = match pass.await.unwrap_or_else(|e| Err(panicked(e))) {
             Ok(timed_out) => {
-                let full = timed_out.len() == config.batch;
-                for event in timed_out {
-                    hook.timed_out(event);
-                }
-                if full {
+                if hand_over(timed_out, config.batch, &*hook) {
                     tokio::task::yield_now().await;
                     continue;
                 }
@@ -198,11 +203,7 @@ async fn run_shared(
         if let Some(lease) = membership.current() {
             match store.fail_expired(config.batch as i64, Some(&lease)).await {
                 Ok(timed_out) => {
-                    let full = timed_out.len() == config.batch;
-                    for event in timed_out {
-                        hook.timed_out(event);
-                    }
-                    if full {
+                    if hand_over(timed_out, config.batch, &*hook) {
                         tokio::task::yield_now().await;
                         continue;
                     }

@@ -148,14 +148,7 @@ impl SharedStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| DeadEngine {
-                id: r.get(0),
-                epoch: r.get(1),
-                hostname: r.get(2),
-            })
-            .collect())
+        Ok(rows.iter().map(dead_engine).collect())
     }
 
     /// Takes over the nodes `dead` held claims on: a node waiting on its agent, or at
@@ -231,14 +224,7 @@ impl SharedStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| DeadEngine {
-                id: r.get(0),
-                epoch: r.get(1),
-                hostname: r.get(2),
-            })
-            .collect())
+        Ok(rows.iter().map(dead_engine).collect())
     }
 
     /// Claims a node for `me`: refused while another engine with a live lease holds it.
@@ -308,6 +294,15 @@ impl SharedStore {
                 alive: r.get(7),
             })
             .collect())
+    }
+}
+
+/// An engine from a row of `id, epoch, hostname`.
+fn dead_engine(r: &tokio_postgres::Row) -> DeadEngine {
+    DeadEngine {
+        id: r.get(0),
+        epoch: r.get(1),
+        hostname: r.get(2),
     }
 }
 
