@@ -13,8 +13,9 @@ use std::future::{Future, ready};
 
 use uuid::Uuid;
 
+use super::Store;
 use super::postgres::SharedStore;
-use super::{Store, StoreError, TimedOut};
+use super::{StoreError, TimedOut};
 use crate::clock::Timestamp;
 use crate::node::{NewNode, Node, Provision};
 use crate::state_machine::{Event, ProvisionState};

@@ -7,7 +7,7 @@ use deployd_wire::fault;
 
 use crate::conductor::ConductorError;
 use crate::conductor::allocations::AllocationError;
-use crate::store::StoreError;
+use crate::store::{ErrorClass, StoreError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -65,30 +65,12 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        let status = match &e {
-            StoreError::NodeNotFound(_)
-            | StoreError::PortNotFound(_)
-            | StoreError::DocumentNotFound { .. } => StatusCode::NOT_FOUND,
-            StoreError::NameTaken(_)
-            | StoreError::UuidTaken(_)
-            | StoreError::MacTaken { .. }
-            | StoreError::PortNameTaken { .. }
-            | StoreError::DocumentTaken { .. } => StatusCode::CONFLICT,
-            StoreError::DeleteRefused { .. }
-            | StoreError::StateChanged { .. }
-            | StoreError::NotOwner { .. } => StatusCode::CONFLICT,
-            StoreError::Invalid(_)
-            | StoreError::IllegalTransition { .. }
-            | StoreError::NotWaiting { .. } => StatusCode::BAD_REQUEST,
-            StoreError::Corrupt(_)
-            | StoreError::Db(_)
-            | StoreError::Locked(_)
-            | StoreError::Lost(_)
-            | StoreError::Manifest(_)
-            | StoreError::Shared(_)
-            | StoreError::Schema { .. }
-            | StoreError::Format { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            StoreError::Unavailable(_) | StoreError::Fenced(_) => StatusCode::SERVICE_UNAVAILABLE,
+        let status = match e.class() {
+            ErrorClass::NotFound => StatusCode::NOT_FOUND,
+            ErrorClass::Taken | ErrorClass::Conflict => StatusCode::CONFLICT,
+            ErrorClass::WrongState | ErrorClass::Invalid => StatusCode::BAD_REQUEST,
+            ErrorClass::Transient => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorClass::Broken => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = match &e {
             StoreError::NodeNotFound(ident) => format!("Node {ident} could not be found."),

@@ -2,7 +2,7 @@
 //! ends a call with. Apart from the bindings, which name [`CapabilityError`] as the
 //! world's trappable error type.
 
-use crate::store::StoreError;
+use crate::store::{ErrorClass, StoreError};
 
 /// Why a capability did not do what the driver asked.
 ///
@@ -32,24 +32,17 @@ pub enum CapabilityError {
 }
 
 /// The store's answers about the node (not found, not waiting, moved on) mean it is not
-/// ready; its own failures (sled, corrupt or locked data) are the host's.
+/// ready; a refused field is the driver's; the store's own failures (it cannot write now,
+/// corrupt or lost data) are the host's, never the driver's fault. By the store's one
+/// classification ([`StoreError::class`]), which the API reads too.
 impl From<StoreError> for CapabilityError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Db(_)
-            | StoreError::Shared(_)
-            | StoreError::Schema { .. }
-            | StoreError::Fenced(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Locked(_)
-            | StoreError::Format { .. }
-            | StoreError::Unavailable(_) => CapabilityError::Host(e.to_string()),
-            StoreError::NodeNotFound(_)
-            | StoreError::NotWaiting { .. }
-            | StoreError::StateChanged { .. }
-            | StoreError::NotOwner { .. }
-            | StoreError::IllegalTransition { .. } => CapabilityError::NotReady(e.to_string()),
-            other => CapabilityError::Invalid(other.to_string()),
+        match e.class() {
+            ErrorClass::NotFound | ErrorClass::Conflict | ErrorClass::WrongState => {
+                CapabilityError::NotReady(e.to_string())
+            }
+            ErrorClass::Taken | ErrorClass::Invalid => CapabilityError::Invalid(e.to_string()),
+            ErrorClass::Transient | ErrorClass::Broken => CapabilityError::Host(e.to_string()),
         }
     }
 }
@@ -65,3 +58,41 @@ pub fn infallible<T, E: Into<CapabilityError>>(result: Result<T, E>) -> wasmtime
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct HostFailure(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_machine::ProvisionState;
+
+    /// A store that lost data, or whose manifest cannot be read, is the host's failure (it
+    /// was once reported as the driver's invalid request).
+    #[test]
+    fn the_stores_own_failures_are_the_hosts_and_its_answers_the_nodes() {
+        let host = [
+            StoreError::Manifest("unreadable".into()),
+            StoreError::Unavailable("no space left on device".into()),
+            StoreError::Corrupt("node x".into()),
+            StoreError::Unsupported {
+                backend: "shared",
+                operation: "read history",
+            },
+        ];
+        for e in host {
+            let text = e.to_string();
+            assert_eq!(CapabilityError::from(e), CapabilityError::Host(text));
+        }
+        let node = uuid::Uuid::nil();
+        let not_ready = StoreError::NotWaiting {
+            node,
+            state: ProvisionState::Deploying,
+        };
+        assert!(matches!(
+            CapabilityError::from(not_ready),
+            CapabilityError::NotReady(_)
+        ));
+        assert!(matches!(
+            CapabilityError::from(StoreError::NameTaken("n1".into())),
+            CapabilityError::Invalid(_)
+        ));
+    }
+}

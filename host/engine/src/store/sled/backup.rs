@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{FORMAT, Store, StoreConfig, StoreError, Trees, open_db, record, uuid_from};
+use super::{FORMAT, SledStore, StoreConfig, StoreError, Trees, open_db, record, uuid_from};
 use crate::node::Port;
 
 /// The trees a backup holds ("" is sled's default tree: the format and checkpoint marks).
@@ -91,7 +91,7 @@ fn io(what: &'static str) -> impl Fn(std::io::Error) -> StoreError {
     move |e| StoreError::Manifest(format!("{what}: {e}"))
 }
 
-impl Store {
+impl SledStore {
     /// Writes a backup of this store to `out` while it serves (see the module's doc).
     pub fn backup(&self, out: impl Write) -> Result<BackupSummary, StoreError> {
         let t = self.t()?;

@@ -4,7 +4,7 @@
 //! sled's first failed write is sticky, and it refuses more than writes: a read that walks
 //! a tree node due for a split or a merge does that split, which writes, and fails with the
 //! same error. So at a storage fault the keeper releases the reserve and opens the database
-//! again from disk (see [`super::Store::leave_fault`]): reads work again, and writes stay
+//! again from disk (see [`super::SledStore::leave_fault`]): reads work again, and writes stay
 //! refused by the store itself, not by sled, until the disk has room to make the reserve
 //! again. A store whose disk was too full to make it at open goes without: it waits for
 //! room before it reopens, as if it had used it already.

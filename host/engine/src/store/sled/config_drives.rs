@@ -3,10 +3,10 @@
 
 use uuid::Uuid;
 
-use super::{Store, StoreError};
+use super::{SledStore, StoreError};
 use crate::config_drive::ConfigDrive;
 
-impl Store {
+impl SledStore {
     /// Keeps (`Some`) or drops (`None`) a node's config drive, durably.
     pub fn set_config_drive(
         &self,

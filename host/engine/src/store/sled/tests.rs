@@ -1,4 +1,4 @@
-//! Store behaviour on a real sled database in a temporary directory.
+//! The sled store's behaviour, through the handle, on a real sled database in a temporary directory.
 
 use std::time::Duration;
 
@@ -6,6 +6,7 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::node::Port;
 use crate::state_machine::Event;
+use crate::store::Store;
 
 const T0: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
@@ -555,8 +556,9 @@ fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
         store.delete_node(b).unwrap();
         assert_eq!(store.port_named("eth0").unwrap(), None);
         // An index lost (a store from before it existed) comes back at open.
-        store.t().unwrap().port_names.clear().unwrap();
+        store.sled().t().unwrap().port_names.clear().unwrap();
         store
+            .sled()
             .t()
             .unwrap()
             .port_names
@@ -611,18 +613,21 @@ fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
         // record's real deadline.
         let real = store.node(uuid).unwrap().provision.indexed.unwrap();
         store
+            .sled()
             .t()
             .unwrap()
             .deadlines
             .remove(record::deadline_key(real, uuid))
             .unwrap();
         store
+            .sled()
             .t()
             .unwrap()
             .deadlines
             .insert(record::deadline_key(T0, uuid), &[])
             .unwrap();
         store
+            .sled()
             .t()
             .unwrap()
             .deadlines
@@ -647,6 +652,7 @@ fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
     let uuid = store.create_node(new_node(None)).unwrap().uuid();
     to_wait_call_back(&store, uuid);
     store
+        .sled()
         .t()
         .unwrap()
         .deadlines
@@ -797,6 +803,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_current() {
     // A touch writes it back in the current layout.
     store.touch_provisioning(uuid).unwrap();
     let now = store
+        .sled()
         .t()
         .unwrap()
         .nodes
@@ -906,7 +913,7 @@ fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve(
     to_wait_call_back(&store, waiting);
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Writable);
 
-    store.health.failed("disk full", clock.now());
+    store.health().failed("disk full", clock.now());
     let refused = |r: Result<(), StoreError>| match r {
         Err(StoreError::Unavailable(cause)) => assert_eq!(cause, "disk full"),
         other => panic!("a write while degraded: {other:?}"),
@@ -931,7 +938,7 @@ fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve(
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Reopened);
     assert!(!reserve.exists(), "the reserve made room for the reopen");
-    assert!(store.health.degraded().unwrap().reopened);
+    assert!(store.health().degraded().unwrap().reopened);
     // Reads are served by the database opened again; writes are still refused.
     assert_eq!(store.find_node("waiting").unwrap().uuid(), waiting);
     assert_eq!(store.node_count(), 1);
@@ -939,7 +946,7 @@ fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve(
     assert_eq!(store.node(waiting).unwrap().provision.updated_at, T0);
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Healed(1));
-    assert!(store.health.degraded().is_none());
+    assert!(store.health().degraded().is_none());
     assert_eq!(std::fs::metadata(&reserve).unwrap().len(), reserve::RESERVE);
     let node = store.node(waiting).unwrap();
     assert_eq!(

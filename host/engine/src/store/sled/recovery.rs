@@ -14,7 +14,7 @@
 
 use uuid::Uuid;
 
-use super::{Store, StoreError, record, uuid_from};
+use super::{SledStore, StoreError, record, uuid_from};
 use crate::node::Provision;
 use crate::state_machine::{Event, ProvisionState};
 
@@ -32,7 +32,7 @@ pub struct Recovery {
     pub stale_entries: usize,
 }
 
-impl Store {
+impl SledStore {
     pub(super) fn recover(&self) -> Result<Recovery, StoreError> {
         let t = self.t()?;
         let mut report = Recovery::default();

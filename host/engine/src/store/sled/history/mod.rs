@@ -148,7 +148,7 @@ fn event(node: Uuid, entry: Entry) -> Result<Event, StoreError> {
     })
 }
 
-impl super::Store {
+impl super::SledStore {
     /// Records a milestone of the node's flow in its history (see this module), in the
     /// state it is in now.
     pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {

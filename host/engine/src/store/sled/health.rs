@@ -7,7 +7,7 @@
 //! store before they reach sled, and the sweeper fails no node. The engine's keeper
 //! (`engine.rs`) opens the database again at once on the room of its reserve (see
 //! [`super::reserve`]), so reads go on, and lets writes in again once the disk has room
-//! ([`super::Store::leave_fault`]).
+//! ([`super::SledStore::leave_fault`]).
 //!
 //! A heartbeat that arrives meanwhile is refused too (the agent retries it), but its time
 //! is remembered here, the latest per node, and written at the reopen: no node times out

@@ -12,10 +12,10 @@
 use sled::transaction::{ConflictableTransactionError, Transactional, TransactionalTree};
 use uuid::Uuid;
 
-use super::{Store, StoreError, Trees, TxResult, abort, pair_key, parse_json, uuid_from};
+use super::{SledStore, StoreError, Trees, TxResult, abort, pair_key, parse_json, uuid_from};
 use crate::node::{self, Port};
 
-impl Store {
+impl SledStore {
     /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
     pub fn create_port(
         &self,

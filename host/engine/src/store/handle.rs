@@ -1,0 +1,453 @@
+//! [`Store`]: the one handle the engine holds on its nodes, whichever backend keeps them.
+//!
+//! Every operation the engine performs is a method here, named for the provisioning domain
+//! (enrol, transition, touch, sweep, ports, documents, history), and each answers the same
+//! on every backend. A backend that cannot do an operation yet answers
+//! [`StoreError::Unsupported`], which no user can reach: `deployd serve` opens sled only
+//! until the shared store does all of it.
+//!
+//! What is not storage is not reached through a backend: the engine's clock, its counters
+//! and the store's health are the handle's own, shared with the backend it opened.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::postgres::SharedStore;
+use super::sled::SledStore;
+use super::{
+    Cascade, FaultStep, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut, Touched,
+    backup, documents, health, history,
+};
+use crate::clock::{Clock, Timestamp};
+use crate::config_drive::ConfigDrive;
+use crate::metrics::Metrics;
+use crate::node::{self, NewNode, Node, NodeBody, Port, Provision};
+use crate::state_machine::{Event, ProvisionState, Timeouts};
+
+/// The node store the engine holds. Cheap to share behind an `Arc`; every method is safe to
+/// call from many threads at once.
+pub struct Store {
+    backend: Backend,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    health: Arc<health::Health>,
+    waker: Arc<SweeperWaker>,
+    timeouts: Timeouts,
+}
+
+/// Where the nodes are.
+enum Backend {
+    /// The embedded default: sled, one engine.
+    Sled(SledStore),
+    /// PostgreSQL, shared by several engines. Read once the handle's methods are async.
+    #[allow(dead_code)]
+    Shared(SharedStore),
+}
+
+/// Runs `$on_sled` with the sled store bound to `$s`; on a backend that cannot do
+/// `$operation` yet, answers [`StoreError::Unsupported`] (converted into the caller's error).
+macro_rules! on_sled {
+    ($self:ident, $operation:literal, |$s:ident| $on_sled:expr) => {
+        match &$self.backend {
+            Backend::Sled($s) => $on_sled,
+            Backend::Shared(_) => Err(StoreError::Unsupported {
+                backend: "shared",
+                operation: $operation,
+            }
+            .into()),
+        }
+    };
+}
+
+impl Store {
+    /// Opens (or creates) the sled store in `path` and recovers it: nodes left in busy
+    /// states are failed, deadlines are re-derived for the timeouts now configured.
+    pub fn open(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let metrics = Arc::<Metrics>::default();
+        let health = Arc::<health::Health>::default();
+        let waker = Arc::<SweeperWaker>::default();
+        let (sled, recovery) = SledStore::open(
+            path,
+            config,
+            timeouts,
+            clock.clone(),
+            metrics.clone(),
+            health.clone(),
+            waker.clone(),
+        )?;
+        let store = Store {
+            backend: Backend::Sled(sled),
+            clock,
+            metrics,
+            health,
+            waker,
+            timeouts,
+        };
+        Ok((store, recovery))
+    }
+
+    /// A handle on the shared store (PostgreSQL), already connected and migrated.
+    pub fn shared(shared: SharedStore, timeouts: Timeouts, clock: Clock) -> Store {
+        Store {
+            backend: Backend::Shared(shared),
+            clock,
+            metrics: Arc::default(),
+            health: Arc::default(),
+            waker: Arc::default(),
+            timeouts,
+        }
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// This engine's counters (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether the store can write (see [`health`]).
+    pub fn health(&self) -> &health::Health {
+        &self.health
+    }
+
+    /// The timeouts the store files deadlines with.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Wakes the sweeper when a deadline earlier than the one it sleeps towards is filed.
+    pub(crate) fn waker(&self) -> &SweeperWaker {
+        &self.waker
+    }
+
+    /// Where the store is on disk (none for the shared store).
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sled(s) => Some(s.path()),
+            Backend::Shared(_) => None,
+        }
+    }
+
+    /// Marks everything written so far as what the store must hold from now on (see
+    /// [`super::manifest`]): the engine calls it every few seconds and at shutdown.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.checkpoint(),
+            // PostgreSQL makes every commit durable itself.
+            Backend::Shared(_) => Ok(()),
+        }
+    }
+
+    /// One step out of a storage fault (see [`health`]).
+    pub fn leave_fault(&self) -> Result<FaultStep, StoreError> {
+        on_sled!(self, "leave a storage fault", |s| s.leave_fault())
+    }
+
+    /// Flushes everything written so far to disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.flush(),
+            Backend::Shared(_) => Ok(()),
+        }
+    }
+
+    /// Bytes the store uses on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        on_sled!(self, "measure its size", |s| s.size_on_disk())
+    }
+
+    /// Writes a backup of everything the store holds to `out`.
+    pub fn backup(&self, out: impl std::io::Write) -> Result<backup::BackupSummary, StoreError> {
+        on_sled!(self, "write a backup", |s| s.backup(out))
+    }
+
+    /// The chassis, port groups, allocations and other stored-only resources.
+    pub fn docs(&self) -> Result<Part<documents::Documents>, StoreError> {
+        on_sled!(self, "read documents", |s| s.docs())
+    }
+
+    /// [`Store::docs`], to write: refused while the store is degraded.
+    pub fn docs_to_write(&self) -> Result<Part<documents::Documents>, StoreError> {
+        on_sled!(self, "write documents", |s| s.docs_to_write())
+    }
+
+    /// The nodes' history.
+    pub fn history(&self) -> Result<Part<history::History>, StoreError> {
+        on_sled!(self, "read history", |s| s.history())
+    }
+
+    /// Records an engine's note in a node's history.
+    pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
+        on_sled!(self, "record a milestone", |s| s.milestone(uuid, note))
+    }
+
+    /// Records a failure in a node's history.
+    pub fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
+        on_sled!(self, "record a failure", |s| s.failure(uuid, error))
+    }
+
+    /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on), durable when it returns.
+    pub fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
+        on_sled!(self, "enroll a node synchronously", |s| s.create_node(new))
+    }
+
+    /// Enrolls many nodes with one flush at the end; each is all-or-nothing.
+    pub fn create_nodes(
+        &self,
+        new: Vec<NewNode>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        on_sled!(self, "enroll nodes", |s| s.create_nodes(new))
+    }
+
+    /// A node by uuid.
+    pub fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        on_sled!(self, "read a node synchronously", |s| s.node(uuid))
+    }
+
+    /// Only a node's provision record (state, clock, deadline).
+    pub fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+        on_sled!(self, "read a provision record", |s| s.provision(uuid))
+    }
+
+    /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
+    pub fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
+        on_sled!(self, "find a node", |s| s.find_node(ident))
+    }
+
+    /// Up to `limit` nodes in uuid order, starting after `marker`.
+    pub fn list_nodes(&self, marker: Option<Uuid>, limit: usize) -> Result<Vec<Node>, StoreError> {
+        on_sled!(self, "list nodes", |s| s.list_nodes(marker, limit))
+    }
+
+    /// Every node in uuid order after `marker`, read and parsed one at a time.
+    pub fn nodes_after(
+        &self,
+        marker: Option<Uuid>,
+    ) -> Box<dyn Iterator<Item = Result<Node, StoreError>> + '_> {
+        match &self.backend {
+            Backend::Sled(s) => Box::new(s.nodes_after(marker)),
+            Backend::Shared(_) => Box::new(std::iter::once(Err(StoreError::Unsupported {
+                backend: "shared",
+                operation: "list nodes",
+            }))),
+        }
+    }
+
+    /// How many nodes are enrolled.
+    pub fn node_count(&self) -> usize {
+        match &self.backend {
+            Backend::Sled(s) => s.node_count(),
+            Backend::Shared(_) => 0,
+        }
+    }
+
+    /// Changes a node's body (never its provision state: that is what events are for).
+    pub fn update_node(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
+    ) -> Result<Node, StoreError> {
+        on_sled!(self, "update a node", |s| s.update_node(uuid, change))
+    }
+
+    /// [`Store::update_node`] where `change` also sees the node's provision state and may
+    /// refuse with an error of the caller's.
+    pub fn edit_node<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
+    ) -> Result<Node, E> {
+        on_sled!(self, "edit a node", |s| s.edit_node(uuid, change))
+    }
+
+    /// Deletes a node and its ports, in the states where Ironic allows it.
+    pub fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+        on_sled!(self, "delete a node", |s| s.delete_node(uuid))
+    }
+
+    /// Deletes a node, its ports and the documents that go with it, all or none.
+    pub fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
+        on_sled!(self, "delete a node", |s| s.delete_node_with(uuid, cascade))
+    }
+
+    /// Puts a node just enrolled straight into `available` (clients older than API 1.11).
+    pub fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
+        on_sled!(self, "make a node available", |s| s
+            .set_initial_available(uuid))
+    }
+
+    /// Applies `event` to a node, durable when it returns; `last_error` replaces the node's.
+    pub fn apply_event(
+        &self,
+        uuid: Uuid,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        on_sled!(self, "apply an event synchronously", |s| s
+            .apply_event(uuid, event, last_error))
+    }
+
+    /// [`Store::apply_event`], only if the node is still in `expected`.
+    pub fn apply_event_from(
+        &self,
+        uuid: Uuid,
+        expected: ProvisionState,
+        event: Event,
+        last_error: Option<String>,
+    ) -> Result<Node, StoreError> {
+        on_sled!(self, "apply an event synchronously", |s| s
+            .apply_event_from(uuid, expected, event, last_error))
+    }
+
+    /// Applies many events with one flush at the end; each is all-or-nothing.
+    pub fn apply_events(
+        &self,
+        events: impl IntoIterator<Item = (Uuid, Event)>,
+    ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
+        on_sled!(self, "apply events", |s| s.apply_events(events))
+    }
+
+    /// A live agent's heartbeat: moves a waiting node's clock and deadline to now.
+    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
+        on_sled!(self, "touch a node synchronously", |s| s
+            .touch_provisioning(uuid))
+    }
+
+    /// A touch that also reports the agent's progress (see
+    /// [`super::progress_fingerprint`]).
+    pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+        on_sled!(self, "touch a node synchronously", |s| s
+            .touch(uuid, progress))
+    }
+
+    /// Records progress seen elsewhere than in a heartbeat; returns whether it was progress.
+    pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+        on_sled!(self, "record progress", |s| s
+            .report_progress(uuid, progress))
+    }
+
+    /// The earliest deadline in the index (possibly stale; the sweep step checks).
+    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        on_sled!(self, "read deadlines synchronously", |s| s.next_deadline())
+    }
+
+    /// Every entry of the deadline index, in deadline order (diagnostics and tests).
+    pub fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
+        on_sled!(self, "list deadlines", |s| s.deadline_index())
+    }
+
+    /// Fails up to `limit` nodes whose deadline is at or before `now`; returns them.
+    pub fn fail_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<TimedOut>, StoreError> {
+        on_sled!(self, "sweep synchronously", |s| s.fail_expired(now, limit))
+    }
+
+    /// [`Store::fail_expired`], with what each node's agent last reported of its progress
+    /// (`describe`) quoted in a stall's `last_error`.
+    pub fn fail_expired_describing(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        describe: &dyn Fn(Uuid) -> Option<String>,
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        on_sled!(self, "sweep synchronously", |s| s
+            .fail_expired_describing(now, limit, describe))
+    }
+
+    /// Creates a port on `node` with `mac`.
+    pub fn create_port(
+        &self,
+        node: Uuid,
+        mac: &str,
+        extra: node::JsonMap,
+    ) -> Result<Port, StoreError> {
+        on_sled!(self, "create a port", |s| s.create_port(node, mac, extra))
+    }
+
+    /// Stores a port as given (its uuid, MAC and name unique).
+    pub fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
+        on_sled!(self, "create a port", |s| s.insert_port(port))
+    }
+
+    /// Every port.
+    pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
+        on_sled!(self, "list ports", |s| s.list_ports())
+    }
+
+    /// A port by uuid.
+    pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+        on_sled!(self, "read a port", |s| s.port(uuid))
+    }
+
+    /// The port with this name, if any.
+    pub fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        on_sled!(self, "find a port", |s| s.port_named(name))
+    }
+
+    /// The port with this MAC address, if any.
+    pub fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
+        on_sled!(self, "find a port", |s| s.port_with_mac(mac))
+    }
+
+    /// The node one of `macs` belongs to, if any (an agent's lookup).
+    pub fn node_by_macs<'a>(
+        &self,
+        macs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Option<Uuid>, StoreError> {
+        on_sled!(self, "look a node up by MAC", |s| s.node_by_macs(macs))
+    }
+
+    /// A node's ports.
+    pub fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
+        on_sled!(self, "list a node's ports", |s| s.ports_of(node))
+    }
+
+    /// Deletes a port.
+    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        on_sled!(self, "delete a port", |s| s.delete_port(uuid))
+    }
+
+    /// Changes a port; `change` may refuse, and then nothing is written.
+    pub fn update_port<E: From<StoreError>>(
+        &self,
+        uuid: Uuid,
+        change: impl FnOnce(&mut Port) -> Result<(), E>,
+    ) -> Result<Port, E> {
+        on_sled!(self, "update a port", |s| s.update_port(uuid, change))
+    }
+
+    /// Keeps (or, with `None`, forgets) the config drive of a node's deploy.
+    pub fn set_config_drive(
+        &self,
+        node: Uuid,
+        drive: Option<&ConfigDrive>,
+    ) -> Result<(), StoreError> {
+        on_sled!(self, "keep a config drive", |s| s
+            .set_config_drive(node, drive))
+    }
+
+    /// The config drive of a node's deploy, if it has one.
+    pub fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
+        on_sled!(self, "read a config drive", |s| s.config_drive(node))
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// The sled store behind the handle, for the sled store's own tests.
+    pub(crate) fn sled(&self) -> &SledStore {
+        match &self.backend {
+            Backend::Sled(s) => s,
+            Backend::Shared(_) => panic!("not a sled store"),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Touches on sled: what every heartbeat of a live agent does to its waiting node.
+//!
+//! A touch moves `provision_updated_at` and the deadline of a waiting node and nothing
+//! else: one write of the node's value under its lock, the index untouched (heartbeats are
+//! the hot path; moving an index entry per heartbeat cost more than the rest together).
+//! The sweeper re-files an entry that comes due early (see `expiry`).
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::health::Missed;
+use super::{SledStore, Trees, parse_body, record};
+use crate::clock::Timestamp;
+use crate::metrics::Metrics;
+use crate::node::{Node, Provision};
+use crate::store::StoreError;
+use crate::store::touches::touched;
+
+impl SledStore {
+    /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
+    /// its state alone. This is what every heartbeat of a live agent does. One write: the
+    /// record is replaced and the body's JSON copied as it is, not parsed.
+    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
+        self.touch(uuid, None)
+    }
+
+    /// A touch that also reports the agent's progress: `progress` is a fingerprint of
+    /// what the agent says it has done ([`progress_fingerprint`] of its status, its bytes
+    /// written, its command list). One that differs from the last is progress and restarts
+    /// the stall timeout; the same one again only proves the agent alive.
+    pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+        let now = self.clock.now();
+        // A heartbeat the store cannot record is remembered for when it can (`health`).
+        let missed = |e: StoreError| {
+            if let StoreError::Unavailable(_) = e {
+                self.health.missed(uuid, now, progress);
+            }
+            self.refused(e)
+        };
+        let t = self.w().map_err(|e| {
+            if let StoreError::Unavailable(_) = e {
+                self.health.missed(uuid, now, progress);
+            }
+            e
+        })?;
+        let _owner = self.locks.lock(uuid);
+        let value = self.value_in(&t, uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if !old.state.accepts_touch() {
+            return Err(StoreError::NotWaiting {
+                node: uuid,
+                state: old.state,
+            });
+        }
+        let new = self.touched(&old, now, progress);
+        t.nodes
+            .insert(uuid.as_bytes(), record::join(&new, json))
+            .map_err(|e| missed(e.into()))?;
+        Metrics::count(&self.metrics.touches, 1);
+        Ok(Touched {
+            provision: new,
+            uuid,
+            value,
+        })
+    }
+
+    /// `old` touched at `at`, with the agent's `progress` mark.
+    fn touched(&self, old: &Provision, at: Timestamp, progress: Option<u64>) -> Provision {
+        touched(&self.timeouts, old, at, progress)
+    }
+
+    /// Notes, for a reopen, the clock of each waiting node as the faulty database `old`
+    /// holds it in memory: the touches since its last good flush are there and nowhere
+    /// else.
+    pub(super) fn note_clocks(&self, old: &Trees) {
+        for key in old.deadlines.iter().keys().flatten() {
+            let Ok((_, uuid)) = record::parse_deadline_key(&key) else {
+                continue;
+            };
+            let Ok(Some(value)) = old.nodes.get(uuid.as_bytes()) else {
+                continue;
+            };
+            if let Ok((p, _)) = record::split(uuid, &value)
+                && p.state.accepts_touch()
+            {
+                self.health.missed(uuid, p.updated_at, Some(p.progress));
+            }
+        }
+    }
+
+    /// Writes the touches a degraded store missed, each where the node is still waiting
+    /// and has not been touched since, then flushes.
+    pub(super) fn record_missed(&self, missed: &HashMap<Uuid, Missed>) -> Result<(), StoreError> {
+        let t = self.t()?;
+        for (&uuid, m) in missed {
+            let _owner = self.locks.lock(uuid);
+            let Some(value) = t.nodes.get(uuid.as_bytes())? else {
+                continue;
+            };
+            let (old, json) = record::split(uuid, &value)?;
+            if !old.state.accepts_touch() || old.updated_at >= m.at {
+                continue;
+            }
+            let new = self.touched(&old, m.at, m.progress);
+            t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
+        }
+        self.flush()
+    }
+
+    /// Records progress seen elsewhere than in a heartbeat (a driver reading its agent's
+    /// command list): like [`SledStore::touch`] with `progress`, but it writes only when the
+    /// fingerprint differs, and leaves `provision_updated_at` alone. Returns whether it
+    /// was progress.
+    pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+        let t = self.w()?;
+        let _owner = self.locks.lock(uuid);
+        let value = self.value(uuid)?;
+        let (old, json) = record::split(uuid, &value)?;
+        if !old.state.accepts_touch() || old.progress == progress {
+            return Ok(false);
+        }
+        let now = self.clock.now();
+        let new = Provision {
+            deadline: self
+                .timeouts
+                .deadline(old.state, old.updated_at, now)
+                .map(|(d, _)| d),
+            progress_at: now,
+            progress,
+            ..old
+        };
+        t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
+        Ok(true)
+    }
+}
+
+/// A node just touched: its new provision record, and its body as it was read for the
+/// touch. A heartbeat's driver step parses the node from these bytes instead of reading
+/// it again: under a storm of touches a second sled read of a just-written page cost
+/// more than the touch and the driver call together (measured with `bench api`).
+pub struct Touched {
+    pub provision: Provision,
+    uuid: Uuid,
+    value: sled::IVec,
+}
+
+/// A touch is read mostly for its new record.
+impl std::ops::Deref for Touched {
+    type Target = Provision;
+    fn deref(&self) -> &Provision {
+        &self.provision
+    }
+}
+
+impl std::fmt::Debug for Touched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Touched").field(&self.provision).finish()
+    }
+}
+
+impl Touched {
+    /// The node, parsed now, with its new provision record.
+    pub fn node(&self) -> Result<Node, StoreError> {
+        let (_, json) = record::split(self.uuid, &self.value)?;
+        Ok(Node {
+            body: parse_body(self.uuid, json)?,
+            provision: self.provision,
+        })
+    }
+}
