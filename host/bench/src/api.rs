@@ -68,12 +68,13 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
                 ..Default::default()
             })
             .collect();
-        for node in store.create_nodes(batch)? {
+        for node in runtime.block_on(store.create_nodes(batch))? {
             uuids.push(node?.uuid());
         }
     }
     for event in ENROLL_TO_WAIT_CALL_BACK {
-        for r in store.apply_events(uuids.iter().map(|&u| (u, event)))? {
+        let events = uuids.iter().map(|&u| (u, event));
+        for r in runtime.block_on(store.apply_events(events))? {
             r?;
         }
     }
@@ -188,7 +189,7 @@ end
     }
     let mut moved = 0;
     for uuid in &uuids {
-        if store.node(*uuid)?.state() != ProvisionState::WaitCallBack {
+        if runtime.block_on(store.node(*uuid))?.state() != ProvisionState::WaitCallBack {
             moved += 1;
         }
     }

@@ -25,7 +25,7 @@ use deployd_engine::node::NewNode;
 use deployd_engine::state_machine::{ENROLL_TO_WAIT_CALL_BACK, Timeouts};
 use deployd_engine::store::{Store, StoreConfig};
 
-use super::{dir_size, median, mib, report, rss_bytes, sample};
+use super::{dir_size, median, mib, report, rss_bytes, sample_async};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct CoreBench {
@@ -53,6 +53,10 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 const START: Timestamp = Timestamp::from_micros(1_800_000_000_000_000);
 
 pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
+    super::runtime()?.block_on(core(args))
+}
+
+async fn core(args: &CoreBench) -> anyhow::Result<()> {
     let dir = BenchDir::new(args.data_dir.as_deref())?;
     let tmp = dir.path();
     let clock = Clock::manual(START);
@@ -68,7 +72,7 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     )?;
 
     let t = Instant::now();
-    let uuids = populate(&store, &clock, args.nodes)?;
+    let uuids = populate(&store, &clock, args.nodes).await?;
     println!(
         "fleet: {} nodes in wait call-back, built in {:.1} s",
         uuids.len(),
@@ -89,12 +93,14 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     // Nothing expired: the front of the index is 1 s in the future.
     let first_deadline = START.plus(TIMEOUT);
     let quiet = first_deadline.as_micros() - 1_000_000;
-    let samples = sample(10_000, || {
+    let samples = sample_async(10_000, || async {
         let failed = store
             .fail_expired(Timestamp::from_micros(quiet), 1 << 20)
-            .expect("sweep");
-        assert!(failed.is_empty());
-    });
+            .await?;
+        anyhow::ensure!(failed.is_empty(), "nothing is expired yet");
+        Ok(())
+    })
+    .await?;
     report("sweep, nothing expired", &samples);
 
     // k expired per sweep: window j covers nodes [j*k, (j+1)*k).
@@ -102,12 +108,17 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     // At most 20 samples, and never more than half the fleet, which is left for touches.
     let windows = (args.nodes / k / 2).min(20);
     let mut j = 0;
-    let samples = sample(windows, || {
+    let samples = sample_async(windows, || {
         j += 1;
+        let (store, j) = (&store, j);
         let now = first_deadline.plus(Duration::from_micros((j * k - 1) as u64));
-        let failed = store.fail_expired(now, 1 << 20).expect("sweep");
-        assert_eq!(failed.len(), k, "window {j}");
-    });
+        async move {
+            let failed = store.fail_expired(now, 1 << 20).await?;
+            anyhow::ensure!(failed.len() == k, "window {j}: {} failed", failed.len());
+            Ok(())
+        }
+    })
+    .await?;
     if !samples.is_empty() {
         report(&format!("sweep, {k} expired (one flush)"), &samples);
         let med = median(&samples);
@@ -128,7 +139,9 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     let t = Instant::now();
     for i in 0..args.touches {
         clock.advance(Duration::from_micros(1));
-        store.touch_provisioning(alive[(i * 7919) % covered])?;
+        store
+            .touch_provisioning(alive[(i * 7919) % covered])
+            .await?;
     }
     let elapsed = t.elapsed();
     println!(
@@ -143,12 +156,17 @@ pub fn run_core(args: &CoreBench) -> anyhow::Result<()> {
     // re-file each at its real deadline and fail nothing.
     let refile_windows = (covered / k).min(20);
     let mut j = windows;
-    let samples = sample(refile_windows, || {
+    let samples = sample_async(refile_windows, || {
         j += 1;
+        let store = &store;
         let now = first_deadline.plus(Duration::from_micros((j * k - 1) as u64));
-        let failed = store.fail_expired(now, 1 << 20).expect("sweep");
-        assert!(failed.is_empty(), "touched nodes are never failed");
-    });
+        async move {
+            let failed = store.fail_expired(now, 1 << 20).await?;
+            anyhow::ensure!(failed.is_empty(), "touched nodes are never failed");
+            Ok(())
+        }
+    })
+    .await?;
     if !samples.is_empty() {
         report(&format!("sweep re-filing {k} touched entries"), &samples);
     }
@@ -161,13 +179,14 @@ const CHUNK: usize = 10_000;
 /// Enrolls `n` nodes and takes them to wait call-back, 10,000 at a time (so the nodes
 /// each step returns are dropped as it goes, and a million-node fleet is never held
 /// whole in memory), printing how long creating and each step took.
-fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>> {
+async fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>> {
     // A bulk load walks the nodes in key order, as any bulk load into a B-tree should:
     // consecutive writes land on the same leaf (node records, their history, their
     // deadline entries) instead of a random one each. The uuids are random (v4, as an
     // operator's tools make them), only the order of loading is sorted.
     let mut uuids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
     uuids.sort_unstable();
+
     let t = Instant::now();
     on_every_core(&uuids, |chunk| {
         let batch = chunk
@@ -178,7 +197,7 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
                 ..Default::default()
             })
             .collect();
-        for node in store.create_nodes(batch)? {
+        for node in at_once(store.create_nodes(batch))? {
             node?;
         }
         Ok(())
@@ -188,7 +207,8 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
     for &event in path {
         let t = Instant::now();
         on_every_core(&uuids, |chunk| {
-            for result in store.apply_events(chunk.iter().map(|&u| (u, event)))? {
+            let events = chunk.iter().map(|&u| (u, event));
+            for result in at_once(store.apply_events(events))? {
                 result?;
             }
             Ok(())
@@ -199,12 +219,14 @@ fn populate(store: &Store, clock: &Clock, n: usize) -> anyhow::Result<Vec<Uuid>>
     let t = Instant::now();
     let mut first = true;
     for chunk in uuids.chunks(CHUNK) {
-        let results = store.apply_events(chunk.iter().map(|&u| {
-            if !std::mem::take(&mut first) {
-                clock.advance(Duration::from_micros(1));
-            }
-            (u, *last)
-        }))?;
+        let results = store
+            .apply_events(chunk.iter().map(|&u| {
+                if !std::mem::take(&mut first) {
+                    clock.advance(Duration::from_micros(1));
+                }
+                (u, *last)
+            }))
+            .await?;
         for r in results {
             r?;
         }
@@ -231,6 +253,12 @@ fn on_every_core(
             .into_iter()
             .try_for_each(|w| w.join().expect("a loader does not panic"))
     })
+}
+
+/// A store call made on a loader's own thread (one per core): sled answers at once,
+/// without waiting on a runtime.
+fn at_once<T>(call: impl std::future::Future<Output = T>) -> T {
+    futures_util::FutureExt::now_or_never(call).expect("a sled store answers at once")
 }
 
 /// Where a bench keeps its store: the given directory (kept), or a temporary one that is

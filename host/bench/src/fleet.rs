@@ -112,7 +112,7 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
         .try_collect::<Vec<()>>()
         .await?;
     let (active, failed) = loop {
-        let (active, failed) = count(&engine)?;
+        let (active, failed) = count(&engine).await?;
         if active + failed == uuids.len() || started.elapsed() > Duration::from_secs(600) {
             break (active, failed);
         }
@@ -141,10 +141,10 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// (active, failed) nodes in the store.
-fn count(engine: &Engine) -> anyhow::Result<(usize, usize)> {
+async fn count(engine: &Engine) -> anyhow::Result<(usize, usize)> {
     let (mut active, mut failed, mut marker) = (0, 0, None);
     loop {
-        let page = engine.store.list_nodes(marker, 1000)?;
+        let page = engine.store.list_nodes(marker, 1000).await?;
         let Some(last) = page.last() else {
             return Ok((active, failed));
         };

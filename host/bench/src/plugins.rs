@@ -65,14 +65,19 @@ async fn time_calls(
 }
 
 /// A node of `driver` whose agent has called back and reported progress.
-fn listening_node(store: &Store, agents: &AgentSessions, driver: &str) -> anyhow::Result<Uuid> {
+async fn listening_node(
+    store: &Store,
+    agents: &AgentSessions,
+    driver: &str,
+) -> anyhow::Result<Uuid> {
     let instance = serde_json::json!({"heartbeat_mode": "listen"});
     let node = store
         .create_node(NewNode {
             driver: driver.into(),
             instance_info: instance.as_object().cloned().unwrap_or_default(),
             ..Default::default()
-        })?
+        })
+        .await?
         .uuid();
     let url = CallbackUrl::parse("http://127.0.0.1:9").map_err(anyhow::Error::msg)?;
     let report = AgentReport {
@@ -104,8 +109,8 @@ async fn heartbeat_record(
         )
         .await?;
     let (now_node, old_node) = (
-        listening_node(store, agents, "test_driver")?,
-        listening_node(store, agents, "driver_v0_1")?,
+        listening_node(store, agents, "test_driver").await?,
+        listening_node(store, agents, "driver_v0_1").await?,
     );
     time_calls(registry, &now, now_node, 500).await?;
     time_calls(registry, &old, old_node, 500).await?;
@@ -150,7 +155,7 @@ async fn component(
     restarted.load(bytes, Limits::default()).await?;
     let cached = t.elapsed();
     let name = driver.description.name.clone();
-    let node = listening_node(store, agents, &name)?;
+    let node = listening_node(store, agents, &name).await?;
     time_calls(registry, &driver, node, 20.min(calls)).await?;
     let mut samples = time_calls(registry, &driver, node, calls).await?;
     samples.sort();
@@ -190,7 +195,7 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         let registry = Arc::new(Registry::new(services.clone(), Some(dir.join("compiled")), 64)?);
         let fake = deployd_fixtures::BUNDLED.iter().find(|(n, _)| *n == "fake").expect("fake is bundled").1;
         let driver = registry.load(fake, Limits::default()).await?;
-        let node = store.create_node(NewNode { driver: "fake".into(), ..Default::default() })?.uuid();
+        let node = store.create_node(NewNode { driver: "fake".into(), ..Default::default() }).await?.uuid();
 
         time_calls(&registry, &driver, node, 1000).await?;
         let mut samples = time_calls(&registry, &driver, node, args.calls).await?;

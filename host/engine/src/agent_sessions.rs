@@ -266,13 +266,13 @@ impl AgentSessions {
     /// pinned for the rest of it, and once a boot has one, plain http is refused. The pin
     /// is in memory, or after a restart only on disk: `on_disk` reads its digest, called
     /// only when this process has not yet heard this boot (so not on every heartbeat).
-    pub fn check_tls(
+    pub async fn check_tls(
         &self,
         node: Uuid,
         token: &str,
         url: &CallbackUrl,
         pem: Option<&str>,
-        on_disk: impl FnOnce() -> Option<String>,
+        on_disk: impl AsyncFnOnce() -> Option<String>,
     ) -> Result<Option<Arc<AgentCa>>, TlsRefused> {
         let https = url.as_str().starts_with("https://");
         let heard = self
@@ -282,7 +282,7 @@ impl AgentSessions {
             .map(|s| s.ca.clone());
         let (known, digest) = match heard {
             Some(ca) => (ca, None),
-            None => (None, on_disk()),
+            None => (None, on_disk().await),
         };
         if let (true, Some(pem), Some(k)) = (https, pem, &known)
             && *k.pem == *pem

@@ -78,16 +78,16 @@ fn next_device(why: &str) -> String {
 }
 
 async fn per_mac(State(server): State<Arc<BootServer>>, Path(mac): Path<String>) -> Response {
-    script(boot_script(&server, &mac))
+    script(boot_script(&server, &mac).await)
 }
 
 /// The script for the machine whose interface has `mac` (hyphens or colons).
-pub fn boot_script(server: &BootServer, mac: &str) -> String {
+pub async fn boot_script(server: &BootServer, mac: &str) -> String {
     let Ok(mac) = normalize_mac(&mac.replace('-', ":")) else {
         return next_device(&format!("{mac:?} is not a MAC address"));
     };
-    let node = match server.store.node_by_macs([mac.as_str()]) {
-        Ok(Some(uuid)) => server.store.node(uuid),
+    let node = match server.store.node_by_macs([mac.as_str()]).await {
+        Ok(Some(uuid)) => server.store.node(uuid).await,
         _ => return next_device(&format!("no node has a port with MAC {mac}")),
     };
     let Ok(node) = node else {
@@ -194,7 +194,7 @@ async fn file(
     let Ok(uuid) = Uuid::parse_str(&node) else {
         return not_found();
     };
-    let Ok(node) = server.store.node(uuid) else {
+    let Ok(node) = server.store.node(uuid).await else {
         return not_found();
     };
     let given = node.body.driver_info.get(&which).and_then(Value::as_str);

@@ -112,7 +112,7 @@ async fn staged(
     Path((node, token)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let Some((path, qcow2)) = staged_path(&served, &node, &token) else {
+    let Some((path, qcow2)) = staged_path(&served, &node, &token).await else {
         return not_found();
     };
     if qcow2 {
@@ -130,10 +130,10 @@ async fn config_drive(
     Path((node, token)): Path<(String, String)>,
 ) -> Response {
     use crate::config_drive::ConfigDrive;
-    let Some(node) = staged_node(&served, &node, &token) else {
+    let Some(node) = staged_node(&served, &node, &token).await else {
         return not_found();
     };
-    match served.store.config_drive(node.uuid()) {
+    match served.store.config_drive(node.uuid()).await {
         Ok(Some(ConfigDrive::Image(gz))) => ConfigDrive::served_text(&gz).into_response(),
         _ => not_found(),
     }
@@ -141,8 +141,8 @@ async fn config_drive(
 
 /// The node a staging url names, if that url may be served now: the node is in its
 /// deploy flow, and the token is that deploy's.
-fn staged_node(served: &Served, node: &str, token: &str) -> Option<crate::node::Node> {
-    let node = served.store.node(Uuid::parse_str(node).ok()?).ok()?;
+async fn staged_node(served: &Served, node: &str, token: &str) -> Option<crate::node::Node> {
+    let node = served.store.node(Uuid::parse_str(node).ok()?).await.ok()?;
     if !matches!(
         node.state(),
         ProvisionState::Deploying | ProvisionState::WaitCallBack
@@ -159,8 +159,8 @@ fn staged_node(served: &Served, node: &str, token: &str) -> Option<crate::node::
 
 /// The file a staging url may serve now, if any, and whether it is a qcow2 to serve as
 /// its raw disk.
-fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, bool)> {
-    let node = staged_node(served, node, token)?;
+async fn staged_path(served: &Served, node: &str, token: &str) -> Option<(PathBuf, bool)> {
+    let node = staged_node(served, node, token).await?;
     crate::deploy_image::served_file(&served.images, &node)
 }
 

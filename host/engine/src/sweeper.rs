@@ -97,10 +97,6 @@ impl Drop for Sweeper {
 /// How often a sweeper paused by a degraded store looks again.
 const DEGRADED_RECHECK: Duration = Duration::from_secs(1);
 
-fn panicked(e: tokio::task::JoinError) -> crate::store::StoreError {
-    crate::store::StoreError::Corrupt(format!("the sweeper's pass panicked: {e}"))
-}
-
 /// Hands a pass's failed nodes to the hook; whether the pass was full (more may be due).
 fn hand_over(timed_out: Vec<TimedOut>, batch: usize, hook: &dyn TimeoutHook) -> bool {
     let full = timed_out.len() == batch;
@@ -128,15 +124,13 @@ async fn run(
         let now = store.clock().now();
         crate::metrics::Metrics::count(&store.metrics().sweeps, 1);
         // The pass is short (it stops at the first future deadline and fails at most
-        // `batch` nodes), but it writes and flushes: off the async workers, so a slow or
-        // failing disk holds up only the sweeper.
-        let pass = {
-            let (store, hook) = (store.clone(), hook.clone());
-            tokio::task::spawn_blocking(move || {
-                store.fail_expired_describing(now, config.batch, &|node| hook.progress(node))
-            })
-        };
-        let passed = match pass.await.unwrap_or_else(|e| Err(panicked(e))) {
+        // `batch` nodes); its flush waits for the disk off the async workers (see
+        // `store::sled`'s `flush`).
+        let describe = |node| hook.progress(node);
+        let passed = match store
+            .fail_expired_describing(now, config.batch, &describe)
+            .await
+        {
             Ok(timed_out) => {
                 if hand_over(timed_out, config.batch, &*hook) {
                     tokio::task::yield_now().await;
@@ -154,7 +148,7 @@ async fn run(
         // After a failed pass, wait the full interval rather than spin on a bad entry.
         let mut wake_at = now.plus(config.check_interval);
         if passed {
-            match store.next_deadline() {
+            match store.next_deadline().await {
                 Ok(Some(next)) => wake_at = wake_at.min(next),
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, "sweeper could not read the deadline index"),
@@ -162,7 +156,7 @@ async fn run(
         }
         // Publish, then re-read: a deadline added after the re-read wakes us via the waker.
         store.waker().sleep_until(wake_at);
-        if let Ok(Some(next)) = store.next_deadline()
+        if let Ok(Some(next)) = store.next_deadline().await
             && next < wake_at
         {
             continue;

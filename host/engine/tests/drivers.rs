@@ -71,7 +71,7 @@ async fn heartbeat_until_not(
     token: &str,
 ) -> usize {
     let mut heartbeats = 0;
-    while lab.store.node(uuid).unwrap().state() == waiting {
+    while lab.store.node(uuid).await.unwrap().state() == waiting {
         assert!(
             heartbeats < 600,
             "still {waiting} after {heartbeats} heartbeats"
@@ -80,6 +80,7 @@ async fn heartbeat_until_not(
         match lab
             .conductor
             .heartbeat(uuid, token, &agent, "13.0.0", None, Default::default())
+            .await
         {
             Ok(()) | Err(ConductorError::Busy { .. }) => heartbeats += 1,
             Err(e) => panic!("heartbeat refused: {e}"),
@@ -183,6 +184,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
             b.attrs.insert("automated_clean".into(), json!(false));
             Ok::<(), deployd_engine::store::StoreError>(())
         })
+        .await
         .unwrap();
     let image = std::fs::read(api.disk.path()).unwrap();
     lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();

@@ -188,7 +188,7 @@ async fn a_node_mid_deploy_finishes_on_the_version_it_started_with() {
     lab.deploy(late, ProvisionState::WaitCallBack).await;
 
     // Unloading a driver in use is refused unless forced.
-    let in_use = lab.conductor.nodes_pinned_to("test_driver").unwrap();
+    let in_use = lab.conductor.nodes_pinned_to("test_driver").await.unwrap();
     assert_eq!(in_use, 2);
     let err = lab
         .registry
@@ -196,8 +196,8 @@ async fn a_node_mid_deploy_finishes_on_the_version_it_started_with() {
         .unwrap_err();
     assert!(err.to_string().contains("in use by 2 node(s)"), "{err}");
 
-    lab.heartbeat(early);
-    lab.heartbeat(late);
+    lab.heartbeat(early).await;
+    lab.heartbeat(late).await;
     let early = lab.settle(early, ProvisionState::Active).await;
     let late = lab.settle(late, ProvisionState::Active).await;
     assert_eq!(scratch(&early, "handled_by"), "1.0.0");
@@ -219,24 +219,24 @@ async fn a_timed_out_node_gets_its_drivers_clean_up_and_heartbeats_keep_others_a
     lab.deploy(silent, ProvisionState::WaitCallBack).await;
     lab.deploy(alive, ProvisionState::WaitCallBack).await;
     for _ in 0..12 {
-        lab.heartbeat(alive);
+        lab.heartbeat(alive).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let node = lab.settle(silent, ProvisionState::DeployFailed).await;
     let error = node.body.last_error.clone().unwrap();
     assert!(error.contains("deploy_callback_timeout"), "{error}");
     for _ in 0..200 {
-        if scratch(&lab.store.node(silent).unwrap(), "cleaned_up") != Value::Null {
+        if scratch(&lab.store.node(silent).await.unwrap(), "cleaned_up") != Value::Null {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(
-        scratch(&lab.store.node(silent).unwrap(), "cleaned_up"),
+        scratch(&lab.store.node(silent).await.unwrap(), "cleaned_up"),
         Value::String(error)
     );
     assert_eq!(
-        lab.store.node(alive).unwrap().state(),
+        lab.store.node(alive).await.unwrap().state(),
         ProvisionState::WaitCallBack,
         "1.8 s of heartbeats past a 0.6 s timeout"
     );
@@ -327,7 +327,7 @@ async fn a_driver_built_against_wit_0_1_still_loads_and_deploys() {
     let uuid = lab.node("driver_v0_1", json!({})).await;
     let node = lab.deploy(uuid, ProvisionState::WaitCallBack).await;
     assert_eq!(node.body.power_state.as_deref(), Some("power on"));
-    lab.heartbeat(uuid);
+    lab.heartbeat(uuid).await;
     let node = lab.settle(uuid, ProvisionState::Active).await;
     assert_eq!(scratch(&node, "heard"), "test");
     assert_eq!(scratch(&node, "image"), "none");
@@ -359,15 +359,16 @@ async fn a_0_2_driver_sees_the_agents_status_and_progress_and_typed_errors() {
             status: None,
             message: Some("prepare_image: running, 4096 of 8192 bytes written".into()),
         },
-    );
+    )
+    .await;
     // The driver records `heard`, then `refusal`, in one call.
     for _ in 0..400 {
-        if !scratch(&lab.store.node(uuid).unwrap(), "refusal").is_null() {
+        if !scratch(&lab.store.node(uuid).await.unwrap(), "refusal").is_null() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let heard = scratch(&lab.store.node(uuid).unwrap(), "heard");
+    let heard = scratch(&lab.store.node(uuid).await.unwrap(), "heard");
     assert_eq!(
         heard,
         json!([
@@ -377,7 +378,7 @@ async fn a_0_2_driver_sees_the_agents_status_and_progress_and_typed_errors() {
             ["prepare_image StepStatus::Running", 4096, 8192]
         ])
     );
-    let refusal = scratch(&lab.store.node(uuid).unwrap(), "refusal");
+    let refusal = scratch(&lab.store.node(uuid).await.unwrap(), "refusal");
     assert!(
         refusal.as_str().unwrap().starts_with("Error::Invalid("),
         "{refusal}"

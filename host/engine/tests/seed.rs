@@ -27,15 +27,15 @@ async fn a_node_touched_every_half_second_outlives_its_timeout_and_fails_once_to
     let store = Arc::new(store);
     let hook = Recorder::new(&clock);
     let sweeper = Sweeper::spawn(store.clone(), SWEEP, hook.clone());
-    let uuid = node_in_wait_call_back(&store);
+    let uuid = node_in_wait_call_back(&store).await;
 
     // 10 s of heartbeats, five times the timeout.
     for _ in 0..20 {
         sleep(secs(0.5)).await;
-        store.touch_provisioning(uuid).unwrap();
+        store.touch_provisioning(uuid).await.unwrap();
     }
     assert_eq!(
-        store.node(uuid).unwrap().state(),
+        store.node(uuid).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
     assert!(
@@ -47,7 +47,7 @@ async fn a_node_touched_every_half_second_outlives_its_timeout_and_fails_once_to
 
     // The agent dies. Within timeout + one sweep the node is in deploy failed.
     sleep(secs(2.0 + 1.0)).await;
-    let node = store.node(uuid).unwrap();
+    let node = store.node(uuid).await.unwrap();
     assert_eq!(node.state(), ProvisionState::DeployFailed);
     assert_eq!(node.provision.target, Some(ProvisionState::Active));
     let failed_after = node.provision.updated_at.since(last_touch);
@@ -71,7 +71,7 @@ async fn a_node_touched_every_half_second_outlives_its_timeout_and_fails_once_to
     sleep(secs(600.0)).await;
     assert_eq!(hook.calls().len(), 1);
     assert!(
-        store.touch_provisioning(uuid).is_err(),
+        store.touch_provisioning(uuid).await.is_err(),
         "a late heartbeat is refused"
     );
     sweeper.shutdown().await;
@@ -89,18 +89,18 @@ async fn a_zero_timeout_never_fails_a_silent_node() {
     let store = Arc::new(store);
     let hook = Recorder::new(&clock);
     let sweeper = Sweeper::spawn(store.clone(), SWEEP, hook.clone());
-    let uuid = node_in_wait_call_back(&store);
-    assert_eq!(store.node(uuid).unwrap().provision.deadline, None);
+    let uuid = node_in_wait_call_back(&store).await;
+    assert_eq!(store.node(uuid).await.unwrap().provision.deadline, None);
 
     sleep(secs(24.0 * 3600.0)).await;
     assert_eq!(
-        store.node(uuid).unwrap().state(),
+        store.node(uuid).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
     assert!(hook.calls().is_empty());
     // Touching still moves the clock (the agent is alive; the operator just has no timeout).
-    let before = store.node(uuid).unwrap().provision.updated_at;
-    assert!(store.touch_provisioning(uuid).unwrap().updated_at > before);
+    let before = store.node(uuid).await.unwrap().provision.updated_at;
+    assert!(store.touch_provisioning(uuid).await.unwrap().updated_at > before);
     sweeper.shutdown().await;
 }
 
@@ -119,7 +119,7 @@ async fn a_new_earlier_deadline_wakes_a_sleeping_sweeper() {
     let sweeper = Sweeper::spawn(store.clone(), config, hook.clone());
     sleep(secs(10.0)).await;
     let entered = clock.now();
-    let uuid = node_in_wait_call_back(&store);
+    let uuid = node_in_wait_call_back(&store).await;
 
     sleep(secs(5.0)).await;
     // The pass runs on a blocking thread (which holds tokio's paused clock still): wait
@@ -154,10 +154,10 @@ async fn a_zero_check_interval_turns_the_sweeper_off() {
         ..SWEEP
     };
     let sweeper = Sweeper::spawn(store.clone(), config, hook.clone());
-    let uuid = node_in_wait_call_back(&store);
+    let uuid = node_in_wait_call_back(&store).await;
     sleep(secs(60.0)).await;
     assert_eq!(
-        store.node(uuid).unwrap().state(),
+        store.node(uuid).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
     assert!(hook.calls().is_empty());
@@ -178,8 +178,8 @@ async fn an_agent_that_heartbeats_without_progress_fails_at_the_stall_timeout() 
     let store = Arc::new(store);
     let hook = Recorder::new(&clock);
     let sweeper = Sweeper::spawn(store.clone(), SWEEP, hook.clone());
-    let moving = node_in_wait_call_back(&store);
-    let stuck = node_in_wait_call_back(&store);
+    let moving = node_in_wait_call_back(&store).await;
+    let stuck = node_in_wait_call_back(&store).await;
     let report = |bytes: u64| {
         Some(progress_fingerprint([
             format!("{bytes} bytes written").as_bytes()
@@ -190,19 +190,19 @@ async fn an_agent_that_heartbeats_without_progress_fails_at_the_stall_timeout() 
     let mut last_progress = clock.now();
     for i in 1..=60u64 {
         sleep(secs(0.5)).await;
-        store.touch(moving, report(i << 20)).unwrap();
-        if store.node(stuck).unwrap().state() == ProvisionState::WaitCallBack {
+        store.touch(moving, report(i << 20)).await.unwrap();
+        if store.node(stuck).await.unwrap().state() == ProvisionState::WaitCallBack {
             if i <= 6 {
                 last_progress = clock.now();
             }
-            store.touch(stuck, report(i.min(6) << 19)).unwrap();
+            store.touch(stuck, report(i.min(6) << 19)).await.unwrap();
         }
     }
     assert_eq!(
-        store.node(moving).unwrap().state(),
+        store.node(moving).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
-    let node = store.node(stuck).unwrap();
+    let node = store.node(stuck).await.unwrap();
     assert_eq!(node.state(), ProvisionState::DeployFailed);
     // Failed the stall timeout after its last progress (plus at most one sweep), though it
     // heartbeat all along.
@@ -218,12 +218,12 @@ async fn an_agent_that_heartbeats_without_progress_fails_at_the_stall_timeout() 
 
     // Heartbeats that report nothing are not progress: the stall timeout runs from the
     // state's start (the real IPA's progress comes from its command list instead).
-    let silent = node_in_wait_call_back(&store);
+    let silent = node_in_wait_call_back(&store).await;
     let entered = clock.now();
-    while store.touch(silent, None).is_ok() {
+    while store.touch(silent, None).await.is_ok() {
         sleep(secs(0.5)).await;
     }
-    let node = store.node(silent).unwrap();
+    let node = store.node(silent).await.unwrap();
     assert_eq!(node.state(), ProvisionState::DeployFailed);
     let stalled = node.provision.updated_at.since(entered);
     assert!(stalled >= secs(5.0) && stalled <= secs(6.0), "{stalled:?}");

@@ -92,7 +92,7 @@ impl Lab {
             attrs,
             ..Default::default()
         };
-        let uuid = self.store.create_node(new).unwrap().uuid();
+        let uuid = self.store.create_node(new).await.unwrap().uuid();
         self.conductor.provision(uuid, Verb::Manage).await.unwrap();
         self.settle(uuid, ProvisionState::Manageable).await;
         self.conductor.provision(uuid, Verb::Provide).await.unwrap();
@@ -102,6 +102,7 @@ impl Lab {
                 b.attrs.remove("automated_clean");
                 Ok::<(), deployd_engine::store::StoreError>(())
             })
+            .await
             .unwrap();
         uuid
     }
@@ -111,13 +112,13 @@ impl Lab {
         // Hardware flows wait for BMCs (sushy applies power changes asynchronously): be
         // patient, it costs nothing when the node is quick.
         for _ in 0..12_000 {
-            let node = self.store.node(uuid).unwrap();
+            let node = self.store.node(uuid).await.unwrap();
             if node.state() == state && !self.conductor.is_busy(uuid) {
                 return node;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let node = self.store.node(uuid).unwrap();
+        let node = self.store.node(uuid).await.unwrap();
         panic!(
             "node stuck in {} (wanted {state}); last_error {:?}",
             node.state(),
@@ -130,12 +131,12 @@ impl Lab {
         self.settle(uuid, expect).await
     }
 
-    pub fn heartbeat(&self, uuid: Uuid) {
-        self.report(uuid, Default::default());
+    pub async fn heartbeat(&self, uuid: Uuid) {
+        self.report(uuid, Default::default()).await;
     }
 
     /// A heartbeat that says `report` of the agent's work.
-    pub fn report(&self, uuid: Uuid, report: deployd_engine::agent_sessions::AgentReport) {
+    pub async fn report(&self, uuid: Uuid, report: deployd_engine::agent_sessions::AgentReport) {
         self.conductor
             .heartbeat(
                 uuid,
@@ -145,6 +146,7 @@ impl Lab {
                 None,
                 report,
             )
+            .await
             .unwrap();
     }
 }

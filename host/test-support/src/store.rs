@@ -33,10 +33,10 @@ pub fn fake_node() -> NewNode {
 
 pub use deployd_engine::state_machine::ENROLL_TO_WAIT_CALL_BACK as TO_WAIT_CALL_BACK;
 
-pub fn node_in_wait_call_back(store: &Store) -> Uuid {
-    let uuid = store.create_node(fake_node()).unwrap().uuid();
+pub async fn node_in_wait_call_back(store: &Store) -> Uuid {
+    let uuid = store.create_node(fake_node()).await.unwrap().uuid();
     for e in TO_WAIT_CALL_BACK {
-        store.apply_event(uuid, e, None).unwrap();
+        store.apply_event(uuid, e, None).await.unwrap();
     }
     uuid
 }

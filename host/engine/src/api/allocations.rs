@@ -9,6 +9,7 @@
 //! node's uuid (the node's `instance_uuid` and `allocation_uuid` name it), or `error` with
 //! a `last_error` that says what was asked.
 
+use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -70,13 +71,13 @@ pub const ALLOCATION: Resource = Resource {
         ("owner", 60),
     ],
     sublinks: &[],
-    check,
+    check: |a, d, o, v| Box::pin(check(a, d, o, v)),
     on_create: Some(start),
-    on_delete: Some(release),
+    on_delete: Some(|a, u, d| Box::pin(release(a, u, d))),
     shown: None,
 };
 
-fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
+async fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     if old.is_some() {
         return Ok(());
     }
@@ -95,7 +96,7 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), 
         .and_then(Value::as_str)
         .map(str::to_owned)
     {
-        let node = app.conductor.store().find_node(&ident)?;
+        let node = app.conductor.store().find_node(&ident).await?;
         doc.insert("candidate_nodes".into(), json!([node.uuid()]));
         doc.insert("node_uuid".into(), Value::Null);
     } else if doc.get("resource_class").is_none_or(Value::is_null) {
@@ -105,7 +106,7 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), 
     }
     let (mut candidates, mut missing) = (Vec::new(), Vec::new());
     for ident in strings(doc, "candidate_nodes") {
-        match app.conductor.store().find_node(&ident) {
+        match app.conductor.store().find_node(&ident).await {
             Ok(node) => candidates.push(json!(node.uuid())),
             Err(_) => missing.push(ident),
         }
@@ -131,10 +132,10 @@ fn check(app: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), 
 /// Ironic's (Placement's) limit on a resource class name.
 /// Whether a node may be given to the allocation `want`.
 /// Starts the allocator on a new allocation.
-pub fn start(app: Arc<App>, uuid: Uuid) {
-    app.conductor.allocate(uuid);
+pub fn start(app: Arc<App>, uuid: Uuid) -> BoxFuture<'static, ()> {
+    Box::pin(async move { app.conductor.allocate(uuid).await })
 }
 
-pub fn release(app: &App, uuid: Uuid, doc: &Doc) -> Result<(), ApiError> {
-    Ok(app.conductor.release_allocation(uuid, doc)?)
+pub async fn release(app: &App, uuid: Uuid, doc: &Doc) -> Result<(), ApiError> {
+    Ok(app.conductor.release_allocation(uuid, doc).await?)
 }

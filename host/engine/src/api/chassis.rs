@@ -32,11 +32,11 @@ pub const CHASSIS: Resource = Resource {
     sublinks: &["nodes"],
     check: no_check,
     on_create: None,
-    on_delete: Some(may_go),
+    on_delete: Some(|a, u, d| Box::pin(may_go(a, u, d))),
     shown: None,
 };
 
-fn may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
+async fn may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
     let wanted = json!(uuid.to_string());
     for node in app.conductor.store().nodes_after(None) {
         if node?.body.attrs.get("chassis_uuid") == Some(&wanted) {

@@ -50,6 +50,7 @@ async fn continue_inspection(
     let node = app
         .conductor
         .inspected_node(&inventory)
+        .await
         .map_err(ConductorError::from)?
         .ok_or_else(not_found)?;
     match app

@@ -32,13 +32,13 @@ pub const DEPLOY_TEMPLATE: Resource = Resource {
     short: &["uuid", "name", "links"],
     filters: &[],
     sublinks: &[],
-    check: check_deploy_template,
+    check: |a, d, o, v| Box::pin(check_deploy_template(a, d, o, v)),
     on_create: None,
     on_delete: None,
     shown: None,
 };
 
-fn check_deploy_template(
+async fn check_deploy_template(
     _: &App,
     doc: &mut Doc,
     _: Option<&Doc>,

@@ -364,7 +364,7 @@ async fn unload(
             "The driver {name} is not loaded."
         )));
     }
-    let in_use = app.conductor.nodes_pinned_to(&name)?;
+    let in_use = app.conductor.nodes_pinned_to(&name).await?;
     app.conductor
         .registry()
         .unload(&name, in_use, q.force.unwrap_or(false))

@@ -40,7 +40,7 @@ pub const INSPECTION_RULE: Resource = Resource {
     short: &["uuid", "priority", "phase", "description", "links"],
     filters: &[("phase", 96)],
     sublinks: &[],
-    check,
+    check: |a, d, o, v| Box::pin(check(a, d, o, v)),
     on_create: None,
     on_delete: None,
     shown: Some(hide_sensitive),
@@ -133,7 +133,7 @@ fn check_ops(doc: &Doc, key: &str, ops: &[&str], at_least_one: bool) -> Result<(
     Ok(())
 }
 
-fn check(_: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
+async fn check(_: &App, doc: &mut Doc, old: Option<&Doc>, _: Version) -> Result<(), ApiError> {
     check_ops(doc, "actions", ACTIONS, true)?;
     check_ops(doc, "conditions", OPERATORS, false)?;
     let phase = doc.get("phase").and_then(Value::as_str).unwrap_or("main");

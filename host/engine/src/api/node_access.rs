@@ -6,8 +6,8 @@ use super::http::error::ApiError;
 use crate::node::{Node, NodeBody};
 
 /// The node `ident` (a uuid or a name) names; 404 if none.
-pub fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
-    Ok(app.conductor.store().find_node(ident)?)
+pub async fn find(app: &App, ident: &str) -> Result<Node, ApiError> {
+    Ok(app.conductor.store().find_node(ident).await?)
 }
 
 /// Changes a node's body under its claim.
@@ -16,7 +16,7 @@ pub async fn edit(
     ident: &str,
     change: impl Fn(&mut NodeBody) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
-    let uuid = find(app, ident)?.uuid();
+    let uuid = find(app, ident).await?.uuid();
     app.conductor.edit(uuid, |_, b| change(b)).await?;
     Ok(())
 }

@@ -39,7 +39,7 @@ async fn shards(app: State) -> Result<Json<Value>, ApiError> {
 
 /// The uuids of the nodes whose `parent_node` is this node.
 async fn children(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let parent = json!(find(&app, &ident)?.uuid());
+    let parent = json!(find(&app, &ident).await?.uuid());
     let mut list = Vec::new();
     for node in app.conductor.store().nodes_after(None) {
         let node = node?;

@@ -94,7 +94,7 @@ fn attached(b: &NodeBody) -> Vec<Value> {
 }
 
 async fn vmedia(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     if redfish_management(&node.body) {
         let listed = app.conductor.list_media(node.uuid()).await;
         let listed = listed.map_err(|e| {
@@ -138,7 +138,7 @@ async fn attach_vmedia(
             "'{source}' is not one of {SOURCES:?}"
         )));
     }
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     if redfish_management(&node.body) {
         // deployd hands the BMC the image's url as given: Ironic's `http`. Serving it from
         // the engine (`local`) or Swift is not done, so asking for them is refused.
@@ -213,7 +213,7 @@ async fn detach_vmedia(
             "'{bad}' is not one of {DEVICES:?}"
         )));
     }
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     if redfish_management(&node.body) {
         app.conductor.detach_media(node.uuid(), only).await?;
         return Ok(StatusCode::NO_CONTENT);
@@ -302,13 +302,13 @@ async fn set_secure_boot(
 
 /// deployd's firmware interfaces (`no-firmware`, `fake`) have no components to report.
 async fn firmware(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    find(&app, &ident)?;
+    find(&app, &ident).await?;
     Ok(Json(json!({"firmware": []})))
 }
 
 /// deployd does not inspect machines, so no node has an inventory.
 async fn inventory(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let kind = crate::conductor::inspection::INVENTORY;
     let docs = app
         .conductor

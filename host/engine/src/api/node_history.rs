@@ -75,7 +75,7 @@ async fn list(
     Path(ident): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let detail = q
         .detail
         .as_deref()
@@ -115,7 +115,7 @@ async fn show(
     Extension(v): Extension<Version>,
     Path((ident, event)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let event = Uuid::parse_str(&event)
         .map_err(|_| ApiError::bad_request(format!("Expected UUID for event: {event}")))?;
     let found = app.conductor.store().history()?.get(node.uuid(), event)?;

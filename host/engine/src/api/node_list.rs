@@ -167,9 +167,14 @@ impl ListQuery {
 
     /// Names in the query that stand for nodes become their uuids; an unknown parent
     /// matches nothing.
-    fn resolve(&mut self, app: &App) {
+    async fn resolve(&mut self, app: &App) {
         if let Some(parent) = self.parent_node.take() {
-            let uuid = app.conductor.store().find_node(&parent).map(|n| n.uuid());
+            let uuid = app
+                .conductor
+                .store()
+                .find_node(&parent)
+                .await
+                .map(|n| n.uuid());
             self.parent_node = Some(uuid.map_or(parent, |u| u.to_string()));
         }
     }
@@ -247,7 +252,7 @@ async fn respond(
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
-    q.resolve(&app);
+    q.resolve(&app).await;
     let detail = detail || q.detail.unwrap_or(false);
     let fields = match q
         .fields

@@ -23,7 +23,7 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 async fn bios(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    find(&app, &ident)?;
+    find(&app, &ident).await?;
     Ok(Json(json!({"bios": []})))
 }
 

@@ -26,7 +26,7 @@ use super::{App, State, node_list};
 use crate::conductor::{Verb, allocations};
 use crate::driver_host::capability::bmc::PowerAction;
 use crate::hardware::Hardware;
-use crate::node::Node;
+use crate::node::{Node, NodeBody};
 use crate::state_machine::ProvisionState;
 use crate::store::Cascade;
 use deployd_wire::targets::{PowerTarget, ProvisionTarget};
@@ -56,8 +56,8 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let mut new = node_doc::new_node(&body, version, &Hardware::new(app.conductor.registry()))?;
     let given: Vec<String> = new.attrs.keys().cloned().collect();
-    settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given)?;
-    let node = app.conductor.enroll(new, !version.at_least(11))?;
+    settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given).await?;
+    let node = app.conductor.enroll(new, !version.at_least(11)).await?;
     let base = &app.public_url;
     let location = format!("{base}/v1/nodes/{}", node.uuid());
     Ok((
@@ -80,7 +80,7 @@ async fn show(
     Path(ident): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Response, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let agent = app.conductor.agents().get(node.uuid());
     let only = q
         .fields
@@ -102,7 +102,7 @@ async fn show(
 ///   its uuid;
 /// - `instance_name` (1.104) follows `instance_info.display_name` (as Nova sets it) while
 ///   it has no value of its own, unless the same request sets it.
-fn settle(
+async fn settle(
     app: &App,
     me: Option<Uuid>,
     attrs: &mut crate::node::JsonMap,
@@ -114,6 +114,7 @@ fn settle(
             .conductor
             .store()
             .find_node(parent)
+            .await
             .map_err(|_| ApiError::bad_request(format!("Node {parent} could not be found.")))?;
         if Some(found.uuid()) == me {
             return Err(ApiError::bad_request("A node cannot be its own parent."));
@@ -166,6 +167,42 @@ fn update_allowed(state: ProvisionState) -> bool {
         )
 }
 
+/// What a `PATCH` of a node asks.
+#[derive(Clone, Copy)]
+struct Changes<'a> {
+    ops: &'a Value,
+    version: Version,
+    patched: &'a [String],
+    hardware: &'a Hardware<'a>,
+}
+
+/// The body `node` gets from a `PATCH`, or why it is refused.
+async fn patched_body(app: &App, node: Node, c: Changes<'_>) -> Result<NodeBody, ApiError> {
+    let (uuid, provision, mut b) = (node.uuid(), node.provision, node.body);
+    if !update_allowed(provision.state) {
+        return Err(ApiError::conflict(format!(
+            "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
+            provision.state
+        )));
+    }
+    let mut doc = node_doc::editable(&b);
+    node_doc::NODE.patch(&mut doc, c.ops, c.version)?;
+    let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+    node_doc::write_back(&mut b, doc, c.patched, c.hardware)?;
+    settle(app, Some(uuid), &mut b.attrs, &b.instance_info, c.patched).await?;
+    // Removing the instance ends its allocation, as in Ironic.
+    if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
+        b.attrs.remove("allocation_uuid");
+    }
+    let retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+    if retired && !was_retired && provision.state == ProvisionState::Available {
+        return Err(ApiError::conflict(format!(
+            "The requested action \"retire\" can not be performed on node \"{uuid}\" while it is in state \"available\"."
+        )));
+    }
+    Ok(b)
+}
+
 async fn update(
     app: State,
     Extension(version): Extension<Version>,
@@ -173,35 +210,22 @@ async fn update(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let ops: Value = parse(&body)?;
-    let before = find(&app, &ident)?;
+    let before = find(&app, &ident).await?;
     let uuid = before.uuid();
     let hardware = Hardware::new(app.conductor.registry());
     let patched = node_doc::patched_fields(&ops);
-    let updated = app.conductor.edit(uuid, |provision, b| {
-        if !update_allowed(provision.state) {
-            return Err(ApiError::conflict(format!(
-                "Node {uuid} can not be updated while a state transition is in progress (provision state \"{}\").",
-                provision.state
-            )));
-        }
-        let mut doc = node_doc::editable(b);
-        node_doc::NODE.patch(&mut doc, &ops, version)?;
-        let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
-        node_doc::write_back(b, doc, &patched, &hardware)?;
-        settle(&app, Some(uuid), &mut b.attrs, &b.instance_info, &patched)?;
-        // Removing the instance ends its allocation, as in Ironic.
-        if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
-            b.attrs.remove("allocation_uuid");
-        }
-        let retired = b.attrs.get("retired") == Some(&Value::Bool(true));
-        if retired && !was_retired && provision.state == ProvisionState::Available {
-            return Err(ApiError::conflict(format!(
-                "The requested action \"retire\" can not be performed on node \"{uuid}\" while it is in state \"available\"."
-            )));
-        }
-        Ok(())
-    })
-    .await?;
+    let updated = app
+        .conductor
+        .edit_reading(uuid, |node| {
+            let changes = Changes {
+                ops: &ops,
+                version,
+                patched: &patched,
+                hardware: &hardware,
+            };
+            patched_body(&app, node, changes)
+        })
+        .await?;
     let allocation = |n: &Node| {
         n.body
             .attrs
@@ -230,7 +254,7 @@ async fn update(
 }
 
 async fn remove(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     // What belonged to the node goes with it (as Ironic's cascade does).
     let cascade = Cascade {
         of_node: OF_NODE.to_vec(),
@@ -245,7 +269,7 @@ async fn states(
     Extension(version): Extension<Version>,
     Path(ident): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let b = &node.body;
     let p = &node.provision;
     let mut doc = json!({
@@ -375,7 +399,7 @@ async fn provision(
 ) -> Result<Response, ApiError> {
     let request: ProvisionRequest = parse(&body)?;
     request.check_parameters(version)?;
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let config_drive = match request.configdrive.clone() {
         // Building an ISO is CPU work: off the runtime's workers.
         Some(given) => {
@@ -507,7 +531,7 @@ struct PowerRequest {
 async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Response, ApiError> {
     let request: PowerRequest = parse(&body)?;
     let _ = request.timeout;
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let target: PowerTarget = request.target.parse().map_err(|_| {
         ApiError::bad_request(format!(
             "\"{}\" is not a valid power target.",
@@ -535,7 +559,7 @@ async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Res
 }
 
 async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let (power, deploy) = app.conductor.validate(&node).await;
     let result = |r: Result<(), String>| match r {
         Ok(()) => json!({"result": true, "reason": null}),

@@ -47,19 +47,19 @@ pub const PORTGROUP: Resource = Resource {
         ("shard", 106),
     ],
     sublinks: &["ports"],
-    check: check_portgroup,
+    check: |a, d, o, v| Box::pin(check_portgroup(a, d, o, v)),
     on_create: None,
-    on_delete: Some(portgroup_may_go),
+    on_delete: Some(|a, u, d| Box::pin(portgroup_may_go(a, u, d))),
     shown: None,
 };
 
-fn check_portgroup(
+async fn check_portgroup(
     app: &App,
     doc: &mut Doc,
     old: Option<&Doc>,
     _: Version,
 ) -> Result<(), ApiError> {
-    check_node(app, doc)?;
+    check_node(app, doc).await?;
     if let Some(mac) = text(doc, "address") {
         let mac = node::normalize_mac(mac).map_err(|e| ApiError::bad_request(e.to_string()))?;
         doc.insert("address".into(), json!(mac));
@@ -87,8 +87,8 @@ fn check_portgroup(
     Ok(())
 }
 
-fn portgroup_may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
-    let ports = app.conductor.store().list_ports()?;
+async fn portgroup_may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
+    let ports = app.conductor.store().list_ports().await?;
     let member = ports
         .iter()
         .find(|p| p.attrs.get("portgroup_uuid").and_then(Value::as_str) == Some(&uuid.to_string()));

@@ -120,7 +120,7 @@ fn editable(port: &Port) -> Map<String, Value> {
 
 /// Writes a checked document into a port: the node must exist, and a port group must be
 /// the same node's.
-fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(), ApiError> {
+async fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(), ApiError> {
     for (key, value) in doc {
         match key.as_str() {
             "address" => {
@@ -137,6 +137,7 @@ fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Result<(),
                     .conductor
                     .store()
                     .find_node(ident)
+                    .await
                     .map_err(|_| {
                         ApiError::bad_request(format!("Node {ident} could not be found."))
                     })?
@@ -213,8 +214,8 @@ async fn create(
         created_at: now,
         updated_at: None,
     };
-    write_back(&app, &mut port, doc)?;
-    let port = app.conductor.create_port(port)?;
+    write_back(&app, &mut port, doc).await?;
+    let port = app.conductor.create_port(port).await?;
     let base = &app.public_url;
     let location = format!("{base}/v1/ports/{}", port.uuid);
     let shown = Value::Object(document(base, &port, version));
@@ -249,10 +250,10 @@ async fn respond(
         Scope::Node(ident) => Some(ident.as_str()),
         _ => params.filter("node").or(params.filter("node_uuid")),
     };
-    let node = node_ident
-        .map(|i| store.find_node(i))
-        .transpose()?
-        .map(|n| n.uuid());
+    let node = match node_ident {
+        Some(i) => Some(store.find_node(i).await?.uuid()),
+        None => None,
+    };
     let group_ident = match &scope {
         Scope::Portgroup(ident) => Some(ident.as_str()),
         _ => params.filter("portgroup"),
@@ -281,10 +282,10 @@ async fn respond(
             let mac = crate::node::normalize_mac(address).map_err(|_| {
                 ApiError::bad_request(format!("Expected a MAC address but received {address}."))
             })?;
-            store.port_with_mac(&mac)?.into_iter().collect()
+            store.port_with_mac(&mac).await?.into_iter().collect()
         }
-        (None, Some(n)) => store.ports_of(n)?,
-        (None, None) => store.list_ports()?,
+        (None, Some(n)) => store.ports_of(n).await?,
+        (None, None) => store.list_ports().await?,
     };
     let mut matching: Vec<_> = ports
         .into_iter()
@@ -360,13 +361,14 @@ async fn of_portgroup_detail(
 }
 
 /// A port by uuid, or by name (1.88).
-fn port_uuid(app: &App, text: &str) -> Result<Uuid, ApiError> {
+async fn port_uuid(app: &App, text: &str) -> Result<Uuid, ApiError> {
     if let Ok(uuid) = Uuid::parse_str(text) {
         return Ok(uuid);
     }
     app.conductor
         .store()
-        .port_named(text)?
+        .port_named(text)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("Port {text} could not be found.")))
 }
 
@@ -376,7 +378,11 @@ async fn show(
     Path(id): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let port = app.conductor.store().port(port_uuid(&app, &id)?)?;
+    let port = app
+        .conductor
+        .store()
+        .port(port_uuid(&app, &id).await?)
+        .await?;
     let doc = document(&app.public_url, &port, version);
     Ok(Json(Value::Object(match q.fields {
         Some(f) => keep(doc, PORT.fields(&f, version)?),
@@ -391,12 +397,19 @@ async fn update(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ops: Value = parse(&body)?;
-    let uuid = port_uuid(&app, &id)?;
-    let port = app.conductor.update_port(uuid, |port| {
-        let mut doc = editable(port);
-        PORT.patch(&mut doc, &ops, version)?;
-        write_back(&app, port, doc)
-    })?;
+    let uuid = port_uuid(&app, &id).await?;
+    let port = app
+        .conductor
+        .update_port(uuid, |mut port| {
+            let (app, ops) = (&app, &ops);
+            async move {
+                let mut doc = editable(&port);
+                PORT.patch(&mut doc, ops, version)?;
+                write_back(app, &mut port, doc).await?;
+                Ok::<_, ApiError>(port)
+            }
+        })
+        .await?;
     Ok(Json(Value::Object(document(
         &app.public_url,
         &port,
@@ -405,6 +418,8 @@ async fn update(
 }
 
 async fn remove(app: State, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    app.conductor.delete_port(port_uuid(&app, &id)?)?;
+    app.conductor
+        .delete_port(port_uuid(&app, &id).await?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -67,14 +67,18 @@ async fn lookup(
     let not_found = || ApiError::not_found(format!("Node with {what} could not be found."));
     let found = match uuid {
         Some(u) => Some(u),
-        None => store.node_by_macs(macs.iter().copied())?,
+        None => store.node_by_macs(macs.iter().copied()).await?,
     };
-    let node = match found.map(|u| store.node(u)) {
-        Some(Ok(n)) if runs_ramdisk(n.state()) => n,
+    let node = match found {
+        Some(u) => store.node(u).await.ok(),
+        None => None,
+    };
+    let node = match node {
+        Some(n) if runs_ramdisk(n.state()) => n,
         _ => return Err(not_found()),
     };
     let token = if version.at_least(62) {
-        Some(app.conductor.issue_agent_token(&node)?)
+        Some(app.conductor.issue_agent_token(&node).await?)
     } else {
         None
     };
@@ -144,7 +148,7 @@ async fn heartbeat(
     let refused = || ApiError::bad_request("Invalid or missing agent token received.");
     let uuid = match Uuid::parse_str(&ident) {
         Ok(u) => u,
-        Err(_) => match app.conductor.store().find_node(&ident) {
+        Err(_) => match app.conductor.store().find_node(&ident).await {
             Ok(node) => node.uuid(),
             Err(StoreError::NodeNotFound(_)) => return Err(refused()),
             Err(e) => return Err(e.into()),
@@ -152,7 +156,7 @@ async fn heartbeat(
     };
     if !app.conductor.agents().token_is(uuid, token) {
         // After a restart the engine knows only the hash.
-        let node = match app.conductor.store().node(uuid) {
+        let node = match app.conductor.store().node(uuid).await {
             Ok(node) => node,
             Err(StoreError::NodeNotFound(_)) => return Err(refused()),
             Err(e) => return Err(e.into()),
@@ -174,12 +178,13 @@ async fn heartbeat(
             token,
             &callback_url,
             hb.agent_verify_ca.as_deref(),
-            || {
-                let node = app.conductor.store().node(uuid).ok()?;
+            async || {
+                let node = app.conductor.store().node(uuid).await.ok()?;
                 let digest = node.body.driver_internal_info.get(AGENT_CA_SHA256)?;
                 digest.as_str().map(str::to_owned)
             },
         )
+        .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let agent_version = hb.agent_version.as_deref().unwrap_or("");
     // What the agent says of its work (deployd's agent: the step and the bytes written;
@@ -190,6 +195,7 @@ async fn heartbeat(
     };
     app.conductor
         .heartbeat(uuid, token, &callback_url, agent_version, ca, report)
+        .await
         .map(|()| StatusCode::ACCEPTED)
         .map_err(ApiError::from)
 }

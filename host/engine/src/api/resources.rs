@@ -22,6 +22,8 @@ use uuid::Uuid;
 use super::http::error::{ApiError, parse};
 use super::http::streamed;
 use super::http::version::Version;
+use futures_util::future::BoxFuture;
+
 use super::listing::{Params, ShowQuery, keep};
 use super::schema::Schema;
 use super::{App, State, view};
@@ -29,10 +31,16 @@ use crate::store::documents::Doc;
 
 /// Checks (and normalises) a document about to be written; `old` is None at create.
 /// The request's version is given, for checks that changed with it (a runbook's name).
-pub type Check = fn(&App, &mut Doc, Option<&Doc>, Version) -> Result<(), ApiError>;
+/// The check may read other records (a node the document names), so it is async.
+pub type Check = for<'a> fn(
+    &'a App,
+    &'a mut Doc,
+    Option<&'a Doc>,
+    Version,
+) -> BoxFuture<'a, Result<(), ApiError>>;
 
 /// Refuses a delete, or undoes what the document did.
-pub type OnDelete = fn(&App, Uuid, &Doc) -> Result<(), ApiError>;
+pub type OnDelete = for<'a> fn(&'a App, Uuid, &'a Doc) -> BoxFuture<'a, Result<(), ApiError>>;
 
 pub struct Resource {
     /// The kind in the store and in messages (`Chassis`, `Portgroup`).
@@ -56,7 +64,7 @@ pub struct Resource {
     pub sublinks: &'static [&'static str],
     pub check: Check,
     /// Work a new document starts (an allocation looks for a node).
-    pub on_create: Option<fn(Arc<App>, Uuid)>,
+    pub on_create: Option<fn(Arc<App>, Uuid) -> BoxFuture<'static, ()>>,
     /// Refuses a delete, or undoes what the document did (an allocation frees its node).
     pub on_delete: Option<OnDelete>,
     /// Hides what a document keeps from view (a sensitive inspection rule's conditions).
@@ -147,14 +155,14 @@ async fn create(
             .map_err(|_| ApiError::bad_request(format!("Expected UUID for uuid: {s}")))?,
         _ => Uuid::new_v4(),
     };
-    (r.check)(&app, &mut doc, None, version)?;
+    (r.check)(&app, &mut doc, None, version).await?;
     let now = app.conductor.store().clock().now().to_datetime();
     doc.insert("created_at".into(), json!(now));
     doc.insert("updated_at".into(), Value::Null);
     app.conductor
         .create_document(r.kind, uuid, &doc, r.unique)?;
     if let Some(start) = r.on_create {
-        start(app.0.clone(), uuid);
+        start(app.0.clone(), uuid).await;
     }
     let location = format!("{}/v1/{}/{uuid}", app.public_url, r.path);
     let shown = document(&app, r, uuid, doc, version);
@@ -179,7 +187,7 @@ async fn list(
     let Query(pairs) = query.map_err(|e| super::http::error::query_refused(&e))?;
     let params = Params::parse(pairs, &r.schema, r.filters, version, detail)?;
     let node = match params.filter("node") {
-        Some(ident) => Some(json!(app.conductor.store().find_node(ident)?.uuid())),
+        Some(ident) => Some(json!(app.conductor.store().find_node(ident).await?.uuid())),
         None => None,
     };
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
@@ -279,28 +287,30 @@ async fn update(
     let now = app.conductor.store().clock().now().to_datetime();
     let doc = app
         .conductor
-        .update_document(r.kind, uuid, r.unique, |doc| {
-            let old = doc.clone();
-            let mut full = unmasked(&app, r, uuid, doc.clone(), version);
-            r.schema.patch(&mut full, &ops, version)?;
-            let mut next: Doc = full
-                .into_iter()
-                .filter(|(k, _)| r.schema.field(k).is_some() && k != "uuid")
-                .collect();
-            for (k, v) in &old {
-                if !r.schema.field(k).is_some_and(|f| version.at_least(f.since)) {
-                    next.insert(k.clone(), v.clone());
+        .update_document(r.kind, uuid, r.unique, |old| {
+            let (app, ops) = (&app, &ops);
+            async move {
+                let mut full = unmasked(app, r, uuid, old.clone(), version);
+                r.schema.patch(&mut full, ops, version)?;
+                let mut next: Doc = full
+                    .into_iter()
+                    .filter(|(k, _)| r.schema.field(k).is_some() && k != "uuid")
+                    .collect();
+                for (k, v) in &old {
+                    if !r.schema.field(k).is_some_and(|f| version.at_least(f.since)) {
+                        next.insert(k.clone(), v.clone());
+                    }
                 }
+                (r.check)(app, &mut next, Some(&old), version).await?;
+                next.insert("updated_at".into(), json!(now));
+                next.insert(
+                    "created_at".into(),
+                    old.get("created_at").cloned().unwrap_or(Value::Null),
+                );
+                Ok::<_, ApiError>(next)
             }
-            (r.check)(&app, &mut next, Some(&old), version)?;
-            next.insert("updated_at".into(), json!(now));
-            next.insert(
-                "created_at".into(),
-                old.get("created_at").cloned().unwrap_or(Value::Null),
-            );
-            *doc = next;
-            Ok::<(), ApiError>(())
-        })?;
+        })
+        .await?;
     Ok(Json(Value::Object(document(&app, r, uuid, doc, version))))
 }
 
@@ -313,14 +323,19 @@ async fn remove(
     exists(r, version)?;
     let (uuid, doc) = find(&app, r, &ident)?;
     if let Some(hook) = r.on_delete {
-        hook(&app, uuid, &doc)?;
+        hook(&app, uuid, &doc).await?;
     }
     app.conductor.delete_document(r.kind, uuid, r.unique)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub(super) fn no_check(_: &App, _: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
-    Ok(())
+pub(super) fn no_check<'a>(
+    _: &'a App,
+    _: &'a mut Doc,
+    _: Option<&'a Doc>,
+    _: Version,
+) -> BoxFuture<'a, Result<(), ApiError>> {
+    Box::pin(std::future::ready(Ok(())))
 }
 
 pub(super) fn missing(field: &str) -> ApiError {
@@ -332,12 +347,13 @@ pub(super) fn text<'a>(doc: &'a Doc, field: &str) -> Option<&'a str> {
 }
 
 /// `node_uuid` must name an existing node (400 otherwise, as Ironic answers).
-pub fn check_node(app: &App, doc: &mut Doc) -> Result<Uuid, ApiError> {
+pub async fn check_node(app: &App, doc: &mut Doc) -> Result<Uuid, ApiError> {
     let ident = text(doc, "node_uuid").ok_or_else(|| missing("node_uuid"))?;
     let node = app
         .conductor
         .store()
         .find_node(ident)
+        .await
         .map_err(|_| ApiError::bad_request(format!("Node {ident} could not be found.")))?;
     doc.insert("node_uuid".into(), json!(node.uuid()));
     Ok(node.uuid())

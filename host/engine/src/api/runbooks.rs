@@ -51,7 +51,7 @@ pub const RUNBOOK: Resource = Resource {
     short: &["uuid", "name", "links"],
     filters: &[],
     sublinks: &[],
-    check,
+    check: |a, d, o, v| Box::pin(check(a, d, o, v)),
     on_create: None,
     on_delete: None,
     shown: None,
@@ -82,7 +82,12 @@ fn check_logical_name(name: &str) -> Result<(), ApiError> {
     )))
 }
 
-fn check(_: &App, doc: &mut Doc, old: Option<&Doc>, version: Version) -> Result<(), ApiError> {
+async fn check(
+    _: &App,
+    doc: &mut Doc,
+    old: Option<&Doc>,
+    version: Version,
+) -> Result<(), ApiError> {
     let name = doc
         .get("name")
         .and_then(Value::as_str)
@@ -162,7 +167,7 @@ fn since_traits(version: Version) -> Result<(), ApiError> {
     ))
 }
 
-fn edit_traits(
+async fn edit_traits(
     app: &App,
     ident: &str,
     change: impl Fn(&mut Vec<String>) -> Result<(), ApiError>,
@@ -174,16 +179,19 @@ fn edit_traits(
         .find(RUNBOOK.kind, "name", ident)?;
     let now = app.conductor.store().clock().now().to_datetime();
     app.conductor
-        .update_document(RUNBOOK.kind, uuid, RUNBOOK.unique, |doc| {
-            let mut list = runbook_traits(doc);
-            change(&mut list)?;
-            if list.len() > traits::MAX_TRAITS {
-                return Err(traits::too_many_traits());
-            }
-            doc.insert("traits".into(), json!(list));
-            doc.insert("updated_at".into(), json!(now));
-            Ok::<(), ApiError>(())
-        })?;
+        .update_document(RUNBOOK.kind, uuid, RUNBOOK.unique, |mut doc| {
+            let mut list = runbook_traits(&doc);
+            let changed = change(&mut list).and_then(|()| {
+                if list.len() > traits::MAX_TRAITS {
+                    return Err(traits::too_many_traits());
+                }
+                doc.insert("traits".into(), json!(list));
+                doc.insert("updated_at".into(), json!(now));
+                Ok(doc)
+            });
+            std::future::ready(changed)
+        })
+        .await?;
     Ok(())
 }
 
@@ -212,7 +220,8 @@ async fn set_traits(
     edit_traits(&app, &ident, |list| {
         *list = given.clone();
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -228,7 +237,8 @@ async fn add_trait(
             list.push(name.clone());
         }
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -242,6 +252,7 @@ async fn remove_trait(
     edit_traits(&app, &ident, |list| {
         list.retain(|t| *t != name);
         Ok(())
-    })?;
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -30,7 +30,7 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 async fn traits(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     Ok(Json(json!({"traits": List::Traits.get(&node.body)})))
 }
 

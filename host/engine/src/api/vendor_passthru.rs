@@ -39,16 +39,16 @@ struct Call {
 type Params = Path<HashMap<String, String>>;
 
 /// The node or driver exists (else 404).
-fn subject(app: &App, params: &HashMap<String, String>) -> Result<(), ApiError> {
+async fn subject(app: &App, params: &HashMap<String, String>) -> Result<(), ApiError> {
     match (params.get("ident"), params.get("name")) {
-        (Some(ident), _) => find(app, ident).map(drop),
+        (Some(ident), _) => find(app, ident).await.map(drop),
         (None, Some(name)) => driver(app, name),
         (None, None) => Err(ApiError::not_found("No node or driver named.")),
     }
 }
 
 async fn methods(app: State, Path(params): Params) -> Result<Json<Value>, ApiError> {
-    subject(&app, &params)?;
+    subject(&app, &params).await?;
     Ok(Json(json!({})))
 }
 
@@ -57,7 +57,7 @@ async fn call(
     Path(mut params): Params,
     Query(query): Query<Call>,
 ) -> Result<Json<Value>, ApiError> {
-    subject(&app, &params)?;
+    subject(&app, &params).await?;
     Err(no_handler(params.remove("method").or(query.method)))
 }
 

@@ -31,7 +31,7 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 async fn vifs(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
-    let node = find(&app, &ident)?;
+    let node = find(&app, &ident).await?;
     let list: Vec<Value> = List::Vifs
         .get(&node.body)
         .into_iter()
@@ -52,8 +52,8 @@ async fn attach_vif(
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ApiError::bad_request("Mandatory field missing: 'id'"))?
         .to_owned();
-    let node = find(&app, &ident)?;
-    let ports = app.conductor.store().ports_of(node.uuid())?.len();
+    let node = find(&app, &ident).await?;
+    let ports = app.conductor.store().ports_of(node.uuid()).await?.len();
     edit(&app, &ident, |b| {
         let mut list = List::Vifs.get(b);
         if list.contains(&id) {

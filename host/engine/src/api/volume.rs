@@ -32,7 +32,7 @@ pub const VOLUME_CONNECTOR: Resource = Resource {
     short: &["uuid", "type", "connector_id", "node_uuid", "links"],
     filters: &[("node", 32)],
     sublinks: &[],
-    check: check_connector,
+    check: |a, d, o, v| Box::pin(check_connector(a, d, o, v)),
     on_create: None,
     on_delete: None,
     shown: None,
@@ -69,7 +69,7 @@ pub const VOLUME_TARGET: Resource = Resource {
     ],
     filters: &[("node", 32)],
     sublinks: &[],
-    check: check_target,
+    check: |a, d, o, v| Box::pin(check_target(a, d, o, v)),
     on_create: None,
     on_delete: None,
     shown: None,
@@ -77,8 +77,13 @@ pub const VOLUME_TARGET: Resource = Resource {
 
 const CONNECTOR_TYPES: &[&str] = &["iqn", "ip", "mac", "wwnn", "wwpn", "port", "portgroup"];
 
-fn check_connector(app: &App, doc: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
-    check_node(app, doc)?;
+async fn check_connector(
+    app: &App,
+    doc: &mut Doc,
+    _: Option<&Doc>,
+    _: Version,
+) -> Result<(), ApiError> {
+    check_node(app, doc).await?;
     let kind = text(doc, "type").ok_or_else(|| missing("type"))?;
     if !CONNECTOR_TYPES.contains(&kind) {
         return Err(ApiError::bad_request(format!(
@@ -91,8 +96,13 @@ fn check_connector(app: &App, doc: &mut Doc, _: Option<&Doc>, _: Version) -> Res
     Ok(())
 }
 
-fn check_target(app: &App, doc: &mut Doc, _: Option<&Doc>, _: Version) -> Result<(), ApiError> {
-    check_node(app, doc)?;
+async fn check_target(
+    app: &App,
+    doc: &mut Doc,
+    _: Option<&Doc>,
+    _: Version,
+) -> Result<(), ApiError> {
+    check_node(app, doc).await?;
     text(doc, "volume_type").ok_or_else(|| missing("volume_type"))?;
     text(doc, "volume_id").ok_or_else(|| missing("volume_id"))?;
     match doc.get("boot_index").and_then(Value::as_i64) {

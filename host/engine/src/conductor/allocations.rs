@@ -14,7 +14,9 @@
 //! first, and the search takes nothing.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -55,11 +57,11 @@ pub enum AllocationError {
 #[derive(Default)]
 pub struct Searches(Mutex<HashSet<Uuid>>);
 
+/// An async lock: a search's take and a delete's release each hold it across their write
+/// of the node.
 impl Searches {
-    fn lock(&self) -> MutexGuard<'_, HashSet<Uuid>> {
-        // The set stays consistent even if a holder panicked: each change is one insert
-        // or remove.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    async fn lock(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+        self.0.lock().await
     }
 }
 
@@ -95,12 +97,12 @@ fn has_traits(b: &NodeBody, want: &Doc) -> bool {
 impl Conductor {
     /// Starts looking for a node for allocation `uuid` in the background; the outcome is
     /// written into the allocation (`active` with its node, or `error` with the reason).
-    pub fn allocate(self: &Arc<Self>, uuid: Uuid) {
-        self.allocating.lock().insert(uuid);
+    pub async fn allocate(self: &Arc<Self>, uuid: Uuid) {
+        self.allocating.lock().await.insert(uuid);
         let conductor = self.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Err(reason) = conductor.find_node_for(uuid) {
-                let mut searching = conductor.allocating.lock();
+        tokio::spawn(async move {
+            if let Err(reason) = conductor.find_node_for(uuid).await {
+                let mut searching = conductor.allocating.lock().await;
                 if searching.remove(&uuid) {
                     let _ = conductor.record(uuid, |doc| {
                         doc.insert("state".into(), json!("error"));
@@ -125,8 +127,8 @@ impl Conductor {
 
     /// Takes `node` for allocation `uuid` if it fits `want` and the allocation is still
     /// searching, and records it in the allocation: all or nothing, under the lock.
-    fn take(&self, uuid: Uuid, node: Uuid, want: &Doc) -> Result<(), AllocationError> {
-        let mut searching = self.allocating.lock();
+    async fn take(&self, uuid: Uuid, node: Uuid, want: &Doc) -> Result<(), AllocationError> {
+        let mut searching = self.allocating.lock().await;
         if !searching.contains(&uuid) {
             return Err(AllocationError::Deleted);
         }
@@ -137,7 +139,8 @@ impl Conductor {
             b.attrs.insert("instance_uuid".into(), json!(uuid));
             b.attrs.insert("allocation_uuid".into(), json!(uuid));
             Ok(())
-        })?;
+        })
+        .await?;
         searching.remove(&uuid);
         let recorded = self.record(uuid, |doc| {
             doc.insert("state".into(), json!("active"));
@@ -148,38 +151,45 @@ impl Conductor {
             self.edit_if_free::<AllocationError>(node, |_, b| {
                 free(b, uuid);
                 Ok(())
-            })?;
+            })
+            .await?;
             return Err(e.into());
         }
         Ok(())
     }
 
     /// Takes a node for allocation `uuid`, or says why none fits.
-    fn find_node_for(&self, uuid: Uuid) -> Result<(), String> {
+    async fn find_node_for(self: &Arc<Self>, uuid: Uuid) -> Result<(), String> {
         let store = &self.store;
         let want = store
             .docs()
             .and_then(|d| d.get(KIND, uuid))
             .map_err(|e| e.to_string())?;
-        let name = want.get("name").and_then(Value::as_str);
+        let name = want.get("name").and_then(Value::as_str).map(str::to_owned);
         let class = want
             .get("resource_class")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let asked_for = !strings(&want, "candidate_nodes").is_empty();
         let failed = |error: String| format!("Failed to process allocation {uuid}: {error}.");
-        let available: Vec<(bool, Uuid, bool)> = store
-            .nodes_after(None)
-            .filter_map(Result::ok)
-            .filter(|n| available(n.state(), &n.body, &want))
-            .map(|n| {
-                (
-                    n.body.name.is_some() && n.body.name.as_deref() == name,
-                    n.uuid(),
-                    has_traits(&n.body, &want),
-                )
-            })
-            .collect();
+        // The fleet is read off the async workers: it is the one pass that reads every node.
+        let (me, wanted) = (self.clone(), want.clone());
+        let available: Vec<(bool, Uuid, bool)> = tokio::task::spawn_blocking(move || {
+            me.store
+                .nodes_after(None)
+                .filter_map(Result::ok)
+                .filter(|n| available(n.state(), &n.body, &wanted))
+                .map(|n| {
+                    (
+                        n.body.name.is_some() && n.body.name == name,
+                        n.uuid(),
+                        has_traits(&n.body, &wanted),
+                    )
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| format!("the search for a node failed: {e}"))?;
         // Ironic's words for each filter that leaves nothing, which clients match on.
         if available.is_empty() {
             return Err(failed(if asked_for {
@@ -205,7 +215,7 @@ impl Conductor {
         // the allocation is tried first (Ironic 1.79).
         candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
         for (_, node) in candidates {
-            match self.take(uuid, node, &want) {
+            match self.take(uuid, node, &want).await {
                 Ok(()) => return Ok(()),
                 Err(AllocationError::Deleted) => return Err("deleted".into()),
                 Err(_) => continue,
@@ -220,8 +230,8 @@ impl Conductor {
 
     /// Frees the node allocation `uuid` (whose document was `doc`) holds, unless the node
     /// is in a flow, and ends its search. A node that is gone is nothing to free.
-    pub fn release_allocation(&self, uuid: Uuid, doc: &Doc) -> Result<(), AllocationError> {
-        let mut searching = self.allocating.lock();
+    pub async fn release_allocation(&self, uuid: Uuid, doc: &Doc) -> Result<(), AllocationError> {
+        let mut searching = self.allocating.lock().await;
         // From here on the search takes nothing.
         searching.remove(&uuid);
         // Read again under the lock: the search may have recorded a node since `doc`.
@@ -247,6 +257,7 @@ impl Conductor {
             free(b, uuid);
             Ok(())
         });
+        let result = result.await;
         drop(searching);
         match result {
             Err(AllocationError::Store(StoreError::NodeNotFound(_))) => Ok(()),

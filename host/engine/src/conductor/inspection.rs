@@ -36,7 +36,7 @@ impl Conductor {
     /// Starts inspecting a node whose inspect interface deployd performs (`redfish`).
     pub async fn inspect(self: &Arc<Self>, node: Uuid) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, "inspect").await?;
-        let current = self.store.node(node)?;
+        let current = self.store.node(node).await?;
         let step = match current.body.interfaces.get("inspect").map(String::as_str) {
             Some("redfish") => Step::Inspect,
             Some("agent") => Step::InspectBoot,
@@ -52,13 +52,16 @@ impl Conductor {
             .next(Event::Inspect)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
         let now = json!(self.store.clock().now().to_datetime());
-        self.store.update_node(node, |b| {
-            b.attrs.insert("inspection_started_at".into(), now.clone());
-            b.attrs.remove("inspection_finished_at");
-            Ok(())
-        })?;
         self.store
-            .apply_event_from(node, state, Event::Inspect, None)?;
+            .update_node(node, |b| {
+                b.attrs.insert("inspection_started_at".into(), now.clone());
+                b.attrs.remove("inspection_finished_at");
+                Ok(())
+            })
+            .await?;
+        self.store
+            .apply_event_from(node, state, Event::Inspect, None)
+            .await?;
         self.spawn(claim, step);
         Ok(())
     }
@@ -67,9 +70,9 @@ impl Conductor {
     /// ramdisk from the network. It waits first, so an agent that boots fast and posts at
     /// once finds it waiting.
     pub(super) async fn boot_for_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
-        self.store.apply_event(node, Event::Wait, None)?;
+        self.store.apply_event(node, Event::Wait, None).await?;
         let booted = async {
-            let record = self.store.node(node).map_err(|e| e.to_string())?;
+            let record = self.store.node(node).await.map_err(|e| e.to_string())?;
             let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
             let power = driver.description.power.clone();
             let services = self.registry.services().clone();
@@ -80,12 +83,9 @@ impl Conductor {
         };
         if let Err(e) = booted.await {
             let error = format!("Failed to inspect hardware. Reason: {e}");
-            self.store.apply_event_from(
-                node,
-                ProvisionState::InspectWait,
-                Event::Fail,
-                Some(error),
-            )?;
+            self.store
+                .apply_event_from(node, ProvisionState::InspectWait, Event::Fail, Some(error))
+                .await?;
         }
         Ok(())
     }
@@ -93,20 +93,17 @@ impl Conductor {
     /// The node that sent this inventory to `POST /v1/continue_inspection`, as Ironic
     /// finds it: a port with one of its MACs, else a node whose BMC address it reports;
     /// only a node in `inspect wait` (`None` for all else, which the API answers 404).
-    pub fn inspected_node(&self, inventory: &Value) -> Result<Option<Uuid>, StoreError> {
+    pub async fn inspected_node(&self, inventory: &Value) -> Result<Option<Uuid>, StoreError> {
         let macs: Vec<&str> = inventory["interfaces"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|i| i["mac_address"].as_str())
             .collect();
-        let waiting = |uuid: Uuid| {
-            self.store
-                .node(uuid)
-                .is_ok_and(|n| n.state() == ProvisionState::InspectWait)
-        };
-        if let Some(uuid) = self.store.node_by_macs(macs.iter().copied())? {
-            return Ok(Some(uuid).filter(|u| waiting(*u)));
+        if let Some(uuid) = self.store.node_by_macs(macs.iter().copied()).await? {
+            let node = self.store.node(uuid).await;
+            let waiting = node.is_ok_and(|n| n.state() == ProvisionState::InspectWait);
+            return Ok(Some(uuid).filter(|_| waiting));
         }
         let bmc: Vec<&str> = ["bmc_address", "bmc_v6address"]
             .iter()
@@ -147,14 +144,17 @@ impl Conductor {
         plugin_data: Value,
     ) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, "inspect").await?;
-        if self.store.node(node)?.state() != ProvisionState::InspectWait {
+        if self.store.node(node).await?.state() != ProvisionState::InspectWait {
             return Err(ConductorError::Invalid(format!(
                 "Node {node} is not waiting for inspection data."
             )));
         }
         let me = self.clone();
         tokio::spawn(async move {
-            let done = match me.apply_inventory(node, inventory, plugin_data, false) {
+            let done = match me
+                .apply_inventory(node, inventory, plugin_data, false)
+                .await
+            {
                 Ok(()) => me.power_off_after_inspection(node).await,
                 Err(e) => Err(e),
             };
@@ -165,7 +165,7 @@ impl Conductor {
                     me.store.apply_event(node, Event::Fail, Some(error))
                 }
             };
-            if let Err(e) = result {
+            if let Err(e) = result.await {
                 tracing::error!(%node, "ending the inspection: {e}");
             }
             drop(claim);
@@ -174,7 +174,7 @@ impl Conductor {
     }
 
     async fn power_off_after_inspection(&self, node: Uuid) -> Result<(), String> {
-        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let record = self.store.node(node).await.map_err(|e| e.to_string())?;
         let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
         let services = self.registry.services().clone();
         bmc::act(&services, node, &driver.description.power, PowerAction::Off).await
@@ -184,14 +184,16 @@ impl Conductor {
     pub(super) async fn run_inspection(&self, node: Uuid) -> Result<(), ConductorError> {
         let services = self.registry.services().clone();
         let outcome = match bmc::inspect(&services, node).await {
-            Ok(inventory) => self.apply_inventory(node, inventory, json!({}), true),
+            Ok(inventory) => self.apply_inventory(node, inventory, json!({}), true).await,
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(()) => self.store.apply_event(node, Event::Done, None)?,
+            Ok(()) => self.store.apply_event(node, Event::Done, None).await?,
             Err(e) => {
                 let error = format!("Failed to inspect hardware. Reason: {e}");
-                self.store.apply_event(node, Event::Fail, Some(error))?
+                self.store
+                    .apply_event(node, Event::Fail, Some(error))
+                    .await?
             }
         };
         Ok(())
@@ -200,16 +202,16 @@ impl Conductor {
     /// What inspection found, applied: ports for new MACs, the properties, the stored
     /// inspection rules; the inventory (and the plugin data as the rules left it) stored
     /// whatever they decide. `essential`: the out-of-band check of the three properties.
-    fn apply_inventory(
+    async fn apply_inventory(
         &self,
         node: Uuid,
         inventory: Value,
         mut plugin_data: Value,
         essential: bool,
     ) -> Result<(), String> {
-        self.add_ports(node, &inventory);
+        self.add_ports(node, &inventory).await;
         let properties = properties_of(&inventory);
-        let mut body = self.store.node(node).map_err(|e| e.to_string())?.body;
+        let mut body = self.store.node(node).await.map_err(|e| e.to_string())?.body;
         for (key, value) in &properties {
             let boot_mode_set = key == "capabilities"
                 && body
@@ -255,6 +257,7 @@ impl Conductor {
                 *b = body.clone();
                 Ok(())
             })
+            .await
             .map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -288,18 +291,18 @@ impl Conductor {
 
     /// A port for each MAC found that no port has (Ironic's `ports` hook); a MAC another
     /// node's port has is left to it.
-    fn add_ports(&self, node: Uuid, inventory: &Value) {
+    async fn add_ports(&self, node: Uuid, inventory: &Value) {
         for iface in inventory["interfaces"].as_array().into_iter().flatten() {
             let Some(mac) = iface["mac_address"].as_str() else {
                 continue;
             };
-            match self.store.port_with_mac(mac) {
+            match self.store.port_with_mac(mac).await {
                 Ok(Some(port)) if port.node_uuid != node => {
                     tracing::warn!(%node, mac, other = %port.node_uuid, "inspected MAC belongs to another node's port");
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => {
-                    if let Err(e) = self.store.create_port(node, mac, Default::default()) {
+                    if let Err(e) = self.store.create_port(node, mac, Default::default()).await {
                         tracing::warn!(%node, mac, "cannot create the inspected port: {e}");
                     }
                 }

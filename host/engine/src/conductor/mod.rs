@@ -25,6 +25,7 @@ mod virtual_media;
 pub use records::token_hash;
 use steps::Step;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ use crate::driver_host::sandbox::{Export, Reply};
 use crate::driver_host::{LoadedDriver, PluginError, Registry};
 use crate::hardware::Hardware;
 use crate::images::{Images, STAGED_TOKEN};
-use crate::node::Node;
+use crate::node::{Node, NodeBody};
 use crate::reservations::{Claim, Held, Reservations};
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::{Store, StoreError};
@@ -95,6 +96,10 @@ impl<E, F> NodeChange<E> for F where
 
 /// What a refused edit can say: the store's error or the conductor's (a busy node).
 pub trait EditError: From<StoreError> + From<ConductorError> {}
+
+/// How many times a change that reads other records is computed again when its record
+/// changed under it (see [`Conductor::edit_reading`]).
+const RECOMPUTE: usize = 5;
 
 impl<E: From<StoreError> + From<ConductorError>> EditError for E {}
 
@@ -210,24 +215,27 @@ impl Conductor {
         config_drive: Option<ConfigDrive>,
     ) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, verb.operation()).await?;
-        let current = self.store.node(node)?;
+        let current = self.store.node(node).await?;
         let state = current.state();
         match verb {
             // From enroll, manage verifies; from available (or a failed state) the node
             // is manageable at once, with nothing left to verify.
             Verb::Manage => {
                 self.store
-                    .apply_event_from(node, state, Event::Manage, None)?;
+                    .apply_event_from(node, state, Event::Manage, None)
+                    .await?;
                 if matches!(state.next(Event::Manage), Ok(ProvisionState::Verifying)) {
                     self.spawn(claim, Step::Verify);
                 }
             }
             Verb::Provide if self.cleans(&current.body) => {
-                self.start_cleaning(claim, &current, Event::Provide, Vec::new())?
+                self.start_cleaning(claim, &current, Event::Provide, Vec::new())
+                    .await?
             }
             Verb::Provide => {
                 self.store
-                    .apply_event_from(node, state, Event::Provide, None)?;
+                    .apply_event_from(node, state, Event::Provide, None)
+                    .await?;
                 self.spawn(claim, Step::Clean);
             }
             Verb::Deploy | Verb::Rebuild => {
@@ -242,27 +250,34 @@ impl Conductor {
                 match (&config_drive, event) {
                     (Some(drive), _) => {
                         self.check_config_drive_writer(&current)?;
-                        self.store.set_config_drive(node, Some(drive))?;
+                        self.store.set_config_drive(node, Some(drive)).await?;
                     }
                     (None, Event::Rebuild) => {}
-                    (None, _) => self.store.set_config_drive(node, None)?,
+                    (None, _) => self.store.set_config_drive(node, None).await?,
                 }
-                self.start_flow(claim, &current, event, Step::Deploy)?;
+                self.start_flow(claim, &current, event, Step::Deploy)
+                    .await?;
             }
             // Cleaning boots the ramdisk again, so it is a flow of its own too.
             Verb::Undeploy if self.cleans(&current.body) => {
-                self.start_cleaning(claim, &current, Event::Delete, Vec::new())?;
-                self.store.set_config_drive(node, None)?;
+                self.start_cleaning(claim, &current, Event::Delete, Vec::new())
+                    .await?;
+                self.store.set_config_drive(node, None).await?;
             }
             Verb::Undeploy => {
-                self.start_flow(claim, &current, Event::Delete, Step::Release)?;
-                self.store.set_config_drive(node, None)?;
+                self.start_flow(claim, &current, Event::Delete, Step::Release)
+                    .await?;
+                self.store.set_config_drive(node, None).await?;
             }
-            Verb::Clean => self.start_cleaning(claim, &current, Event::Clean, Vec::new())?,
+            Verb::Clean => {
+                self.start_cleaning(claim, &current, Event::Clean, Vec::new())
+                    .await?
+            }
             Verb::Abort => {
                 let message = format!("Deploy aborted by the operator in \"{state}\"");
                 self.store
-                    .apply_event_from(node, state, Event::Abort, Some(message.clone()))?;
+                    .apply_event_from(node, state, Event::Abort, Some(message.clone()))
+                    .await?;
                 self.spawn(claim, Step::CleanUp(message));
             }
         }
@@ -280,14 +295,15 @@ impl Conductor {
         let claim = self
             .claim_for_operator(node, Verb::Clean.operation())
             .await?;
-        let current = self.store.node(node)?;
+        let current = self.store.node(node).await?;
         self.start_cleaning(claim, &current, Event::Clean, steps)
+            .await
     }
 
     /// Starts a cleaning (`event` from the node's state: provide, undeploy, clean) that
     /// runs `steps`, or the driver's default with none. An illegal transition is refused
     /// before the steps are written.
-    fn start_cleaning(
+    async fn start_cleaning(
         self: &Arc<Self>,
         claim: Claim,
         current: &Node,
@@ -299,30 +315,33 @@ impl Conductor {
             .state()
             .next(event)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
-        self.set_clean_steps(node, steps)?;
-        self.start_flow(claim, current, event, Step::TearDown)
+        self.set_clean_steps(node, steps).await?;
+        self.start_flow(claim, current, event, Step::TearDown).await
     }
 
     /// Sets (or, with none, removes) the steps a cleaning runs.
-    fn set_clean_steps(&self, node: Uuid, steps: Vec<Value>) -> Result<(), StoreError> {
+    async fn set_clean_steps(&self, node: Uuid, steps: Vec<Value>) -> Result<(), StoreError> {
         let present = self
             .store
-            .node(node)?
+            .node(node)
+            .await?
             .body
             .driver_internal_info
             .contains_key(CLEAN_STEPS);
         if steps.is_empty() && !present {
             return Ok(());
         }
-        self.store.update_node(node, |b| {
-            match steps.is_empty() {
-                true => b.driver_internal_info.remove(CLEAN_STEPS),
-                false => b
-                    .driver_internal_info
-                    .insert(CLEAN_STEPS.into(), Value::Array(steps.clone())),
-            };
-            Ok(())
-        })?;
+        self.store
+            .update_node(node, |b| {
+                match steps.is_empty() {
+                    true => b.driver_internal_info.remove(CLEAN_STEPS),
+                    false => b
+                        .driver_internal_info
+                        .insert(CLEAN_STEPS.into(), Value::Array(steps.clone())),
+                };
+                Ok(())
+            })
+            .await?;
         Ok(())
     }
 
@@ -338,7 +357,7 @@ impl Conductor {
     /// Starts a flow that runs the driver over several steps (deploy, rebuild, undeploy,
     /// clean): the transition must be legal, a local image is staged, the driver version
     /// is pinned and the last boot's agent token wiped, then the first step runs.
-    fn start_flow(
+    async fn start_flow(
         self: &Arc<Self>,
         claim: Claim,
         current: &Node,
@@ -353,10 +372,12 @@ impl Conductor {
             .next(event)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
         if matches!(step, Step::Deploy) {
-            self.stage_image(current)?;
+            self.stage_image(current).await?;
         }
-        self.pin(node, Some(&driver.id))?;
-        self.store.apply_event_from(node, state, event, None)?;
+        self.pin(node, Some(&driver.id)).await?;
+        self.store
+            .apply_event_from(node, state, event, None)
+            .await?;
         self.spawn(claim, step);
         Ok(())
     }
@@ -364,7 +385,7 @@ impl Conductor {
     /// A heartbeat from the node's agent, whose token the caller verified. Touches the node
     /// first, then (in `wait call-back` or `clean wait`) lets the driver act unless a step is already running (then `Busy`, and
     /// the agent retries soon, as IPA does on 409).
-    pub fn heartbeat(
+    pub async fn heartbeat(
         self: &Arc<Self>,
         node: Uuid,
         token: &str,
@@ -378,7 +399,7 @@ impl Conductor {
         // ended in between would hand this one a node from before its writes (a pxe
         // deploy started its image write twice that way).
         let claim = self.claim(node, "heartbeat");
-        let touched = match self.store.touch(node, report.fingerprint()) {
+        let touched = match self.store.touch(node, report.fingerprint()).await {
             Ok(p) => Some(p),
             // Heartbeats in other states are only recorded (Ironic's record-only states).
             Err(StoreError::NotWaiting { .. }) => None,
@@ -392,18 +413,20 @@ impl Conductor {
             .heartbeat(node, token, url, version, ca, report, now);
         if heard.first {
             let note = format!("First heartbeat from agent {version} at {}", url.as_str());
-            self.store.milestone(node, note)?;
+            self.store.milestone(node, note).await?;
         }
         if let Some(note) = heard.transfer {
-            self.store.milestone(node, note)?;
+            self.store.milestone(node, note).await?;
         }
         if let Some(digest) = heard.pinned {
             // Beside the token's hash, so a restart keeps the pin (and a flow's end wipes both).
-            self.store.update_node(node, |b| {
-                b.driver_internal_info
-                    .insert(AGENT_CA_SHA256.into(), digest.as_str().into());
-                Ok(())
-            })?;
+            self.store
+                .update_node(node, |b| {
+                    b.driver_internal_info
+                        .insert(AGENT_CA_SHA256.into(), digest.as_str().into());
+                    Ok(())
+                })
+                .await?;
         }
         let Some(touched) = touched else {
             return Ok(());
@@ -438,7 +461,7 @@ impl Conductor {
 
     /// Makes a local `image_source` downloadable for this deploy (see [`crate::images`]),
     /// on the record as it is under the node's lock.
-    fn stage_image(&self, node: &Node) -> Result<(), ConductorError> {
+    async fn stage_image(&self, node: &Node) -> Result<(), ConductorError> {
         let Some(images) = self.images.as_ref() else {
             return Ok(());
         };
@@ -446,11 +469,13 @@ impl Conductor {
         if !images.needs_staging(uuid, &node.body.instance_info) {
             return Ok(());
         }
-        self.store.edit_node(uuid, |_, b| {
-            images
-                .stage(uuid, &mut b.instance_info, &mut b.driver_internal_info)
-                .map_err(ConductorError::Invalid)
-        })?;
+        self.store
+            .edit_node(uuid, |_, b| {
+                images
+                    .stage(uuid, &mut b.instance_info, &mut b.driver_internal_info)
+                    .map_err(ConductorError::Invalid)
+            })
+            .await?;
         Ok(())
     }
 
@@ -463,25 +488,57 @@ impl Conductor {
         change: impl NodeChange<E>,
     ) -> Result<Node, E> {
         let claim = self.claim_for_operator(node, "update").await;
-        self.edit_claimed(claim?, change)
+        self.edit_claimed(claim?, change).await
     }
 
     /// [`Conductor::edit`] that does not wait: a busy node is refused at once. The
     /// allocation pass tries the next candidate instead (as Ironic's allocator does).
-    pub fn edit_if_free<E: EditError>(
+    pub async fn edit_if_free<E: EditError>(
         &self,
         node: Uuid,
         change: impl NodeChange<E>,
     ) -> Result<Node, E> {
-        self.edit_claimed(self.claim(node, "update")?, change)
+        self.edit_claimed(self.claim(node, "update")?, change).await
     }
 
-    fn edit_claimed<E: EditError>(
+    async fn edit_claimed<E: EditError>(
         &self,
         claim: Claim,
         change: impl NodeChange<E>,
     ) -> Result<Node, E> {
-        self.store.edit_node(claim.node(), change)
+        self.store.edit_node(claim.node(), change).await
+    }
+
+    /// [`Conductor::edit`] for a change that reads other records (a parent node, a chassis)
+    /// as it is computed: `compute` makes the new body from a copy of the node, off the
+    /// store's lock, and it is written only if the node is still as it was read (compare
+    /// and swap); a node that changed meanwhile (a token issued, a timeout) is read and
+    /// the body computed again.
+    pub async fn edit_reading<E: EditError, F: Future<Output = Result<NodeBody, E>>>(
+        &self,
+        node: Uuid,
+        compute: impl Fn(Node) -> F,
+    ) -> Result<Node, E> {
+        let _claim = self.claim_for_operator(node, "update").await?;
+        for _ in 0..RECOMPUTE {
+            let read = self.store.node(node).await?;
+            let body = compute(read.clone()).await?;
+            let written = self
+                .store
+                .edit_node(node, |p, current| {
+                    if p.state != read.provision.state || *current != read.body {
+                        return Err(StoreError::Changed(format!("node {node}")));
+                    }
+                    *current = body.clone();
+                    Ok(())
+                })
+                .await;
+            match written {
+                Err(StoreError::Changed(_)) => continue,
+                written => return Ok(written?),
+            }
+        }
+        Err(StoreError::Changed(format!("node {node}")).into())
     }
 
     /// The driver version a node's flow uses: the pinned one if any, else the active one.
@@ -515,8 +572,8 @@ impl Conductor {
     /// Either way the agent token of the previous boot is wiped, as Ironic's
     /// `wipe_token_and_url` does: the next boot of the ramdisk looks up afresh.
     /// A flow's end also ends its image staging: the staged url stops being served.
-    fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
-        let current = self.store.node(node)?;
+    async fn pin(&self, node: Uuid, hash: Option<&str>) -> Result<(), StoreError> {
+        let current = self.store.node(node).await?;
         let info = &current.body.driver_internal_info;
         let pinned = info.get(DRIVER_HASH).and_then(Value::as_str);
         let staged = hash.is_none() && info.contains_key(STAGED_TOKEN);
@@ -524,21 +581,23 @@ impl Conductor {
         if pinned == hash && !info.contains_key(AGENT_TOKEN_HASH) && !staged && !steps {
             return Ok(());
         }
-        self.store.update_node(node, |b| {
-            match hash {
-                Some(h) => b.driver_internal_info.insert(DRIVER_HASH.into(), h.into()),
-                None => b.driver_internal_info.remove(DRIVER_HASH),
-            };
-            b.driver_internal_info.remove(AGENT_TOKEN_HASH);
-            b.driver_internal_info.remove(AGENT_CA_SHA256);
-            if hash.is_none() {
-                b.driver_internal_info.remove(CLEAN_STEPS);
-            }
-            if let (None, Some(images)) = (hash, self.images.as_ref()) {
-                images.unstage(node, &mut b.instance_info, &mut b.driver_internal_info);
-            }
-            Ok(())
-        })?;
+        self.store
+            .update_node(node, |b| {
+                match hash {
+                    Some(h) => b.driver_internal_info.insert(DRIVER_HASH.into(), h.into()),
+                    None => b.driver_internal_info.remove(DRIVER_HASH),
+                };
+                b.driver_internal_info.remove(AGENT_TOKEN_HASH);
+                b.driver_internal_info.remove(AGENT_CA_SHA256);
+                if hash.is_none() {
+                    b.driver_internal_info.remove(CLEAN_STEPS);
+                }
+                if let (None, Some(images)) = (hash, self.images.as_ref()) {
+                    images.unstage(node, &mut b.instance_info, &mut b.driver_internal_info);
+                }
+                Ok(())
+            })
+            .await?;
         Ok(())
     }
 
@@ -548,7 +607,7 @@ impl Conductor {
         node: Uuid,
         action: PowerAction,
     ) -> Result<(), ConductorError> {
-        let record = self.store.node(node)?;
+        let record = self.store.node(node).await?;
         let driver = self
             .driver_for(&record)
             .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
@@ -557,20 +616,25 @@ impl Conductor {
             PowerAction::Off => "power off",
             PowerAction::On | PowerAction::Reboot => "power on",
         };
-        self.store.update_node(node, |b| {
-            b.target_power_state = Some(target.into());
-            Ok(())
-        })?;
+        self.store
+            .update_node(node, |b| {
+                b.target_power_state = Some(target.into());
+                Ok(())
+            })
+            .await?;
         let me = self.clone();
         tokio::spawn(async move {
             let services = me.registry.services().clone();
             if let Err(e) = bmc::act(&services, node, &driver.description.power, action).await {
-                let _ = me.store.update_node(node, |b| {
-                    b.target_power_state = None;
-                    b.last_error =
-                        Some(format!("Failed to change power state to \"{target}\": {e}"));
-                    Ok(())
-                });
+                let _ = me
+                    .store
+                    .update_node(node, |b| {
+                        b.target_power_state = None;
+                        b.last_error =
+                            Some(format!("Failed to change power state to \"{target}\": {e}"));
+                        Ok(())
+                    })
+                    .await;
             }
             drop(claim);
         });
@@ -584,7 +648,7 @@ impl Conductor {
             Err(e) => return (Err(e.to_string()), Err(e.to_string())),
         };
         let services = self.registry.services().clone();
-        let power = bmc::check(&services, node.uuid(), &driver.description.power);
+        let power = bmc::check(&services, node.uuid(), &driver.description.power).await;
         let deploy = match self
             .registry
             .call(&driver, node.uuid(), Export::Validate)
@@ -598,11 +662,11 @@ impl Conductor {
     }
 
     /// How many nodes are mid-flow on a driver (pinned to one of its versions).
-    pub fn nodes_pinned_to(&self, name: &str) -> Result<usize, StoreError> {
+    pub async fn nodes_pinned_to(&self, name: &str) -> Result<usize, StoreError> {
         let mut count = 0;
         let mut marker = None;
         loop {
-            let page = self.store.list_nodes(marker, 1000)?;
+            let page = self.store.list_nodes(marker, 1000).await?;
             let Some(last) = page.last() else {
                 return Ok(count);
             };

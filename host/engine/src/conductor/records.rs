@@ -3,6 +3,8 @@
 //! through the conductor like every write, so the API never writes around it (the
 //! architecture test checks that `api/` calls no store write).
 
+use std::future::Future;
+
 use base64::Engine as _;
 use rand::RngCore;
 use serde_json::json;
@@ -21,10 +23,10 @@ pub fn token_hash(token: &str) -> String {
 
 impl Conductor {
     /// Enrolls a node; before API 1.11 it starts in `available`, as Ironic's did.
-    pub fn enroll(&self, new: NewNode, available: bool) -> Result<Node, StoreError> {
-        let node = self.store.create_node(new)?;
+    pub async fn enroll(&self, new: NewNode, available: bool) -> Result<Node, StoreError> {
+        let node = self.store.create_node(new).await?;
         match available {
-            true => self.store.set_initial_available(node.uuid()),
+            true => self.store.set_initial_available(node.uuid()).await,
             false => Ok(node),
         }
     }
@@ -34,16 +36,22 @@ impl Conductor {
     /// it, the node's `last_error` and an error event of its history.
     pub async fn record_failure(&self, node: Uuid, error: String) -> Result<(), ConductorError> {
         let _claim = self.claim_for_operator(node, "update").await?;
-        self.note_failure(node, error)
+        self.note_failure(node, error).await
     }
 
     /// [`Conductor::record_failure`] for a caller that holds the node's claim.
-    pub(super) fn note_failure(&self, node: Uuid, error: String) -> Result<(), ConductorError> {
-        self.store.update_node(node, |b| {
-            b.last_error = Some(error.clone());
-            Ok(())
-        })?;
-        self.store.failure(node, error)?;
+    pub(super) async fn note_failure(
+        &self,
+        node: Uuid,
+        error: String,
+    ) -> Result<(), ConductorError> {
+        self.store
+            .update_node(node, |b| {
+                b.last_error = Some(error.clone());
+                Ok(())
+            })
+            .await?;
+        self.store.failure(node, error).await?;
         Ok(())
     }
 
@@ -51,7 +59,7 @@ impl Conductor {
     /// ports and what `cascade` names go with it, in one store transaction.
     pub async fn delete(&self, node: Uuid, cascade: &Cascade) -> Result<(), ConductorError> {
         let _claim = self.claim_for_operator(node, "delete").await?;
-        self.store.delete_node_with(node, cascade)?;
+        self.store.delete_node_with(node, cascade).await?;
         self.agents.forget(node);
         Ok(())
     }
@@ -61,7 +69,7 @@ impl Conductor {
     /// write (and flush) per call let a lookup flood cut the engine's throughput by two
     /// thirds. The write, when there is one, only inserts if absent, so two racing first
     /// lookups still issue exactly one token.
-    pub fn issue_agent_token(&self, node: &Node) -> Result<String, StoreError> {
+    pub async fn issue_agent_token(&self, node: &Node) -> Result<String, StoreError> {
         if node
             .body
             .driver_internal_info
@@ -73,39 +81,62 @@ impl Conductor {
         rand::rng().fill_bytes(&mut bytes);
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
         let digest = token_hash(&token);
-        let updated = self.store.update_node(node.uuid(), |b| {
-            if !b.driver_internal_info.contains_key(AGENT_TOKEN_HASH) {
-                b.driver_internal_info
-                    .insert(AGENT_TOKEN_HASH.into(), json!(digest));
-                // A new boot: no certificate of a former one stays pinned.
-                b.driver_internal_info.remove(super::AGENT_CA_SHA256);
-            }
-            Ok(())
-        })?;
+        let updated = self
+            .store
+            .update_node(node.uuid(), |b| {
+                if !b.driver_internal_info.contains_key(AGENT_TOKEN_HASH) {
+                    b.driver_internal_info
+                        .insert(AGENT_TOKEN_HASH.into(), json!(digest));
+                    // A new boot: no certificate of a former one stays pinned.
+                    b.driver_internal_info.remove(super::AGENT_CA_SHA256);
+                }
+                Ok(())
+            })
+            .await?;
         if updated.body.driver_internal_info.get(AGENT_TOKEN_HASH) != Some(&json!(digest)) {
             return Ok("******".into());
         }
         self.agents.issued(node.uuid(), token.clone());
         let note = "Ramdisk agent looked the node up; agent token issued";
-        self.store.milestone(node.uuid(), note.into())?;
+        self.store.milestone(node.uuid(), note.into()).await?;
         Ok(token)
     }
 
-    pub fn create_port(&self, port: Port) -> Result<Port, StoreError> {
-        self.store.insert_port(port)
+    pub async fn create_port(&self, port: Port) -> Result<Port, StoreError> {
+        self.store.insert_port(port).await
     }
 
-    /// Changes a port; `change` may refuse with the caller's error.
-    pub fn update_port<E: From<StoreError>>(
+    /// Changes a port: `compute` makes the new port from a copy, and may read other
+    /// records as it does; it is written only if the port is still as it was read, else
+    /// computed again (as [`Conductor::edit_reading`] does for nodes).
+    pub async fn update_port<E: From<StoreError>, F: Future<Output = Result<Port, E>>>(
         &self,
         uuid: Uuid,
-        change: impl FnOnce(&mut Port) -> Result<(), E>,
+        compute: impl Fn(Port) -> F,
     ) -> Result<Port, E> {
-        self.store.update_port(uuid, change)
+        for _ in 0..super::RECOMPUTE {
+            let read = self.store.port(uuid).await?;
+            let port = compute(read.clone()).await?;
+            let written = self
+                .store
+                .update_port(uuid, |current| {
+                    if *current != read {
+                        return Err(StoreError::Changed(format!("port {uuid}")));
+                    }
+                    *current = port.clone();
+                    Ok(())
+                })
+                .await;
+            match written {
+                Err(StoreError::Changed(_)) => continue,
+                written => return Ok(written?),
+            }
+        }
+        Err(StoreError::Changed(format!("port {uuid}")).into())
     }
 
-    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
-        self.store.delete_port(uuid)
+    pub async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        self.store.delete_port(uuid).await
     }
 
     /// Adds a stored-only document (chassis, port group, allocation, …).
@@ -119,17 +150,35 @@ impl Conductor {
         self.store.docs_to_write()?.insert(kind, uuid, doc, unique)
     }
 
-    /// Changes a stored-only document; `change` may refuse with the caller's error.
-    pub fn update_document<E: From<StoreError>>(
+    /// Changes a stored-only document: `compute` makes the new document from a copy,
+    /// and may read other records as it does; it is written only if the document is
+    /// still as it was read, else computed again.
+    pub async fn update_document<E: From<StoreError>, F: Future<Output = Result<Doc, E>>>(
         &self,
         kind: &'static str,
         uuid: Uuid,
         unique: &[&'static str],
-        change: impl FnOnce(&mut Doc) -> Result<(), E>,
+        compute: impl Fn(Doc) -> F,
     ) -> Result<Doc, E> {
-        self.store
-            .docs_to_write()?
-            .update(kind, uuid, unique, change)
+        for _ in 0..super::RECOMPUTE {
+            let read = self.store.docs()?.get(kind, uuid)?;
+            let doc = compute(read.clone()).await?;
+            let written = self
+                .store
+                .docs_to_write()?
+                .update(kind, uuid, unique, |current| {
+                    if *current != read {
+                        return Err(StoreError::Changed(format!("{kind} {uuid}")));
+                    }
+                    *current = doc.clone();
+                    Ok(())
+                });
+            match written {
+                Err(StoreError::Changed(_)) => continue,
+                written => return Ok(written?),
+            }
+        }
+        Err(StoreError::Changed(format!("{kind} {uuid}")).into())
     }
 
     pub fn delete_document(

@@ -34,18 +34,21 @@ impl Conductor {
         steps: Vec<Value>,
     ) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, "service").await?;
-        let current = self.store.node(node)?;
+        let current = self.store.node(node).await?;
         let state = current.state();
         state
             .next(Event::Service)
             .map_err(|source| StoreError::IllegalTransition { node, source })?;
-        self.store.update_node(node, |b| {
-            b.driver_internal_info.insert(STEPS.into(), json!(steps));
-            b.driver_internal_info.insert(NEXT.into(), json!(0));
-            Ok(())
-        })?;
         self.store
-            .apply_event_from(node, state, Event::Service, None)?;
+            .update_node(node, |b| {
+                b.driver_internal_info.insert(STEPS.into(), json!(steps));
+                b.driver_internal_info.insert(NEXT.into(), json!(0));
+                Ok(())
+            })
+            .await?;
+        self.store
+            .apply_event_from(node, state, Event::Service, None)
+            .await?;
         self.spawn(claim, Step::Service);
         Ok(())
     }
@@ -53,10 +56,11 @@ impl Conductor {
     /// `unhold` from `service hold`: through `service wait`, the remaining steps run.
     pub async fn unhold(self: &Arc<Self>, node: Uuid) -> Result<(), ConductorError> {
         let claim = self.claim_for_operator(node, "unhold").await?;
-        let state = self.store.node(node)?.state();
+        let state = self.store.node(node).await?.state();
         self.store
-            .apply_event_from(node, state, Event::Unhold, None)?;
-        self.store.apply_event(node, Event::Resume, None)?;
+            .apply_event_from(node, state, Event::Unhold, None)
+            .await?;
+        self.store.apply_event(node, Event::Resume, None).await?;
         self.spawn(claim, Step::Service);
         Ok(())
     }
@@ -64,7 +68,7 @@ impl Conductor {
     /// Runs the node's service steps from the next one, until they end, fail or hold.
     pub(super) async fn run_service(&self, node: Uuid) -> Result<(), ConductorError> {
         loop {
-            let record = self.store.node(node)?;
+            let record = self.store.node(node).await?;
             let info = &record.body.driver_internal_info;
             let steps = info
                 .get(STEPS)
@@ -73,18 +77,22 @@ impl Conductor {
                 .unwrap_or_default();
             let next = info.get(NEXT).and_then(Value::as_u64).unwrap_or(0) as usize;
             let Some(step) = steps.get(next).cloned() else {
-                self.store.update_node(node, |b| {
-                    b.driver_internal_info.remove(STEPS);
-                    b.driver_internal_info.remove(NEXT);
-                    Ok(())
-                })?;
-                self.store.apply_event(node, Event::Done, None)?;
+                self.store
+                    .update_node(node, |b| {
+                        b.driver_internal_info.remove(STEPS);
+                        b.driver_internal_info.remove(NEXT);
+                        Ok(())
+                    })
+                    .await?;
+                self.store.apply_event(node, Event::Done, None).await?;
                 return Ok(());
             };
-            self.store.update_node(node, |b| {
-                b.driver_internal_info.insert(NEXT.into(), json!(next + 1));
-                Ok(())
-            })?;
+            self.store
+                .update_node(node, |b| {
+                    b.driver_internal_info.insert(NEXT.into(), json!(next + 1));
+                    Ok(())
+                })
+                .await?;
             let name = step["step"].as_str().unwrap_or_default();
             let action = match name {
                 "power_on" => Some(PowerAction::On),
@@ -98,29 +106,31 @@ impl Conductor {
                         "Node {node} failed service step {}.{name}: {e}",
                         step["interface"].as_str().unwrap_or_default()
                     );
-                    self.store.apply_event(node, Event::Fail, Some(error))?;
+                    self.store
+                        .apply_event(node, Event::Fail, Some(error))
+                        .await?;
                     return Ok(());
                 }
             } else if name == "hold" {
-                self.store.apply_event(node, Event::Hold, None)?;
+                self.store.apply_event(node, Event::Hold, None).await?;
                 return Ok(());
             } else if name == "wait" {
                 let seconds = step["args"]["seconds"]
                     .as_u64()
                     .unwrap_or(0)
                     .min(MAX_WAIT_SECONDS);
-                self.store.apply_event(node, Event::Wait, None)?;
+                self.store.apply_event(node, Event::Wait, None).await?;
                 tokio::time::sleep(Duration::from_secs(seconds)).await;
-                if self.store.node(node)?.state() != ProvisionState::ServiceWait {
+                if self.store.node(node).await?.state() != ProvisionState::ServiceWait {
                     return Ok(()); // aborted (service failed) or deleted meanwhile
                 }
-                self.store.apply_event(node, Event::Resume, None)?;
+                self.store.apply_event(node, Event::Resume, None).await?;
             }
         }
     }
 
     async fn power_step(&self, node: Uuid, action: PowerAction) -> Result<(), String> {
-        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let record = self.store.node(node).await.map_err(|e| e.to_string())?;
         let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
         let services = self.registry.services().clone();
         bmc::act(&services, node, &driver.description.power, action).await

@@ -34,11 +34,12 @@ impl Conductor {
     }
 
     /// Whether the node's BMC is configured for its driver's power backend.
-    fn verify(&self, node: Uuid) -> Result<(), String> {
-        let record = self.store.node(node).map_err(|e| e.to_string())?;
+    async fn verify(&self, node: Uuid) -> Result<(), String> {
+        let record = self.store.node(node).await.map_err(|e| e.to_string())?;
         let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
         let services = self.registry.services();
         bmc::check(services, node, &driver.description.power)
+            .await
             .map_err(|e| format!("Failed to validate power and management for node {node}: {e}"))
     }
 
@@ -51,16 +52,15 @@ impl Conductor {
             Step::Inspect => self.run_inspection(node).await?,
             Step::InspectBoot => self.boot_for_inspection(node).await?,
             Step::Verify => {
-                let outcome = self.verify(node);
-                match outcome {
-                    Ok(()) => self.store.apply_event(node, Event::Done, None)?,
-                    Err(e) => self.store.apply_event(node, Event::Fail, Some(e))?,
+                match self.verify(node).await {
+                    Ok(()) => self.store.apply_event(node, Event::Done, None).await?,
+                    Err(e) => self.store.apply_event(node, Event::Fail, Some(e)).await?,
                 };
             }
             // Provide without cleaning: the node goes straight on (Ironic with
             // `automated_clean = False`).
             Step::Clean => {
-                self.store.apply_event(node, Event::Done, None)?;
+                self.store.apply_event(node, Event::Done, None).await?;
             }
             // Undeploy without cleaning: the driver's clean-up powers the instance off
             // and drops its step state; no ramdisk boots, the disk is left as it is.
@@ -70,8 +70,8 @@ impl Conductor {
                 if let Err(e) = self.call(node, Export::CleanUp(reason.into())).await {
                     tracing::warn!(%node, "driver clean-up failed: {e}");
                 }
-                self.store.apply_event(node, Event::Clean, None)?;
-                self.cleaned(node)?;
+                self.store.apply_event(node, Event::Clean, None).await?;
+                self.cleaned(node).await?;
             }
             Step::Deploy => {
                 let valid = match self.prepare_image(node).await {
@@ -109,18 +109,16 @@ impl Conductor {
             Step::TearDown => {
                 self.agents.forget(node);
                 let outcome = self.outcome(node, Export::TearDown).await;
-                let state = self.store.node(node)?.state();
+                let state = self.store.node(node).await?.state();
                 match (state, outcome) {
                     (ProvisionState::Deleting, Outcome::Fail(e)) => {
-                        self.store.apply_event(
-                            node,
-                            Event::Fail,
-                            Some(format!("Tear down failed: {e}")),
-                        )?;
-                        self.flow_ended(node)?;
+                        self.store
+                            .apply_event(node, Event::Fail, Some(format!("Tear down failed: {e}")))
+                            .await?;
+                        self.flow_ended(node).await?;
                     }
                     (ProvisionState::Deleting, outcome) => {
-                        self.store.apply_event(node, Event::Clean, None)?;
+                        self.store.apply_event(node, Event::Clean, None).await?;
                         self.after_step(node, ProvisionState::Cleaning, outcome)
                             .await?;
                     }
@@ -139,7 +137,7 @@ impl Conductor {
         use crate::config_drive::ConfigDrive;
         use crate::deploy_image::DEPLOY_IMAGE;
         use crate::images::{Images, STAGED_TOKEN};
-        let record = self.store.node(node).map_err(|e| e.to_string())?;
+        let record = self.store.node(node).await.map_err(|e| e.to_string())?;
         let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
         let writes_image = !matches!(driver.description.family, Family::Fake)
             && record.body.instance_info.contains_key("image_source");
@@ -147,7 +145,11 @@ impl Conductor {
             true => Some(self.preparer.prepare(&record).await?),
             false => None,
         };
-        let drive = self.store.config_drive(node).map_err(|e| e.to_string())?;
+        let drive = self
+            .store
+            .config_drive(node)
+            .await
+            .map_err(|e| e.to_string())?;
         if let (Some(p), Some(drive)) = (&mut prepared, drive) {
             p.image.configdrive = Some(match drive {
                 ConfigDrive::Url(url) => url,
@@ -188,6 +190,7 @@ impl Conductor {
                 }
                 Ok(())
             })
+            .await
             .map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -204,47 +207,54 @@ impl Conductor {
         match (state, outcome) {
             (_, Outcome::Fail(reason)) => {
                 self.store
-                    .apply_event_from(node, state, Event::Fail, Some(reason.clone()))?;
+                    .apply_event_from(node, state, Event::Fail, Some(reason.clone()))
+                    .await?;
                 self.clean_up(node, reason).await?;
             }
             (S::Deploying | S::Cleaning, Outcome::Wait) => {
                 self.store
-                    .apply_event_from(node, state, Event::Wait, None)?;
+                    .apply_event_from(node, state, Event::Wait, None)
+                    .await?;
             }
             (S::Deploying, Outcome::Done) => {
                 self.store
-                    .apply_event_from(node, state, Event::Done, None)?;
-                self.flow_ended(node)?;
+                    .apply_event_from(node, state, Event::Done, None)
+                    .await?;
+                self.flow_ended(node).await?;
             }
             (S::WaitCallBack, Outcome::Done) => {
                 self.store
-                    .apply_event_from(node, state, Event::Resume, None)?;
+                    .apply_event_from(node, state, Event::Resume, None)
+                    .await?;
                 self.store
-                    .apply_event_from(node, S::Deploying, Event::Done, None)?;
-                self.flow_ended(node)?;
+                    .apply_event_from(node, S::Deploying, Event::Done, None)
+                    .await?;
+                self.flow_ended(node).await?;
             }
             (S::CleanWait, Outcome::Done) => {
                 self.store
-                    .apply_event_from(node, state, Event::Resume, None)?;
-                self.cleaned(node)?;
+                    .apply_event_from(node, state, Event::Resume, None)
+                    .await?;
+                self.cleaned(node).await?;
             }
-            (S::Cleaning, Outcome::Done) => self.cleaned(node)?,
+            (S::Cleaning, Outcome::Done) => self.cleaned(node).await?,
             (_, Outcome::Wait | Outcome::Done) => {}
         }
         Ok(())
     }
 
     /// Cleaning finished: on to available (undeploy) or back to manageable (manual).
-    fn cleaned(&self, node: Uuid) -> Result<(), ConductorError> {
-        let target = self.store.node(node)?.provision.target;
+    async fn cleaned(&self, node: Uuid) -> Result<(), ConductorError> {
+        let target = self.store.node(node).await?.provision.target;
         let event = if target == Some(ProvisionState::Manageable) {
             Event::Manage
         } else {
             Event::Done
         };
         self.store
-            .apply_event_from(node, ProvisionState::Cleaning, event, None)?;
-        self.flow_ended(node)
+            .apply_event_from(node, ProvisionState::Cleaning, event, None)
+            .await?;
+        self.flow_ended(node).await
     }
 
     /// Runs the driver's clean-up after a failure or timeout, then ends the flow.
@@ -252,17 +262,17 @@ impl Conductor {
         if let Err(e) = self.call(node, Export::CleanUp(reason)).await {
             tracing::warn!(%node, "driver clean-up failed: {e}");
         }
-        self.flow_ended(node)
+        self.flow_ended(node).await
     }
 
-    fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
+    async fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
         self.agents.forget(node);
-        Ok(self.pin(node, None)?)
+        Ok(self.pin(node, None).await?)
     }
 
     /// Calls an export that returns an outcome; a driver failure is a `fail` outcome.
     async fn outcome(&self, node: Uuid, export: Export) -> Outcome {
-        match self.store.node(node) {
+        match self.store.node(node).await {
             Ok(record) => self.outcome_on(record, export).await,
             Err(e) => Outcome::Fail(e.to_string()),
         }
@@ -278,7 +288,7 @@ impl Conductor {
     }
 
     async fn call(&self, node: Uuid, export: Export) -> Result<Reply, PluginError> {
-        let record = self.store.node(node).map_err(|e| PluginError::Host {
+        let record = self.store.node(node).await.map_err(|e| PluginError::Host {
             driver: "?".into(),
             message: e.to_string(),
         })?;
@@ -305,7 +315,7 @@ async fn keep_alive(conductor: std::sync::Weak<Conductor>) {
         };
         for node in conductor.reservations.held() {
             // Only nodes in wait states can be touched; the others say so, harmlessly.
-            let _ = conductor.store.touch_provisioning(node);
+            let _ = conductor.store.touch_provisioning(node).await;
         }
     }
 }

@@ -66,7 +66,7 @@ impl Conductor {
         tokio::spawn(async move {
             let services = me.registry.services().clone();
             if let Err(e) = bmc::virtual_media(&services, node, "redfish", what).await
-                && let Err(e) = me.note_failure(node, format!("{error}: {e}"))
+                && let Err(e) = me.note_failure(node, format!("{error}: {e}")).await
             {
                 tracing::error!(%node, "recording a virtual media failure: {e}");
             }

@@ -9,7 +9,7 @@
 //! `expiry::judge`). Only the clock differs: the sled store's is the engine's, the shared
 //! store's the database's.
 
-use std::future::{Future, ready};
+use std::future::Future;
 
 use uuid::Uuid;
 
@@ -55,46 +55,43 @@ pub trait Backend: Send + Sync {
     fn next_deadline(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
 }
 
-/// sled's operations are synchronous and short: each future is ready when made.
+/// The handle's operations, as they are (sled's run at once when polled).
 impl Backend for Store {
     fn create_node(&self, new: NewNode) -> impl Future<Output = Result<Node, StoreError>> + Send {
-        ready(Store::create_node(self, new))
+        Store::create_node(self, new)
     }
 
     fn node(&self, uuid: Uuid) -> impl Future<Output = Result<Node, StoreError>> + Send {
-        ready(Store::node(self, uuid))
+        Store::node(self, uuid)
     }
 
-    fn apply_event(
+    async fn apply_event(
         &self,
         uuid: Uuid,
         expected: Option<ProvisionState>,
         event: Event,
         last_error: Option<String>,
-    ) -> impl Future<Output = Result<Node, StoreError>> + Send {
-        ready(match expected {
-            Some(expected) => Store::apply_event_from(self, uuid, expected, event, last_error),
-            None => Store::apply_event(self, uuid, event, last_error),
-        })
+    ) -> Result<Node, StoreError> {
+        match expected {
+            Some(expected) => {
+                Store::apply_event_from(self, uuid, expected, event, last_error).await
+            }
+            None => Store::apply_event(self, uuid, event, last_error).await,
+        }
     }
 
-    fn touch(
-        &self,
-        uuid: Uuid,
-        progress: Option<u64>,
-    ) -> impl Future<Output = Result<Provision, StoreError>> + Send {
-        ready(Store::touch(self, uuid, progress).map(|t| t.provision))
+    async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Provision, StoreError> {
+        Store::touch(self, uuid, progress)
+            .await
+            .map(|t| t.provision)
     }
 
-    fn fail_expired(
-        &self,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<TimedOut>, StoreError>> + Send {
-        ready(Store::fail_expired(self, self.clock().now(), limit))
+    async fn fail_expired(&self, limit: usize) -> Result<Vec<TimedOut>, StoreError> {
+        Store::fail_expired(self, self.clock().now(), limit).await
     }
 
     fn next_deadline(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send {
-        ready(Store::next_deadline(self))
+        Store::next_deadline(self)
     }
 }
 

@@ -187,22 +187,22 @@ impl Store {
     }
 
     /// Records an engine's note in a node's history.
-    pub fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
+    pub async fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
         on_sled!(self, "record a milestone", |s| s.milestone(uuid, note))
     }
 
     /// Records a failure in a node's history.
-    pub fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
+    pub async fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
         on_sled!(self, "record a failure", |s| s.failure(uuid, error))
     }
 
     /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on), durable when it returns.
-    pub fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
+    pub async fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
         on_sled!(self, "enroll a node synchronously", |s| s.create_node(new))
     }
 
     /// Enrolls many nodes with one flush at the end; each is all-or-nothing.
-    pub fn create_nodes(
+    pub async fn create_nodes(
         &self,
         new: Vec<NewNode>,
     ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
@@ -210,22 +210,26 @@ impl Store {
     }
 
     /// A node by uuid.
-    pub fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
+    pub async fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
         on_sled!(self, "read a node synchronously", |s| s.node(uuid))
     }
 
     /// Only a node's provision record (state, clock, deadline).
-    pub fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
+    pub async fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
         on_sled!(self, "read a provision record", |s| s.provision(uuid))
     }
 
     /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
-    pub fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
+    pub async fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
         on_sled!(self, "find a node", |s| s.find_node(ident))
     }
 
     /// Up to `limit` nodes in uuid order, starting after `marker`.
-    pub fn list_nodes(&self, marker: Option<Uuid>, limit: usize) -> Result<Vec<Node>, StoreError> {
+    pub async fn list_nodes(
+        &self,
+        marker: Option<Uuid>,
+        limit: usize,
+    ) -> Result<Vec<Node>, StoreError> {
         on_sled!(self, "list nodes", |s| s.list_nodes(marker, limit))
     }
 
@@ -252,7 +256,7 @@ impl Store {
     }
 
     /// Changes a node's body (never its provision state: that is what events are for).
-    pub fn update_node(
+    pub async fn update_node(
         &self,
         uuid: Uuid,
         change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
@@ -262,7 +266,7 @@ impl Store {
 
     /// [`Store::update_node`] where `change` also sees the node's provision state and may
     /// refuse with an error of the caller's.
-    pub fn edit_node<E: From<StoreError>>(
+    pub async fn edit_node<E: From<StoreError>>(
         &self,
         uuid: Uuid,
         change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
@@ -271,23 +275,23 @@ impl Store {
     }
 
     /// Deletes a node and its ports, in the states where Ironic allows it.
-    pub fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+    pub async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
         on_sled!(self, "delete a node", |s| s.delete_node(uuid))
     }
 
     /// Deletes a node, its ports and the documents that go with it, all or none.
-    pub fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
+    pub async fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
         on_sled!(self, "delete a node", |s| s.delete_node_with(uuid, cascade))
     }
 
     /// Puts a node just enrolled straight into `available` (clients older than API 1.11).
-    pub fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
+    pub async fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
         on_sled!(self, "make a node available", |s| s
             .set_initial_available(uuid))
     }
 
     /// Applies `event` to a node, durable when it returns; `last_error` replaces the node's.
-    pub fn apply_event(
+    pub async fn apply_event(
         &self,
         uuid: Uuid,
         event: Event,
@@ -298,7 +302,7 @@ impl Store {
     }
 
     /// [`Store::apply_event`], only if the node is still in `expected`.
-    pub fn apply_event_from(
+    pub async fn apply_event_from(
         &self,
         uuid: Uuid,
         expected: ProvisionState,
@@ -310,7 +314,7 @@ impl Store {
     }
 
     /// Applies many events with one flush at the end; each is all-or-nothing.
-    pub fn apply_events(
+    pub async fn apply_events(
         &self,
         events: impl IntoIterator<Item = (Uuid, Event)>,
     ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
@@ -318,53 +322,57 @@ impl Store {
     }
 
     /// A live agent's heartbeat: moves a waiting node's clock and deadline to now.
-    pub fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
+    pub async fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
         on_sled!(self, "touch a node synchronously", |s| s
             .touch_provisioning(uuid))
     }
 
     /// A touch that also reports the agent's progress (see
     /// [`super::progress_fingerprint`]).
-    pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+    pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
         on_sled!(self, "touch a node synchronously", |s| s
             .touch(uuid, progress))
     }
 
     /// Records progress seen elsewhere than in a heartbeat; returns whether it was progress.
-    pub fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+    pub async fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
         on_sled!(self, "record progress", |s| s
             .report_progress(uuid, progress))
     }
 
     /// The earliest deadline in the index (possibly stale; the sweep step checks).
-    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         on_sled!(self, "read deadlines synchronously", |s| s.next_deadline())
     }
 
     /// Every entry of the deadline index, in deadline order (diagnostics and tests).
-    pub fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
+    pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
         on_sled!(self, "list deadlines", |s| s.deadline_index())
     }
 
     /// Fails up to `limit` nodes whose deadline is at or before `now`; returns them.
-    pub fn fail_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<TimedOut>, StoreError> {
-        on_sled!(self, "sweep synchronously", |s| s.fail_expired(now, limit))
+    pub async fn fail_expired(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        self.fail_expired_describing(now, limit, &|_| None).await
     }
 
     /// [`Store::fail_expired`], with what each node's agent last reported of its progress
     /// (`describe`) quoted in a stall's `last_error`.
-    pub fn fail_expired_describing(
+    pub async fn fail_expired_describing(
         &self,
         now: Timestamp,
         limit: usize,
-        describe: &dyn Fn(Uuid) -> Option<String>,
+        describe: &(dyn Fn(Uuid) -> Option<String> + Sync),
     ) -> Result<Vec<TimedOut>, StoreError> {
-        on_sled!(self, "sweep synchronously", |s| s
+        on_sled!(self, "sweep at a given time", |s| s
             .fail_expired_describing(now, limit, describe))
     }
 
     /// Creates a port on `node` with `mac`.
-    pub fn create_port(
+    pub async fn create_port(
         &self,
         node: Uuid,
         mac: &str,
@@ -374,32 +382,32 @@ impl Store {
     }
 
     /// Stores a port as given (its uuid, MAC and name unique).
-    pub fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
+    pub async fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
         on_sled!(self, "create a port", |s| s.insert_port(port))
     }
 
     /// Every port.
-    pub fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
+    pub async fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
         on_sled!(self, "list ports", |s| s.list_ports())
     }
 
     /// A port by uuid.
-    pub fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+    pub async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
         on_sled!(self, "read a port", |s| s.port(uuid))
     }
 
     /// The port with this name, if any.
-    pub fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+    pub async fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
         on_sled!(self, "find a port", |s| s.port_named(name))
     }
 
     /// The port with this MAC address, if any.
-    pub fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
+    pub async fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
         on_sled!(self, "find a port", |s| s.port_with_mac(mac))
     }
 
     /// The node one of `macs` belongs to, if any (an agent's lookup).
-    pub fn node_by_macs<'a>(
+    pub async fn node_by_macs<'a>(
         &self,
         macs: impl IntoIterator<Item = &'a str>,
     ) -> Result<Option<Uuid>, StoreError> {
@@ -407,17 +415,17 @@ impl Store {
     }
 
     /// A node's ports.
-    pub fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
+    pub async fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
         on_sled!(self, "list a node's ports", |s| s.ports_of(node))
     }
 
     /// Deletes a port.
-    pub fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+    pub async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
         on_sled!(self, "delete a port", |s| s.delete_port(uuid))
     }
 
     /// Changes a port; `change` may refuse, and then nothing is written.
-    pub fn update_port<E: From<StoreError>>(
+    pub async fn update_port<E: From<StoreError>>(
         &self,
         uuid: Uuid,
         change: impl FnOnce(&mut Port) -> Result<(), E>,
@@ -426,7 +434,7 @@ impl Store {
     }
 
     /// Keeps (or, with `None`, forgets) the config drive of a node's deploy.
-    pub fn set_config_drive(
+    pub async fn set_config_drive(
         &self,
         node: Uuid,
         drive: Option<&ConfigDrive>,
@@ -436,7 +444,7 @@ impl Store {
     }
 
     /// The config drive of a node's deploy, if it has one.
-    pub fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
+    pub async fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
         on_sled!(self, "read a config drive", |s| s.config_drive(node))
     }
 }

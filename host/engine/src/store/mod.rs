@@ -69,6 +69,10 @@ pub enum StoreError {
         expected: ProvisionState,
         actual: ProvisionState,
     },
+    /// A record changed between the read a change was computed from and its write, more
+    /// times than a change is computed again.
+    #[error("{0} kept changing while this change was made; try again")]
+    Changed(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error(
@@ -164,9 +168,10 @@ impl StoreError {
             | E::MacTaken { .. }
             | E::PortNameTaken { .. }
             | E::DocumentTaken { .. } => ErrorClass::Taken,
-            E::StateChanged { .. } | E::NotOwner { .. } | E::DeleteRefused { .. } => {
-                ErrorClass::Conflict
-            }
+            E::StateChanged { .. }
+            | E::Changed(_)
+            | E::NotOwner { .. }
+            | E::DeleteRefused { .. } => ErrorClass::Conflict,
             E::IllegalTransition { .. } | E::NotWaiting { .. } => ErrorClass::WrongState,
             E::Invalid(_) => ErrorClass::Invalid,
             E::Unavailable(_) | E::Fenced(_) | E::Unsupported { .. } => ErrorClass::Transient,

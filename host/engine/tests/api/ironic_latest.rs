@@ -642,6 +642,7 @@ async fn history_records_each_state_change_with_its_duration() {
         .conductor
         .store()
         .milestone(uuid, long.clone())
+        .await
         .unwrap();
     let cut = ok(&s, Method::GET, &path, "1.78", None).await["history"].clone();
     let cut = cut.as_array().unwrap().last().unwrap()["event"].clone();

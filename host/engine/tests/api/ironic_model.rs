@@ -38,14 +38,14 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         ),
         (Some("autodetect"), Some("ipmitool"))
     );
-    let component = |n: &str| {
-        let node = s.engine.conductor.store().find_node(n).unwrap();
+    let component = async |n: &str| {
+        let node = s.engine.conductor.store().find_node(n).await.unwrap();
         s.engine
             .conductor
             .component(&node.body)
             .map(|d| d.description.name.clone())
     };
-    assert_eq!(component(&ipmi).as_deref(), Some("agent_ipmitool"));
+    assert_eq!(component(&ipmi).await.as_deref(), Some("agent_ipmitool"));
     let patched = s
         .send(
             Method::PATCH,
@@ -54,11 +54,11 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         )
         .await;
     assert_eq!(patched.status, StatusCode::OK, "{:?}", patched.body);
-    assert_eq!(component(&ipmi).as_deref(), Some("pxe_ipmitool"));
+    assert_eq!(component(&ipmi).await.as_deref(), Some("pxe_ipmitool"));
     let redfish = s
         .node(json!({"driver": "redfish", "deploy_interface": "iscsi"}))
         .await;
-    assert_eq!(component(&redfish).as_deref(), Some("pxe_redfish"));
+    assert_eq!(component(&redfish).await.as_deref(), Some("pxe_redfish"));
     // Changing the driver resets the interfaces the new type does not have.
     let moved = s
         .send(
@@ -68,7 +68,7 @@ async fn hardware_types_default_validate_and_choose_the_component() {
         )
         .await;
     assert_eq!(moved.body["power_interface"], "redfish");
-    assert_eq!(component(&fake).as_deref(), Some("agent_redfish"));
+    assert_eq!(component(&fake).await.as_deref(), Some("agent_redfish"));
 
     // Refused: an interface the type does not support, an unknown type; nothing created.
     let before = s.get("/v1/nodes").await.body["nodes"]
@@ -435,10 +435,17 @@ async fn ports_patch_filter_and_project() {
         .await;
     assert_eq!(moved.status, StatusCode::OK, "{:?}", moved.body);
     let store = &s.engine.conductor.store();
-    assert!(store.node_by_macs(["11:22:33:44:55:66"]).unwrap().is_none());
+    assert!(
+        store
+            .node_by_macs(["11:22:33:44:55:66"])
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store
             .node_by_macs(["66:55:44:33:22:11"])
+            .await
             .unwrap()
             .map(|u| u.to_string()),
         Some(a.clone())

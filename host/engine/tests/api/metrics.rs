@@ -35,7 +35,12 @@ async fn a_scrape_counts_flows_timeouts_touches_sweeps_and_driver_calls() {
     s.walk(&waits, common::server::Server::TO_WAIT_CALL_BACK)
         .await;
     let uuid = waits.parse().unwrap();
-    s.engine.conductor.store().touch_provisioning(uuid).unwrap();
+    s.engine
+        .conductor
+        .store()
+        .touch_provisioning(uuid)
+        .await
+        .unwrap();
     s.wait_for(&waits, "deploy failed").await;
 
     let scrape = s

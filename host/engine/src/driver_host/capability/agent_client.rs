@@ -59,7 +59,7 @@ impl Host for HostState {
 
     async fn commands(&mut self) -> Result<String, CapabilityError> {
         let commands = list_commands(self.agent_endpoint()?).await?;
-        self.command_progress(&commands)?;
+        self.command_progress(&commands).await?;
         Ok(Value::Array(commands).to_string())
     }
 }
@@ -69,20 +69,28 @@ impl HostState {
     /// command that starts or ends is progress for the stall timeout. An agent that
     /// reports its progress in its heartbeats (deployd's) is judged by those alone: two
     /// sources taking turns would look like progress at every turn.
-    fn command_progress(&self, listed: &[Value]) -> Result<(), CapabilityError> {
-        if self.services.agents.reports_status(self.node) {
-            return Ok(());
-        }
+    fn command_progress(
+        &self,
+        listed: &[Value],
+    ) -> impl Future<Output = Result<(), CapabilityError>> + Send + 'static {
+        let (store, node) = (self.services.store.clone(), self.node);
+        let reported = self.services.agents.reports_status(node);
         // Each command's name and status, as `name\0status\n`.
         fn text(v: &Value) -> &[u8] {
             v.as_str().unwrap_or_default().as_bytes()
         }
-        let mark = progress_fingerprint(listed.iter().flat_map(|c| {
-            let name = text(&c["command_name"]);
-            [name, b"\0", text(&c["command_status"]), b"\n"]
-        }));
-        self.services.store.report_progress(self.node, mark)?;
-        Ok(())
+        let mark = (!reported).then(|| {
+            progress_fingerprint(listed.iter().flat_map(|c| {
+                let name = text(&c["command_name"]);
+                [name, b"\0", text(&c["command_status"]), b"\n"]
+            }))
+        });
+        async move {
+            if let Some(mark) = mark {
+                store.report_progress(node, mark).await?;
+            }
+            Ok(())
+        }
     }
 }
 

@@ -121,22 +121,28 @@ async fn write(
     }
     let length = source.content_length();
     let mut last_touch = Instant::now();
-    let (h, w, s) = (hasher.clone(), written.clone(), services.clone());
-    let body = source.bytes_stream().map(move |chunk| {
-        let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
-        h.lock().unwrap_or_else(|p| p.into_inner()).update(&chunk);
-        w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        Metrics::count(&s.store.metrics().image_bytes, chunk.len() as u64);
-        if last_touch.elapsed() >= TOUCH_EVERY {
+    let (h, w, store) = (hasher.clone(), written.clone(), services.store.clone());
+    let body = source.bytes_stream().then(move |chunk| {
+        let due = last_touch.elapsed() >= TOUCH_EVERY;
+        if due {
             last_touch = Instant::now();
-            match s.store.touch_provisioning(node) {
-                // A store that cannot write remembers the touch for when it can
-                // (`store::health`): the write goes on.
-                Ok(_) | Err(crate::store::StoreError::Unavailable(_)) => {}
-                Err(e) => return Err(format!("stopped writing: {e}")),
-            }
         }
-        Ok::<_, String>(chunk)
+        let (h, w, store) = (h.clone(), w.clone(), store.clone());
+        async move {
+            let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
+            h.lock().unwrap_or_else(|p| p.into_inner()).update(&chunk);
+            w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            Metrics::count(&store.metrics().image_bytes, chunk.len() as u64);
+            if due {
+                match store.touch_provisioning(node).await {
+                    // A store that cannot write remembers the touch for when it can
+                    // (`store::health`): the write goes on.
+                    Ok(_) | Err(crate::store::StoreError::Unavailable(_)) => {}
+                    Err(e) => return Err(format!("stopped writing: {e}")),
+                }
+            }
+            Ok::<_, String>(chunk)
+        }
     });
     // The target's query holds the agent's token: never in a message.
     let mut shown = target.clone();

@@ -129,9 +129,9 @@ impl HostState {
     }
 
     /// The node's record for this call (see [`HostState::snapshot`]).
-    pub fn record(&mut self) -> Result<&crate::node::Node, StoreError> {
+    pub async fn record(&mut self) -> Result<&crate::node::Node, StoreError> {
         if self.snapshot.is_none() {
-            let node = self.services.store.node(self.node)?;
+            let node = self.services.store.node(self.node).await?;
             self.snapshot = Some(node);
         }
         Ok(self.snapshot.as_ref().expect("just filled"))

@@ -36,7 +36,7 @@ const MAX_VALUE: usize = 64 << 10;
 
 impl Host for HostState {
     async fn get(&mut self) -> wasmtime::Result<String> {
-        let node = infallible(self.record())?;
+        let node = infallible(self.record().await)?;
         let b = &node.body;
         // Serialised from borrows: no copy of the maps (this runs on every heartbeat).
         let view = NodeView {
@@ -57,7 +57,7 @@ impl Host for HostState {
     }
 
     async fn get_scratch(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        let node = infallible(self.record())?;
+        let node = infallible(self.record().await)?;
         Ok(node
             .body
             .driver_internal_info
@@ -71,13 +71,17 @@ impl Host for HostState {
         key: String,
         value: Option<String>,
     ) -> Result<(), CapabilityError> {
-        self.write_scratch(key, value)
+        self.write_scratch(key, value).await
     }
 }
 
 impl HostState {
     /// Sets (or with `None` removes) one scratch key, after checking its size and JSON.
-    fn write_scratch(&mut self, key: String, value: Option<String>) -> Result<(), CapabilityError> {
+    async fn write_scratch(
+        &mut self,
+        key: String,
+        value: Option<String>,
+    ) -> Result<(), CapabilityError> {
         if key.is_empty() || key.len() > MAX_KEY {
             return Err(CapabilityError::Invalid(format!(
                 "scratch keys are 1 to {MAX_KEY} bytes"
@@ -94,23 +98,27 @@ impl HostState {
             })?),
             None => None,
         };
-        let updated = self.services.store.update_node(self.node, |body| {
-            let scratch = body
-                .driver_internal_info
-                .entry(SCRATCH)
-                .or_insert_with(|| json!({}));
-            if let Value::Object(map) = scratch {
-                match &value {
-                    Some(v) => {
-                        map.insert(key.clone(), v.clone());
-                    }
-                    None => {
-                        map.remove(&key);
+        let updated = self
+            .services
+            .store
+            .update_node(self.node, |body| {
+                let scratch = body
+                    .driver_internal_info
+                    .entry(SCRATCH)
+                    .or_insert_with(|| json!({}));
+                if let Value::Object(map) = scratch {
+                    match &value {
+                        Some(v) => {
+                            map.insert(key.clone(), v.clone());
+                        }
+                        None => {
+                            map.remove(&key);
+                        }
                     }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })
+            .await?;
         self.snapshot = Some(updated);
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::agent_sessions::AgentSession;
 
 impl Host for HostState {
     async fn touch(&mut self) -> Result<(), CapabilityError> {
-        self.services.store.touch_provisioning(self.node)?;
+        self.services.store.touch_provisioning(self.node).await?;
         Ok(())
     }
 

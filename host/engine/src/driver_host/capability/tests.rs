@@ -50,19 +50,23 @@ fn world() -> World {
 }
 
 impl World {
-    fn node(&self, driver_info: Value) -> Uuid {
+    async fn node(&self, driver_info: Value) -> Uuid {
         let new = NewNode {
             driver: "fake".into(),
             driver_info: serde_json::from_value(driver_info).unwrap(),
             ..Default::default()
         };
-        self.services.store.create_node(new).unwrap().uuid()
+        self.services.store.create_node(new).await.unwrap().uuid()
     }
 
-    fn waiting(&self) -> Uuid {
-        let node = self.node(json!({}));
+    async fn waiting(&self) -> Uuid {
+        let node = self.node(json!({})).await;
         for event in ENROLL_TO_WAIT_CALL_BACK {
-            self.services.store.apply_event(node, event, None).unwrap();
+            self.services
+                .store
+                .apply_event(node, event, None)
+                .await
+                .unwrap();
         }
         node
     }
@@ -131,7 +135,7 @@ fn refusals_reach_the_driver_with_their_kind_and_host_failures_trap() {
 #[tokio::test]
 async fn node_shows_its_fields_and_keeps_scratch_within_limits() {
     let w = world();
-    let node = w.node(json!({"redfish_address": "http://bmc"}));
+    let node = w.node(json!({"redfish_address": "http://bmc"})).await;
     let mut call = w.call(node, "fake");
     let view: Value = serde_json::from_str(&call.get().await.unwrap()).unwrap();
     assert_eq!(view["uuid"], node.to_string());
@@ -183,7 +187,7 @@ async fn node_shows_its_fields_and_keeps_scratch_within_limits() {
 
     // A node deleted under the call: a write is refused (not ready: no such node), a
     // read traps.
-    w.services.store.delete_node(node).unwrap();
+    w.services.store.delete_node(node).await.unwrap();
     let mut late = w.call(node, "fake");
     let gone = refused(late.set_scratch("a".into(), Some("1".into())).await);
     assert!(matches!(gone, NotReady(_)), "{gone:?}");
@@ -193,18 +197,18 @@ async fn node_shows_its_fields_and_keeps_scratch_within_limits() {
 #[tokio::test]
 async fn touch_moves_the_clock_of_a_waiting_node_only() {
     let w = world();
-    let enrolled = w.node(json!({}));
+    let enrolled = w.node(json!({})).await;
     let enrolled = refused(w.call(enrolled, "fake").touch().await);
     assert!(
         matches!(&enrolled, NotReady(m) if m.contains("\"enroll\"")),
         "{enrolled:?}"
     );
 
-    let node = w.waiting();
-    let before = w.services.store.node(node).unwrap().provision;
+    let node = w.waiting().await;
+    let before = w.services.store.node(node).await.unwrap().provision;
     w.clock.advance(Duration::from_secs(30));
     w.call(node, "fake").touch().await.unwrap();
-    let after = w.services.store.node(node).unwrap().provision;
+    let after = w.services.store.node(node).await.unwrap().provision;
     assert_eq!(
         after.updated_at,
         before.updated_at.plus(Duration::from_secs(30))
@@ -215,7 +219,7 @@ async fn touch_moves_the_clock_of_a_waiting_node_only() {
 #[tokio::test]
 async fn last_heartbeat_is_the_agents_own() {
     let w = world();
-    let node = w.waiting();
+    let node = w.waiting().await;
     assert!(w.heard(node).await.is_none());
     let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
     w.services
@@ -272,7 +276,7 @@ async fn last_heartbeat_is_the_agents_own() {
     assert_eq!(heartbeat.status_message.as_deref(), Some("installed"));
     assert!(heartbeat.progress.is_none(), "not a progress report");
     // Another node's driver sees nothing of it.
-    let other = w.waiting();
+    let other = w.waiting().await;
     assert!(
         w.call(other, "fake")
             .last_heartbeat()
@@ -285,11 +289,11 @@ async fn last_heartbeat_is_the_agents_own() {
 #[tokio::test]
 async fn the_fake_bmc_records_power_and_real_backends_need_their_driver_info() {
     let w = world();
-    let node = w.node(json!({}));
+    let node = w.node(json!({})).await;
     let mut call = w.call(node, "fake");
     call.set_power(PowerState::On).await.unwrap();
     assert_eq!(call.get_power().await.unwrap(), PowerState::On);
-    let record = w.services.store.node(node).unwrap();
+    let record = w.services.store.node(node).await.unwrap();
     assert_eq!(record.body.power_state.as_deref(), Some("power on"));
     call.set_power(PowerState::Off).await.unwrap();
     assert_eq!(call.get_power().await.unwrap(), PowerState::Off);
@@ -310,18 +314,20 @@ async fn the_fake_bmc_records_power_and_real_backends_need_their_driver_info() {
     let unknown = refused(w.call(node, "snmp").reboot().await);
     assert!(matches!(&unknown, NotConfigured(m) if m.contains("unknown power backend")));
     // A BMC that cannot be reached is remote.
-    let dead = w.node(json!({"redfish_address": "http://127.0.0.1:9", "redfish_system_id": "/redfish/v1/Systems/1"}));
+    let dead = w.node(json!({"redfish_address": "http://127.0.0.1:9", "redfish_system_id": "/redfish/v1/Systems/1"})).await;
     let unreachable = refused(w.call(dead, "redfish").get_power().await);
     assert!(matches!(unreachable, Remote(_)), "{unreachable:?}");
     // The operator's path through the same service.
     assert_eq!(
-        bmc::check(&w.services, node, "redfish").map_err(|e| e.contains("redfish_address")),
+        bmc::check(&w.services, node, "redfish")
+            .await
+            .map_err(|e| e.contains("redfish_address")),
         Err(true)
     );
     bmc::act(&w.services, node, "fake", bmc::PowerAction::Off)
         .await
         .unwrap();
-    let record = w.services.store.node(node).unwrap();
+    let record = w.services.store.node(node).await.unwrap();
     assert_eq!(record.body.power_state.as_deref(), Some("power off"));
 }
 
@@ -356,7 +362,7 @@ async fn agent_api_on(listener: tokio::net::TcpListener) -> CallbackUrl {
 #[tokio::test]
 async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     let w = world();
-    let node = w.waiting();
+    let node = w.waiting().await;
     let early = refused(
         w.call(node, "fake")
             .run("sync".into(), "{}".into(), true)
@@ -380,16 +386,17 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
     assert_eq!(list[0]["command_name"], "get_clean_steps");
     // The command list is the real IPA's progress: reading it records a fingerprint, and
     // restarts the stall timeout from now.
-    let p = w.services.store.node(node).unwrap().provision;
+    let p = w.services.store.node(node).await.unwrap().provision;
     assert_ne!(p.progress, 0);
     w.clock.advance(Duration::from_secs(5));
     assert!(
         w.services
             .store
             .report_progress(node, p.progress ^ 1)
+            .await
             .unwrap()
     );
-    let moved = w.services.store.node(node).unwrap().provision;
+    let moved = w.services.store.node(node).await.unwrap().provision;
     assert_eq!(
         moved.progress_at,
         p.progress_at.plus(Duration::from_secs(5))
@@ -422,7 +429,7 @@ async fn agent_commands_go_to_the_nodes_own_agent_with_its_token() {
 #[tokio::test]
 async fn an_agent_not_listening_yet_is_tried_again_and_errors_never_carry_the_token() {
     let w = world();
-    let node = w.waiting();
+    let node = w.waiting().await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = free.local_addr().unwrap();
     drop(free);
@@ -470,7 +477,7 @@ async fn an_agent_not_listening_yet_is_tried_again_and_errors_never_carry_the_to
 #[tokio::test]
 async fn image_writes_go_only_to_the_nodes_agent_host() {
     let w = world();
-    let node = w.waiting();
+    let node = w.waiting().await;
     let mut call = w.call(node, "fake");
     let bad = "0".repeat(64);
     let target = "http://10.0.0.5:9999/v1/disk";
@@ -518,7 +525,7 @@ async fn image_writes_go_only_to_the_nodes_agent_host() {
 #[tokio::test]
 async fn long_log_messages_are_cut_on_a_character_boundary() {
     let w = world();
-    let mut call = w.call(w.node(json!({})), "fake");
+    let mut call = w.call(w.node(json!({})).await, "fake");
     call.log(Level::Info, "é".repeat(5000)).await.unwrap();
 }
 
@@ -528,7 +535,7 @@ async fn long_log_messages_are_cut_on_a_character_boundary() {
 async fn the_0_1_line_sees_text_errors_and_its_own_heartbeat_record() {
     use super::bindings::v0_1::deployd::driver as old;
     let w = world();
-    let enrolled = w.node(json!({}));
+    let enrolled = w.node(json!({})).await;
     let mut call = w.call(enrolled, "fake");
     let touch = old::provision::Host::touch(&mut call).await.unwrap();
     assert!(touch.unwrap_err().contains("\"enroll\""));
@@ -547,7 +554,7 @@ async fn the_0_1_line_sees_text_errors_and_its_own_heartbeat_record() {
     let on = old::bmc::Host::get_power(&mut call).await.unwrap().unwrap();
     assert!(matches!(on, old::bmc::PowerState::On));
 
-    let node = w.waiting();
+    let node = w.waiting().await;
     let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
     let ready = crate::agent_sessions::AgentReport {
         status: None,
@@ -569,7 +576,7 @@ async fn the_0_1_line_sees_text_errors_and_its_own_heartbeat_record() {
         ("http://10.0.0.5:9999", "13.0.0")
     );
     // A read of a node that is gone traps, as in 0.2.
-    w.services.store.delete_node(enrolled).unwrap();
+    w.services.store.delete_node(enrolled).await.unwrap();
     assert!(
         old::node::Host::get(&mut w.call(enrolled, "fake"))
             .await

@@ -47,13 +47,13 @@ fn a_second_open_of_a_store_in_use_is_a_clear_error() {
     );
 }
 
-#[test]
-fn a_store_of_another_format_is_refused_and_left_as_it_is() {
+#[tokio::test]
+async fn a_store_of_another_format_is_refused_and_left_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     {
         let (store, _) = open(&dir, 60);
-        store.create_node(new_node(Some("kept"))).unwrap();
+        store.create_node(new_node(Some("kept"))).await.unwrap();
         store.flush().unwrap();
     }
     {
@@ -94,26 +94,26 @@ pub(super) fn new_node(name: Option<&str>) -> NewNode {
     }
 }
 
-fn to_wait_call_back(store: &Store, uuid: Uuid) {
+async fn to_wait_call_back(store: &Store, uuid: Uuid) {
     for e in crate::state_machine::ENROLL_TO_WAIT_CALL_BACK {
-        store.apply_event(uuid, e, None).unwrap();
+        store.apply_event(uuid, e, None).await.unwrap();
     }
 }
 
-#[test]
-fn nodes_are_found_by_uuid_and_name_and_names_are_unique() {
+#[tokio::test]
+async fn nodes_are_found_by_uuid_and_name_and_names_are_unique() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let a = store.create_node(new_node(Some("rack1-u1"))).unwrap();
+    let a = store.create_node(new_node(Some("rack1-u1"))).await.unwrap();
     assert_eq!(a.state(), ProvisionState::Enroll);
     assert_eq!(a.provision.updated_at, T0);
-    assert_eq!(store.find_node("rack1-u1").unwrap(), a);
-    assert_eq!(store.find_node(&a.uuid().to_string()).unwrap(), a);
+    assert_eq!(store.find_node("rack1-u1").await.unwrap(), a);
+    assert_eq!(store.find_node(&a.uuid().to_string()).await.unwrap(), a);
     assert!(
-        matches!(store.create_node(new_node(Some("rack1-u1"))), Err(StoreError::NameTaken(n)) if n == "rack1-u1")
+        matches!(store.create_node(new_node(Some("rack1-u1"))).await, Err(StoreError::NameTaken(n)) if n == "rack1-u1")
     );
     assert!(matches!(
-        store.create_node(new_node(Some("bad name"))),
+        store.create_node(new_node(Some("bad name"))).await,
         Err(StoreError::Invalid(_))
     ));
     let same_uuid = NewNode {
@@ -121,26 +121,28 @@ fn nodes_are_found_by_uuid_and_name_and_names_are_unique() {
         ..new_node(None)
     };
     assert!(matches!(
-        store.create_node(same_uuid),
+        store.create_node(same_uuid).await,
         Err(StoreError::UuidTaken(_))
     ));
-    assert!(matches!(store.find_node("nope"), Err(StoreError::NodeNotFound(n)) if n == "nope"));
+    assert!(
+        matches!(store.find_node("nope").await, Err(StoreError::NodeNotFound(n)) if n == "nope")
+    );
     assert_eq!(store.node_count(), 1);
 }
 
-#[test]
-fn renaming_moves_the_name_index_and_refuses_taken_names() {
+#[tokio::test]
+async fn renaming_moves_the_name_index_and_refuses_taken_names() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let a = store.create_node(new_node(Some("a"))).unwrap();
-    store.create_node(new_node(Some("b"))).unwrap();
+    let a = store.create_node(new_node(Some("a"))).await.unwrap();
+    store.create_node(new_node(Some("b"))).await.unwrap();
     let err = store.update_node(a.uuid(), |b| {
         b.name = Some("b".into());
         Ok(())
     });
-    assert!(matches!(err, Err(StoreError::NameTaken(_))));
+    assert!(matches!(err.await, Err(StoreError::NameTaken(_))));
     assert_eq!(
-        store.find_node("a").unwrap().uuid(),
+        store.find_node("a").await.unwrap().uuid(),
         a.uuid(),
         "a refused rename changes nothing"
     );
@@ -151,24 +153,26 @@ fn renaming_moves_the_name_index_and_refuses_taken_names() {
                 .insert("ipmi_address".into(), "127.0.0.1".into());
             Ok(())
         })
+        .await
         .unwrap();
-    assert!(store.find_node("a").is_err());
-    let c = store.find_node("c").unwrap();
+    assert!(store.find_node("a").await.is_err());
+    let c = store.find_node("c").await.unwrap();
     assert_eq!(c.body.driver_info["ipmi_address"], "127.0.0.1");
     assert!(c.body.updated_at.is_some());
 }
 
-#[test]
-fn listing_pages_by_marker_in_uuid_order() {
+#[tokio::test]
+async fn listing_pages_by_marker_in_uuid_order() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let mut uuids: Vec<Uuid> = (0..5)
-        .map(|_| store.create_node(new_node(None)).unwrap().uuid())
-        .collect();
+    let mut uuids: Vec<Uuid> = Vec::new();
+    for _ in 0..5 {
+        uuids.push(store.create_node(new_node(None)).await.unwrap().uuid());
+    }
     uuids.sort();
-    let page1 = store.list_nodes(None, 2).unwrap();
-    let page2 = store.list_nodes(Some(page1[1].uuid()), 2).unwrap();
-    let page3 = store.list_nodes(Some(page2[1].uuid()), 2).unwrap();
+    let page1 = store.list_nodes(None, 2).await.unwrap();
+    let page2 = store.list_nodes(Some(page1[1].uuid()), 2).await.unwrap();
+    let page3 = store.list_nodes(Some(page2[1].uuid()), 2).await.unwrap();
     let listed: Vec<Uuid> = page1
         .iter()
         .chain(&page2)
@@ -178,14 +182,15 @@ fn listing_pages_by_marker_in_uuid_order() {
     assert_eq!(listed, uuids);
 }
 
-#[test]
-fn an_illegal_event_is_refused_and_changes_nothing() {
+#[tokio::test]
+async fn an_illegal_event_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let node = store.create_node(new_node(None)).unwrap();
+    let node = store.create_node(new_node(None)).await.unwrap();
     clock.advance(Duration::from_secs(5));
     let err = store
         .apply_event(node.uuid(), Event::Deploy, None)
+        .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -194,17 +199,17 @@ fn an_illegal_event_is_refused_and_changes_nothing() {
             node.uuid()
         )
     );
-    assert_eq!(store.node(node.uuid()).unwrap(), node);
+    assert_eq!(store.node(node.uuid()).await.unwrap(), node);
 }
 
-#[test]
-fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
+#[tokio::test]
+async fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
     clock.advance(Duration::from_secs(1));
-    to_wait_call_back(&store, uuid);
-    let node = store.node(uuid).unwrap();
+    to_wait_call_back(&store, uuid).await;
+    let node = store.node(uuid).await.unwrap();
     let now = T0.plus(Duration::from_secs(1));
     assert_eq!(node.provision.state, ProvisionState::WaitCallBack);
     assert_eq!(node.provision.target, Some(ProvisionState::Active));
@@ -214,23 +219,27 @@ fn a_transition_stamps_the_clock_sets_the_target_and_schedules_the_deadline() {
         Some(now.plus(Duration::from_secs(60)))
     );
     assert_eq!(node.provision.indexed, node.provision.deadline);
-    assert_eq!(store.next_deadline().unwrap(), node.provision.deadline);
-    let active = store.apply_event(uuid, Event::Resume, None).unwrap();
+    assert_eq!(
+        store.next_deadline().await.unwrap(),
+        node.provision.deadline
+    );
+    let active = store.apply_event(uuid, Event::Resume, None).await.unwrap();
     assert_eq!(active.provision.deadline, None);
     assert_eq!(
-        store.next_deadline().unwrap(),
+        store.next_deadline().await.unwrap(),
         None,
         "leaving the wait state removes the entry"
     );
 }
 
-#[test]
-fn apply_event_from_refuses_a_node_that_moved_on() {
+#[tokio::test]
+async fn apply_event_from_refuses_a_node_that_moved_on() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
     let err = store
         .apply_event_from(uuid, ProvisionState::Available, Event::Deploy, None)
+        .await
         .unwrap_err();
     assert!(
         matches!(
@@ -244,73 +253,79 @@ fn apply_event_from_refuses_a_node_that_moved_on() {
     );
 }
 
-#[test]
-fn touch_moves_the_clock_and_deadline_but_never_the_state() {
+#[tokio::test]
+async fn touch_moves_the_clock_and_deadline_but_never_the_state() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
-    to_wait_call_back(&store, uuid);
-    let entered = store.node(uuid).unwrap().provision;
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
+    to_wait_call_back(&store, uuid).await;
+    let entered = store.node(uuid).await.unwrap().provision;
     clock.advance(Duration::from_secs(30));
-    let touched = store.touch_provisioning(uuid).unwrap();
+    let touched = store.touch_provisioning(uuid).await.unwrap();
     let now = T0.plus(Duration::from_secs(30));
     assert_eq!(touched.state, ProvisionState::WaitCallBack);
     assert_eq!(touched.updated_at, now);
     assert_eq!(touched.deadline, Some(now.plus(Duration::from_secs(60))));
-    assert_eq!(store.node(uuid).unwrap().provision, *touched);
+    assert_eq!(store.node(uuid).await.unwrap().provision, *touched);
     // The index entry stays where it was, at or before the deadline...
     assert_eq!(touched.indexed, entered.deadline);
     assert_eq!(
-        store.deadline_index().unwrap(),
+        store.deadline_index().await.unwrap(),
         vec![(entered.deadline.unwrap(), uuid)]
     );
     // ...and when it comes due, the sweep re-files it at the real deadline.
     clock.advance(Duration::from_secs(30));
-    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
+    assert!(
+        store
+            .fail_expired(clock.now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        store.deadline_index().unwrap(),
+        store.deadline_index().await.unwrap(),
         vec![(touched.deadline.unwrap(), uuid)]
     );
     assert_eq!(
-        store.node(uuid).unwrap().provision.indexed,
+        store.node(uuid).await.unwrap().provision.indexed,
         touched.deadline
     );
     assert_eq!(
-        store.node(uuid).unwrap().state(),
+        store.node(uuid).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
 }
 
-#[test]
-fn touch_outside_a_wait_state_is_refused_and_changes_nothing() {
+#[tokio::test]
+async fn touch_outside_a_wait_state_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let node = store.create_node(new_node(None)).unwrap();
+    let node = store.create_node(new_node(None)).await.unwrap();
     clock.advance(Duration::from_secs(3));
-    let err = store.touch_provisioning(node.uuid()).unwrap_err();
+    let err = store.touch_provisioning(node.uuid()).await.unwrap_err();
     assert!(
         err.to_string().contains("is in provision state \"enroll\""),
         "{err}"
     );
-    assert_eq!(store.node(node.uuid()).unwrap(), node);
+    assert_eq!(store.node(node.uuid()).await.unwrap(), node);
     assert!(matches!(
-        store.touch_provisioning(Uuid::new_v4()),
+        store.touch_provisioning(Uuid::new_v4()).await,
         Err(StoreError::NodeNotFound(_))
     ));
 }
 
-#[test]
-fn expiry_fails_only_nodes_past_their_deadline_with_a_clear_error() {
+#[tokio::test]
+async fn expiry_fails_only_nodes_past_their_deadline_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let late = store.create_node(new_node(None)).unwrap().uuid();
-    let alive = store.create_node(new_node(None)).unwrap().uuid();
-    to_wait_call_back(&store, late);
-    to_wait_call_back(&store, alive);
+    let late = store.create_node(new_node(None)).await.unwrap().uuid();
+    let alive = store.create_node(new_node(None)).await.unwrap().uuid();
+    to_wait_call_back(&store, late).await;
+    to_wait_call_back(&store, alive).await;
     clock.advance(Duration::from_secs(45));
-    store.touch_provisioning(alive).unwrap();
+    store.touch_provisioning(alive).await.unwrap();
     clock.advance(Duration::from_secs(15));
-    let failed = store.fail_expired(clock.now(), 100).unwrap();
+    let failed = store.fail_expired(clock.now(), 100).await.unwrap();
     assert_eq!(failed.len(), 1);
     let t = &failed[0];
     assert_eq!(
@@ -325,7 +340,7 @@ fn expiry_fails_only_nodes_past_their_deadline_with_a_clear_error() {
         (t.timeout, t.silent_for),
         (Duration::from_secs(60), Duration::from_secs(60))
     );
-    let node = store.node(late).unwrap();
+    let node = store.node(late).await.unwrap();
     assert_eq!(node.state(), ProvisionState::DeployFailed);
     assert_eq!(node.provision.target, Some(ProvisionState::Active));
     let err = node.body.last_error.unwrap();
@@ -336,35 +351,47 @@ fn expiry_fails_only_nodes_past_their_deadline_with_a_clear_error() {
         "{err}"
     );
     assert_eq!(
-        store.node(alive).unwrap().state(),
+        store.node(alive).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
     assert!(
-        store.fail_expired(clock.now(), 100).unwrap().is_empty(),
+        store
+            .fail_expired(clock.now(), 100)
+            .await
+            .unwrap()
+            .is_empty(),
         "never failed twice"
     );
 }
 
-#[test]
-fn clean_wait_times_out_to_clean_failed() {
+#[tokio::test]
+async fn clean_wait_times_out_to_clean_failed() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 10);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
     for e in [Event::Manage, Event::Done, Event::Provide, Event::Wait] {
-        store.apply_event(uuid, e, None).unwrap();
+        store.apply_event(uuid, e, None).await.unwrap();
     }
     clock.advance(Duration::from_secs(10));
-    let failed = store.fail_expired(clock.now(), 100).unwrap();
+    let failed = store.fail_expired(clock.now(), 100).await.unwrap();
     assert_eq!(failed[0].failed_to, ProvisionState::CleanFailed);
     assert!(failed[0].last_error.contains("clean_callback_timeout"));
 }
 
-#[test]
-fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() {
+#[tokio::test]
+async fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let node = store.create_node(new_node(Some("owner"))).unwrap().uuid();
-    let other = store.create_node(new_node(Some("other"))).unwrap().uuid();
+    let node = store
+        .create_node(new_node(Some("owner")))
+        .await
+        .unwrap()
+        .uuid();
+    let other = store
+        .create_node(new_node(Some("other")))
+        .await
+        .unwrap()
+        .uuid();
     const UNIQUE: &[&str] = &["name"];
     let doc = |name: &str, of: Uuid| -> documents::Doc {
         serde_json::from_value(serde_json::json!({"name": name, "node_uuid": of.to_string()}))
@@ -392,13 +419,17 @@ fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() 
                 .insert("allocation_uuid".into(), serde_json::json!(allocation));
             Ok(())
         })
+        .await
         .unwrap();
     let cascade = Cascade {
         of_node: vec![("Portgroup", UNIQUE)],
         named_by: vec![("allocation_uuid", "Allocation", UNIQUE)],
     };
-    store.delete_node_with(node, &cascade).unwrap();
-    assert!(matches!(store.node(node), Err(StoreError::NodeNotFound(_))));
+    store.delete_node_with(node, &cascade).await.unwrap();
+    assert!(matches!(
+        store.node(node).await,
+        Err(StoreError::NodeNotFound(_))
+    ));
     for (kind, gone) in [("Portgroup", mine), ("Allocation", allocation)] {
         let err = store.docs().unwrap().get(kind, gone).unwrap_err();
         assert!(matches!(err, StoreError::DocumentNotFound { .. }), "{err}");
@@ -420,28 +451,33 @@ fn a_node_delete_takes_its_cascade_in_one_transaction_and_leaves_others_alone() 
         .unwrap();
 
     // A refused delete takes nothing with it.
-    let busy = store.create_node(new_node(None)).unwrap().uuid();
+    let busy = store.create_node(new_node(None)).await.unwrap().uuid();
     let kept = Uuid::new_v4();
     store
         .docs()
         .unwrap()
         .insert("Portgroup", kept, &doc("pg-busy", busy), UNIQUE)
         .unwrap();
-    to_wait_call_back(&store, busy);
-    assert!(store.delete_node_with(busy, &cascade).is_err());
+    to_wait_call_back(&store, busy).await;
+    assert!(store.delete_node_with(busy, &cascade).await.is_err());
     assert!(store.docs().unwrap().get("Portgroup", kept).is_ok());
 }
 
-#[test]
-fn deleting_follows_ironic_state_rules_and_frees_name_and_macs() {
+#[tokio::test]
+async fn deleting_follows_ironic_state_rules_and_frees_name_and_macs() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let uuid = store.create_node(new_node(Some("gone"))).unwrap().uuid();
+    let uuid = store
+        .create_node(new_node(Some("gone")))
+        .await
+        .unwrap()
+        .uuid();
     store
         .create_port(uuid, "52:54:00:00:00:01", Default::default())
+        .await
         .unwrap();
-    to_wait_call_back(&store, uuid);
-    let err = store.delete_node(uuid).unwrap_err();
+    to_wait_call_back(&store, uuid).await;
+    let err = store.delete_node(uuid).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -457,104 +493,136 @@ fn deleting_follows_ironic_state_rules_and_frees_name_and_macs() {
             b.maintenance = true;
             Ok(())
         })
+        .await
         .unwrap();
-    store.delete_node(uuid).unwrap();
-    assert!(matches!(store.node(uuid), Err(StoreError::NodeNotFound(_))));
-    assert_eq!(store.next_deadline().unwrap(), None);
-    let again = store.create_node(new_node(Some("gone"))).unwrap().uuid();
+    store.delete_node(uuid).await.unwrap();
+    assert!(matches!(
+        store.node(uuid).await,
+        Err(StoreError::NodeNotFound(_))
+    ));
+    assert_eq!(store.next_deadline().await.unwrap(), None);
+    let again = store
+        .create_node(new_node(Some("gone")))
+        .await
+        .unwrap()
+        .uuid();
     store
         .create_port(again, "52:54:00:00:00:01", Default::default())
+        .await
         .unwrap();
 }
 
-#[test]
-fn ports_are_unique_by_mac_and_find_their_node() {
+#[tokio::test]
+async fn ports_are_unique_by_mac_and_find_their_node() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let a = store.create_node(new_node(None)).unwrap().uuid();
-    let b = store.create_node(new_node(None)).unwrap().uuid();
+    let a = store.create_node(new_node(None)).await.unwrap().uuid();
+    let b = store.create_node(new_node(None)).await.unwrap().uuid();
     let port = store
         .create_port(a, "52-54-00-AA-BB-CC", Default::default())
+        .await
         .unwrap();
     assert_eq!(port.address, "52:54:00:aa:bb:cc");
     let err = store
         .create_port(b, "52:54:00:aa:bb:cc", Default::default())
+        .await
         .unwrap_err();
     assert!(
         matches!(&err, StoreError::MacTaken { port: p, .. } if *p == port.uuid),
         "{err}"
     );
     assert!(matches!(
-        store.create_port(Uuid::new_v4(), "52:54:00:aa:bb:cd", Default::default()),
+        store
+            .create_port(Uuid::new_v4(), "52:54:00:aa:bb:cd", Default::default())
+            .await,
         Err(StoreError::NodeNotFound(_))
     ));
     assert!(matches!(
-        store.create_port(a, "not-a-mac", Default::default()),
+        store.create_port(a, "not-a-mac", Default::default()).await,
         Err(StoreError::Invalid(_))
     ));
     assert_eq!(
-        store.node_by_macs(["junk", "52:54:00:AA:BB:CC"]).unwrap(),
+        store
+            .node_by_macs(["junk", "52:54:00:AA:BB:CC"])
+            .await
+            .unwrap(),
         Some(a)
     );
-    assert_eq!(store.node_by_macs(["52:54:00:aa:bb:00"]).unwrap(), None);
-    assert_eq!(store.ports_of(a).unwrap(), vec![port.clone()]);
-    store.delete_port(port.uuid).unwrap();
-    assert_eq!(store.node_by_macs(["52:54:00:aa:bb:cc"]).unwrap(), None);
-    assert!(store.ports_of(a).unwrap().is_empty());
+    assert_eq!(
+        store.node_by_macs(["52:54:00:aa:bb:00"]).await.unwrap(),
+        None
+    );
+    assert_eq!(store.ports_of(a).await.unwrap(), vec![port.clone()]);
+    store.delete_port(port.uuid).await.unwrap();
+    assert_eq!(
+        store.node_by_macs(["52:54:00:aa:bb:cc"]).await.unwrap(),
+        None
+    );
+    assert!(store.ports_of(a).await.unwrap().is_empty());
 }
 
-fn named_port(store: &Store, node: Uuid, mac: &str, name: &str) -> Result<Port, StoreError> {
-    store.insert_port(Port {
-        uuid: Uuid::new_v4(),
-        address: mac.into(),
-        node_uuid: node,
-        extra: Default::default(),
-        pxe_enabled: true,
-        attrs: [("name".to_owned(), serde_json::json!(name))]
-            .into_iter()
-            .collect(),
-        created_at: T0,
-        updated_at: None,
-    })
+async fn named_port(store: &Store, node: Uuid, mac: &str, name: &str) -> Result<Port, StoreError> {
+    store
+        .insert_port(Port {
+            uuid: Uuid::new_v4(),
+            address: mac.into(),
+            node_uuid: node,
+            extra: Default::default(),
+            pxe_enabled: true,
+            attrs: [("name".to_owned(), serde_json::json!(name))]
+                .into_iter()
+                .collect(),
+            created_at: T0,
+            updated_at: None,
+        })
+        .await
 }
 
-#[test]
-fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
+#[tokio::test]
+async fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let (a, first) = {
         let (store, _) = open(&dir, 60);
-        let a = store.create_node(new_node(None)).unwrap().uuid();
-        let b = store.create_node(new_node(None)).unwrap().uuid();
-        let first = named_port(&store, a, "52:54:00:00:00:01", "eth0").unwrap();
-        assert_eq!(store.port_named("eth0").unwrap(), Some(first.uuid));
-        let err = named_port(&store, b, "52:54:00:00:00:02", "eth0").unwrap_err();
+        let a = store.create_node(new_node(None)).await.unwrap().uuid();
+        let b = store.create_node(new_node(None)).await.unwrap().uuid();
+        let first = named_port(&store, a, "52:54:00:00:00:01", "eth0")
+            .await
+            .unwrap();
+        assert_eq!(store.port_named("eth0").await.unwrap(), Some(first.uuid));
+        let err = named_port(&store, b, "52:54:00:00:00:02", "eth0")
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, StoreError::PortNameTaken { port, .. } if *port == first.uuid),
             "{err}"
         );
         assert_eq!(
-            store.list_ports().unwrap().len(),
+            store.list_ports().await.unwrap().len(),
             1,
             "the refusal wrote nothing"
         );
         // A rename frees the old name and takes the new one; a taken one is refused.
-        let rename = |uuid, name: &str| {
-            store.update_port(uuid, |p: &mut Port| {
-                p.attrs.insert("name".into(), serde_json::json!(name));
-                Ok::<_, StoreError>(())
-            })
+        let rename = async |uuid, name: &str| {
+            store
+                .update_port(uuid, |p: &mut Port| {
+                    p.attrs.insert("name".into(), serde_json::json!(name));
+                    Ok::<_, StoreError>(())
+                })
+                .await
         };
-        rename(first.uuid, "eth1").unwrap();
-        assert_eq!(store.port_named("eth0").unwrap(), None);
-        let second = named_port(&store, b, "52:54:00:00:00:02", "eth0").unwrap();
+        rename(first.uuid, "eth1").await.unwrap();
+        assert_eq!(store.port_named("eth0").await.unwrap(), None);
+        let second = named_port(&store, b, "52:54:00:00:00:02", "eth0")
+            .await
+            .unwrap();
         assert!(matches!(
-            rename(second.uuid, "eth1"),
+            rename(second.uuid, "eth1").await,
             Err(StoreError::PortNameTaken { .. })
         ));
-        assert_eq!(store.port(second.uuid).unwrap().attrs["name"], "eth0");
+        assert_eq!(store.port(second.uuid).await.unwrap().attrs["name"], "eth0");
         // Deleting a node frees its ports' names.
-        store.delete_node(b).unwrap();
-        assert_eq!(store.port_named("eth0").unwrap(), None);
+        store.delete_node(b).await.unwrap();
+        assert_eq!(store.port_named("eth0").await.unwrap(), None);
         // An index lost (a store from before it existed) comes back at open.
         store.sled().t().unwrap().port_names.clear().unwrap();
         store
@@ -567,19 +635,24 @@ fn port_names_are_unique_follow_renames_and_deletes_and_are_rebuilt_at_open() {
         (a, first)
     };
     let (store, _) = open(&dir, 60);
-    assert_eq!(store.port_named("eth1").unwrap(), Some(first.uuid));
-    assert_eq!(store.port_named("stale").unwrap(), None);
-    assert!(named_port(&store, a, "52:54:00:00:00:03", "eth1").is_err());
+    assert_eq!(store.port_named("eth1").await.unwrap(), Some(first.uuid));
+    assert_eq!(store.port_named("stale").await.unwrap(), None);
+    assert!(
+        named_port(&store, a, "52:54:00:00:00:03", "eth1")
+            .await
+            .is_err()
+    );
 }
 
 /// Many creates racing for one port name on different nodes: exactly one wins, each time.
-#[test]
-fn racing_creates_of_one_port_name_leave_exactly_one_port() {
+#[tokio::test]
+async fn racing_creates_of_one_port_name_leave_exactly_one_port() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let nodes: Vec<Uuid> = (0..8)
-        .map(|_| store.create_node(new_node(None)).unwrap().uuid())
-        .collect();
+    let mut nodes: Vec<Uuid> = Vec::new();
+    for _ in 0..8 {
+        nodes.push(store.create_node(new_node(None)).await.unwrap().uuid());
+    }
     for round in 0..40u32 {
         let name = format!("race-{round}");
         let won = std::thread::scope(|scope| {
@@ -589,7 +662,7 @@ fn racing_creates_of_one_port_name_leave_exactly_one_port() {
                 .map(|(i, &node)| {
                     let (store, name) = (&store, &name);
                     let mac = format!("52:54:{:02x}:{:02x}:00:{i:02x}", round >> 8, round & 0xff);
-                    scope.spawn(move || named_port(store, node, &mac, name).is_ok())
+                    scope.spawn(move || at_once(named_port(store, node, &mac, name)).is_ok())
                 })
                 .collect();
             tries
@@ -599,19 +672,19 @@ fn racing_creates_of_one_port_name_leave_exactly_one_port() {
         });
         assert_eq!(won, 1, "round {round}");
     }
-    assert_eq!(store.list_ports().unwrap().len(), 40);
+    assert_eq!(store.list_ports().await.unwrap().len(), 40);
 }
 
-#[test]
-fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
+#[tokio::test]
+async fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
     let dir = tempfile::tempdir().unwrap();
     let uuid = {
         let (store, _) = open(&dir, 60);
-        let uuid = store.create_node(new_node(None)).unwrap().uuid();
-        to_wait_call_back(&store, uuid);
+        let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
+        to_wait_call_back(&store, uuid).await;
         // What a crash between a touch's writes can leave: the old entry, and none for the
         // record's real deadline.
-        let real = store.node(uuid).unwrap().provision.indexed.unwrap();
+        let real = store.node(uuid).await.unwrap().provision.indexed.unwrap();
         store
             .sled()
             .t()
@@ -638,19 +711,19 @@ fn recovery_drops_stale_index_entries_and_restores_missing_ones() {
     };
     let (store, recovery, _) = open_recovered(&dir, 60);
     assert_eq!(recovery.stale_entries, 2);
-    let node = store.node(uuid).unwrap();
+    let node = store.node(uuid).await.unwrap();
     assert_eq!(
-        store.deadline_index().unwrap(),
+        store.deadline_index().await.unwrap(),
         vec![(node.provision.deadline.unwrap(), uuid)]
     );
 }
 
-#[test]
-fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
+#[tokio::test]
+async fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
-    to_wait_call_back(&store, uuid);
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
+    to_wait_call_back(&store, uuid).await;
     store
         .sled()
         .t()
@@ -659,38 +732,56 @@ fn a_stale_entry_at_the_front_is_dropped_by_the_sweep_without_failing_anyone() {
         .insert(record::deadline_key(T0, uuid), &[])
         .unwrap();
     clock.advance(Duration::from_secs(1));
-    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
-    assert_eq!(store.deadline_index().unwrap().len(), 1);
+    assert!(
+        store
+            .fail_expired(clock.now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.deadline_index().await.unwrap().len(), 1);
     assert_eq!(
-        store.node(uuid).unwrap().state(),
+        store.node(uuid).await.unwrap().state(),
         ProvisionState::WaitCallBack
     );
 }
 
-#[test]
-fn manual_cleaning_heads_for_manageable_through_its_waits_and_undeploy_for_available() {
+#[tokio::test]
+async fn manual_cleaning_heads_for_manageable_through_its_waits_and_undeploy_for_available() {
     use ProvisionState as S;
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let uuid = store.create_node(new_node(None)).unwrap().uuid();
-    let step = |e: Event| {
-        let p = store.apply_event(uuid, e, None).unwrap().provision;
+    let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
+    let step = async |e: Event| {
+        let p = store.apply_event(uuid, e, None).await.unwrap().provision;
         (p.state, p.target)
     };
-    assert_eq!(step(Event::Manage), (S::Verifying, Some(S::Manageable)));
-    assert_eq!(step(Event::Done), (S::Manageable, None));
-    assert_eq!(step(Event::Clean), (S::Cleaning, Some(S::Manageable)));
-    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Manageable)));
-    assert_eq!(step(Event::Resume), (S::Cleaning, Some(S::Manageable)));
-    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Manageable)));
-    assert_eq!(step(Event::Fail), (S::CleanFailed, Some(S::Manageable)));
-    assert_eq!(step(Event::Manage), (S::Manageable, None));
+    assert_eq!(
+        step(Event::Manage).await,
+        (S::Verifying, Some(S::Manageable))
+    );
+    assert_eq!(step(Event::Done).await, (S::Manageable, None));
+    assert_eq!(step(Event::Clean).await, (S::Cleaning, Some(S::Manageable)));
+    assert_eq!(step(Event::Wait).await, (S::CleanWait, Some(S::Manageable)));
+    assert_eq!(
+        step(Event::Resume).await,
+        (S::Cleaning, Some(S::Manageable))
+    );
+    assert_eq!(step(Event::Wait).await, (S::CleanWait, Some(S::Manageable)));
+    assert_eq!(
+        step(Event::Fail).await,
+        (S::CleanFailed, Some(S::Manageable))
+    );
+    assert_eq!(step(Event::Manage).await, (S::Manageable, None));
     // Provide's cleaning and an undeploy's head for available.
-    assert_eq!(step(Event::Provide), (S::Cleaning, Some(S::Available)));
-    assert_eq!(step(Event::Wait), (S::CleanWait, Some(S::Available)));
-    assert_eq!(step(Event::Resume), (S::Cleaning, Some(S::Available)));
-    assert_eq!(step(Event::Done), (S::Available, None));
-    let reopened = store.node(uuid).unwrap().provision;
+    assert_eq!(
+        step(Event::Provide).await,
+        (S::Cleaning, Some(S::Available))
+    );
+    assert_eq!(step(Event::Wait).await, (S::CleanWait, Some(S::Available)));
+    assert_eq!(step(Event::Resume).await, (S::Cleaning, Some(S::Available)));
+    assert_eq!(step(Event::Done).await, (S::Available, None));
+    let reopened = store.node(uuid).await.unwrap().provision;
     assert_eq!((reopened.state, reopened.target), (S::Available, None));
 }
 
@@ -707,36 +798,43 @@ fn open_stalling(dir: &tempfile::TempDir, clock: &Clock) -> Store {
         .0
 }
 
-#[test]
-fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
+#[tokio::test]
+async fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::manual(T0);
     let uuid = {
         let store = open_stalling(&dir, &clock);
-        let uuid = store.create_node(new_node(None)).unwrap().uuid();
-        to_wait_call_back(&store, uuid);
+        let uuid = store.create_node(new_node(None)).await.unwrap().uuid();
+        to_wait_call_back(&store, uuid).await;
         clock.advance(Duration::from_secs(50));
-        store.touch(uuid, Some(7)).unwrap();
+        store.touch(uuid, Some(7)).await.unwrap();
         clock.advance(Duration::from_secs(30));
         // The same report again: alive, not progress.
-        let touched = store.touch(uuid, Some(7)).unwrap();
+        let touched = store.touch(uuid, Some(7)).await.unwrap();
         assert_eq!(touched.progress_at, T0.plus(Duration::from_secs(50)));
         assert_eq!(touched.deadline, Some(T0.plus(Duration::from_secs(150))));
         // Nor is the same report seen in the agent's command list.
-        assert!(!store.report_progress(uuid, 7).unwrap());
+        assert!(!store.report_progress(uuid, 7).await.unwrap());
         store.flush().unwrap();
         uuid
     };
     clock.advance(Duration::from_secs(10));
     let store = open_stalling(&dir, &clock);
-    let p = store.node(uuid).unwrap().provision;
+    let p = store.node(uuid).await.unwrap().provision;
     assert_eq!(p.progress_at, T0.plus(Duration::from_secs(50)));
     assert_eq!(p.deadline, Some(T0.plus(Duration::from_secs(150))));
     clock.advance(Duration::from_secs(59));
-    assert!(store.fail_expired(clock.now(), 10).unwrap().is_empty());
+    assert!(
+        store
+            .fail_expired(clock.now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     clock.advance(Duration::from_secs(1));
     let failed = store
         .fail_expired_describing(clock.now(), 10, &|_| Some("deploy: 3 bytes written".into()))
+        .await
         .unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].expiry, crate::state_machine::Expiry::Stall);
@@ -749,14 +847,18 @@ fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
     );
 }
 
-#[test]
-fn a_format_2_store_is_read_as_it_is_and_marked_current() {
+#[tokio::test]
+async fn a_format_2_store_is_read_as_it_is_and_marked_current() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let uuid = {
         let (store, _) = open(&dir, 60);
-        let uuid = store.create_node(new_node(Some("old"))).unwrap().uuid();
-        to_wait_call_back(&store, uuid);
+        let uuid = store
+            .create_node(new_node(Some("old")))
+            .await
+            .unwrap()
+            .uuid();
+        to_wait_call_back(&store, uuid).await;
         store.flush().unwrap();
         uuid
     };
@@ -783,7 +885,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_current() {
         value
     };
     let (store, _) = open(&dir, 60);
-    let node = store.node(uuid).unwrap();
+    let node = store.node(uuid).await.unwrap();
     assert_eq!(node.body.name.as_deref(), Some("old"));
     assert_eq!(node.state(), ProvisionState::WaitCallBack);
     assert_eq!(node.provision.progress_at, node.provision.updated_at);
@@ -801,7 +903,7 @@ fn a_format_2_store_is_read_as_it_is_and_marked_current() {
         "the new events read too"
     );
     // A touch writes it back in the current layout.
-    store.touch_provisioning(uuid).unwrap();
+    store.touch_provisioning(uuid).await.unwrap();
     let now = store
         .sled()
         .t()
@@ -832,15 +934,18 @@ fn copy_store(from: &Path, to: &Path) {
     }
 }
 
-#[test]
-fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_recorded() {
+#[tokio::test]
+async fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let early = dir.path().join("early");
     {
         let (store, _) = open(&dir, 60);
         for i in 0..3 {
-            store.create_node(new_node(Some(&format!("n{i}")))).unwrap();
+            store
+                .create_node(new_node(Some(&format!("n{i}"))))
+                .await
+                .unwrap();
         }
         store.checkpoint().unwrap();
         drop(store);
@@ -850,15 +955,18 @@ fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_rec
     {
         let (store, _) = open(&dir, 60);
         for i in 3..8 {
-            store.create_node(new_node(Some(&format!("n{i}")))).unwrap();
+            store
+                .create_node(new_node(Some(&format!("n{i}"))))
+                .await
+                .unwrap();
         }
         store.checkpoint().unwrap();
     }
     // Deleting nodes is no loss: a store may hold fewer nodes than its manifest says.
     {
         let (store, _) = open(&dir, 60);
-        let first = store.find_node("n0").unwrap().uuid();
-        store.delete_node(first).unwrap();
+        let first = store.find_node("n0").await.unwrap().uuid();
+        store.delete_node(first).await.unwrap();
         store.checkpoint().unwrap();
     }
     let (store, _) = open(&dir, 60);
@@ -903,14 +1011,18 @@ fn a_store_that_lost_writes_or_its_files_is_refused_naming_what_its_manifest_rec
 /// A degraded store refuses every write before sled sees it, serves reads from the
 /// database opened again on its reserve, remembers the heartbeats it refused, and writes
 /// them once it has room for its reserve again.
-#[test]
-fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve() {
+#[tokio::test]
+async fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
     let reserve = reserve::path(&dir.path().join("store"));
     assert_eq!(std::fs::metadata(&reserve).unwrap().len(), reserve::RESERVE);
-    let waiting = store.create_node(new_node(Some("waiting"))).unwrap().uuid();
-    to_wait_call_back(&store, waiting);
+    let waiting = store
+        .create_node(new_node(Some("waiting")))
+        .await
+        .unwrap()
+        .uuid();
+    to_wait_call_back(&store, waiting).await;
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Writable);
 
     store.health().failed("disk full", clock.now());
@@ -918,42 +1030,49 @@ fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_reserve(
         Err(StoreError::Unavailable(cause)) => assert_eq!(cause, "disk full"),
         other => panic!("a write while degraded: {other:?}"),
     };
-    let writes = |store: &Store| {
-        refused(store.create_node(new_node(Some("new"))).map(drop));
+    let writes = async |store: &Store| {
+        refused(store.create_node(new_node(Some("new"))).await.map(drop));
         refused(
             store
                 .edit_node(waiting, |_, b| {
                     b.attrs.insert("description".into(), "x".into());
                     Ok::<(), StoreError>(())
                 })
+                .await
                 .map(drop),
         );
         refused(store.docs_to_write().map(drop));
-        refused(store.milestone(waiting, "m".into()));
+        refused(store.milestone(waiting, "m".into()).await);
     };
-    writes(&store);
+    writes(&store).await;
     clock.advance(Duration::from_secs(30));
     let heartbeat = clock.now();
-    refused(store.touch(waiting, Some(9)).map(drop));
+    refused(store.touch(waiting, Some(9)).await.map(drop));
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Reopened);
     assert!(!reserve.exists(), "the reserve made room for the reopen");
     assert!(store.health().degraded().unwrap().reopened);
     // Reads are served by the database opened again; writes are still refused.
-    assert_eq!(store.find_node("waiting").unwrap().uuid(), waiting);
+    assert_eq!(store.find_node("waiting").await.unwrap().uuid(), waiting);
     assert_eq!(store.node_count(), 1);
-    writes(&store);
-    assert_eq!(store.node(waiting).unwrap().provision.updated_at, T0);
+    writes(&store).await;
+    assert_eq!(store.node(waiting).await.unwrap().provision.updated_at, T0);
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Healed(1));
     assert!(store.health().degraded().is_none());
     assert_eq!(std::fs::metadata(&reserve).unwrap().len(), reserve::RESERVE);
-    let node = store.node(waiting).unwrap();
+    let node = store.node(waiting).await.unwrap();
     assert_eq!(
         node.provision.updated_at, heartbeat,
         "the refused heartbeat"
     );
     assert_eq!(node.provision.progress, 9);
-    store.create_node(new_node(Some("new"))).unwrap();
+    store.create_node(new_node(Some("new"))).await.unwrap();
     assert_eq!(store.node_count(), 2);
+}
+
+/// A store call made on a thread of a test's own: sled answers at once, without waiting on
+/// a runtime (a call that had to wait would fail the test here).
+pub(super) fn at_once<T>(call: impl std::future::Future<Output = T>) -> T {
+    futures_util::FutureExt::now_or_never(call).expect("a sled store answers at once")
 }

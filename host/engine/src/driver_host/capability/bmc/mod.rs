@@ -77,30 +77,39 @@ impl Bmc {
     }
 }
 
-fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
-    let node = services.store.node(node)?;
+async fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
+    let node = services.store.node(node).await?;
     Bmc::resolve(power, &node.body.driver_info, &services.bmc)
         .map_err(CapabilityError::NotConfigured)
 }
 
 /// Records the machine's power in the node (as the API shows it) and, when it changed, a
 /// milestone in the node's history.
-fn record_power(services: &Services, node: Uuid, state: PowerState) -> Result<(), CapabilityError> {
+async fn record_power(
+    services: &Services,
+    node: Uuid,
+    state: PowerState,
+) -> Result<(), CapabilityError> {
     let text = match state {
         PowerState::On => "power on",
         PowerState::Off => "power off",
     };
-    let changed = std::cell::Cell::new(false);
-    services.store.update_node(node, |b| {
-        changed.set(b.power_state.as_deref() != Some(text));
-        b.power_state = Some(text.into());
-        b.target_power_state = None;
-        Ok(())
-    })?;
-    if changed.get() {
+    let changed = std::sync::atomic::AtomicBool::new(false);
+    services
+        .store
+        .update_node(node, |b| {
+            let differs = b.power_state.as_deref() != Some(text);
+            changed.store(differs, std::sync::atomic::Ordering::Relaxed);
+            b.power_state = Some(text.into());
+            b.target_power_state = None;
+            Ok(())
+        })
+        .await?;
+    if changed.load(std::sync::atomic::Ordering::Relaxed) {
         services
             .store
-            .milestone(node, format!("Machine is now in {text}"))?;
+            .milestone(node, format!("Machine is now in {text}"))
+            .await?;
     }
     Ok(())
 }
@@ -140,7 +149,7 @@ pub async fn set_power(
     // A machine already in the state is left alone, as Ironic's `node_power_action` does:
     // a hard power-off of a machine its agent powered off cleanly is no-op at best, and
     // some BMCs refuse it.
-    match resolve(services, node, power)? {
+    match resolve(services, node, power).await? {
         Bmc::Fake => {}
         Bmc::Redfish(t) => match t.get_power(http).await {
             Ok(now) if now == state => {}
@@ -163,12 +172,12 @@ pub async fn set_power(
             }
         },
     }
-    record_power(services, node, state)
+    record_power(services, node, state).await
 }
 
 /// Reboots the node's machine through its BMC; it is on afterwards.
 pub async fn reboot(services: &Services, node: Uuid, power: &str) -> Result<(), CapabilityError> {
-    match resolve(services, node, power)? {
+    match resolve(services, node, power).await? {
         Bmc::Fake => {}
         Bmc::Redfish(t) => t
             .reboot(&services.http)
@@ -176,8 +185,11 @@ pub async fn reboot(services: &Services, node: Uuid, power: &str) -> Result<(), 
             .map_err(CapabilityError::Remote)?,
         Bmc::Ipmi(t) => t.reboot().await.map_err(CapabilityError::Remote)?,
     }
-    services.store.milestone(node, "Machine rebooted".into())?;
-    record_power(services, node, PowerState::On)
+    services
+        .store
+        .milestone(node, "Machine rebooted".into())
+        .await?;
+    record_power(services, node, PowerState::On).await
 }
 
 /// The machine's power as its BMC reports it (the fake backend: as last recorded).
@@ -186,9 +198,9 @@ pub async fn get_power(
     node: Uuid,
     power: &str,
 ) -> Result<PowerState, CapabilityError> {
-    Ok(match resolve(services, node, power)? {
+    Ok(match resolve(services, node, power).await? {
         Bmc::Fake => {
-            let node = services.store.node(node)?;
+            let node = services.store.node(node).await?;
             if node.body.power_state.as_deref() == Some("power on") {
                 PowerState::On
             } else {
@@ -211,7 +223,7 @@ pub async fn set_boot_device(
     device: BootDevice,
     persistent: bool,
 ) -> Result<(), CapabilityError> {
-    match resolve(services, node, power)? {
+    match resolve(services, node, power).await? {
         Bmc::Fake => {}
         Bmc::Redfish(t) => t
             .set_boot_device(&services.http, device, persistent)
@@ -263,7 +275,10 @@ pub async fn virtual_media(
     power: &str,
     what: Media,
 ) -> Result<Value, String> {
-    let target = match resolve(services, node, power).map_err(|e| e.to_string())? {
+    let target = match resolve(services, node, power)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         Bmc::Redfish(t) => t,
         _ => return Err(format!("the {power} BMC has no virtual media")),
     };
@@ -283,15 +298,19 @@ pub async fn virtual_media(
 
 /// The node's inventory, read out of band from its Redfish BMC.
 pub async fn inspect(services: &Services, node: Uuid) -> Result<Value, String> {
-    match resolve(services, node, "redfish").map_err(|e| e.to_string())? {
+    match resolve(services, node, "redfish")
+        .await
+        .map_err(|e| e.to_string())?
+    {
         Bmc::Redfish(t) => t.inventory(&services.http).await,
         _ => Err("only a Redfish BMC is inspected out of band".into()),
     }
 }
 
 /// Whether the node's driver_info is complete for this power backend.
-pub fn check(services: &Services, node: Uuid, power: &str) -> Result<(), String> {
+pub async fn check(services: &Services, node: Uuid, power: &str) -> Result<(), String> {
     resolve(services, node, power)
+        .await
         .map(drop)
         .map_err(|e| e.to_string())
 }

@@ -3,17 +3,17 @@
 
 use std::time::Duration;
 
-use super::super::tests::{new_node, open};
+use super::super::tests::{at_once, new_node, open};
 use super::*;
 
-#[test]
-fn a_node_keeps_its_last_events_in_a_few_chunks() {
+#[tokio::test]
+async fn a_node_keeps_its_last_events_in_a_few_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let (store, clock) = open(&dir, 60);
-    let node = store.create_node(new_node(None)).unwrap().uuid();
+    let node = store.create_node(new_node(None)).await.unwrap().uuid();
     for i in 0..1000 {
         clock.advance(Duration::from_millis(1));
-        store.milestone(node, format!("m{i}")).unwrap();
+        store.milestone(node, format!("m{i}")).await.unwrap();
     }
     let history = store.history().unwrap();
     let events = history.list(node).unwrap();
@@ -46,18 +46,18 @@ fn a_node_keeps_its_last_events_in_a_few_chunks() {
     assert_eq!(history.list(node).unwrap(), vec![]);
 }
 
-#[test]
-fn events_recorded_at_once_on_one_node_all_land() {
+#[tokio::test]
+async fn events_recorded_at_once_on_one_node_all_land() {
     for round in 0..20 {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = open(&dir, 60);
-        let node = store.create_node(new_node(None)).unwrap().uuid();
+        let node = store.create_node(new_node(None)).await.unwrap().uuid();
         std::thread::scope(|s| {
             for writer in 0..4 {
                 let store = &store;
                 s.spawn(move || {
                     for i in 0..30 {
-                        store.milestone(node, format!("{writer}.{i}")).unwrap();
+                        at_once(store.milestone(node, format!("{writer}.{i}"))).unwrap();
                     }
                 });
             }
@@ -79,12 +79,12 @@ fn events_recorded_at_once_on_one_node_all_land() {
     }
 }
 
-#[test]
-fn a_damaged_chunk_is_an_error_not_a_panic() {
+#[tokio::test]
+async fn a_damaged_chunk_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(&dir, 60);
-    let node = store.create_node(new_node(None)).unwrap().uuid();
-    store.milestone(node, "kept".into()).unwrap();
+    let node = store.create_node(new_node(None)).await.unwrap().uuid();
+    store.milestone(node, "kept".into()).await.unwrap();
     let history = store.history().unwrap();
     history
         .tree
@@ -96,7 +96,7 @@ fn a_damaged_chunk_is_an_error_not_a_panic() {
     // Recording goes on (pruning included: every 32nd event engine-wide), so a transition
     // that moved the node never reports a failure for its history.
     for i in 0..40 {
-        store.milestone(node, format!("after {i}")).unwrap();
+        store.milestone(node, format!("after {i}")).await.unwrap();
     }
     // `store verify` names it as a problem instead of stopping at it.
     store.flush().unwrap();
