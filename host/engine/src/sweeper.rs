@@ -127,10 +127,7 @@ async fn run(
         // `batch` nodes); its flush waits for the disk off the async workers (see
         // `store::sled`'s `flush`).
         let describe = |node| hook.progress(node);
-        let passed = match store
-            .fail_expired_describing(now, config.batch, &describe)
-            .await
-        {
+        let passed = match store.sweep(config.batch, &describe).await {
             Ok(timed_out) => {
                 if hand_over(timed_out, config.batch, &*hook) {
                     tokio::task::yield_now().await;

@@ -147,6 +147,7 @@ fn no_module_of_the_engine_depends_on_itself_through_others() {
 const STORE_READS: &[&str] = &[
     "backup",
     "class",
+    "touched_node",
     "after",
     "len",
     "is_empty",
@@ -220,6 +221,7 @@ const STORE_WRITES: &[&str] = &[
     "apply_events",
     "fail_expired",
     "fail_expired_describing",
+    "sweep",
     "leave_fault",
     "docs_to_write",
     "register",

@@ -1,5 +1,6 @@
-//! One suite, both backends: the contract every store of nodes keeps (`store::backend`),
-//! run on the embedded sled store and on the shared store on a real PostgreSQL. Time is
+//! One suite, both backends: the contract the engine's one handle on its nodes
+//! (`store::Store`) keeps, run on the embedded sled store and on the shared store on a real
+//! PostgreSQL. Time is
 //! the one thing the two move differently: sled's manual clock is advanced, the shared
 //! store's rows are aged on the database's clock (an agent silent that long).
 
@@ -12,7 +13,6 @@ use common::store::{T0, TO_WAIT_CALL_BACK, fake_node};
 use deployd_engine::clock::Clock;
 use deployd_engine::node::NewNode;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
-use deployd_engine::store::backend::Backend;
 use deployd_engine::store::postgres::SharedStore;
 use deployd_engine::store::{Store, StoreError};
 use uuid::Uuid;
@@ -21,9 +21,8 @@ const CALLBACK: Duration = Duration::from_secs(7200);
 
 /// A backend to run the contract on, and how its nodes are made older.
 trait Fixture: Sized {
-    type B: Backend;
     async fn open(timeouts: Timeouts) -> Self;
-    fn store(&self) -> &Self::B;
+    fn store(&self) -> &Store;
     /// Makes `nodes` `by` older: their clocks, deadlines and index entries.
     fn age(&self, nodes: &[Uuid], by: Duration);
 }
@@ -35,7 +34,6 @@ struct Sled {
 }
 
 impl Fixture for Sled {
-    type B = Store;
     async fn open(timeouts: Timeouts) -> Sled {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::manual(T0);
@@ -55,18 +53,18 @@ impl Fixture for Sled {
 }
 
 struct Postgres {
-    store: SharedStore,
+    store: Store,
     url: String,
 }
 
 impl Fixture for Postgres {
-    type B = SharedStore;
     async fn open(timeouts: Timeouts) -> Postgres {
         let url = CLUSTER.database();
-        let store = SharedStore::connect(&url, timeouts).await.unwrap();
+        let shared = SharedStore::connect(&url, timeouts).await.unwrap();
+        let store = Store::shared(shared, timeouts, Clock::new());
         Postgres { store, url }
     }
-    fn store(&self) -> &SharedStore {
+    fn store(&self) -> &Store {
         &self.store
     }
     fn age(&self, nodes: &[Uuid], by: Duration) {
@@ -85,10 +83,10 @@ impl Fixture for Postgres {
     }
 }
 
-async fn walked(store: &impl Backend, events: &[Event]) -> Uuid {
+async fn walked(store: &Store, events: &[Event]) -> Uuid {
     let uuid = store.create_node(fake_node()).await.unwrap().uuid();
     for &event in events {
-        store.apply_event(uuid, None, event, None).await.unwrap();
+        store.apply_event(uuid, event, None).await.unwrap();
     }
     uuid
 }
@@ -106,7 +104,7 @@ async fn a_dead_agent_times_out_and_a_live_one_does_not<F: Fixture>() {
     let touched = store.touch(live, None).await.unwrap();
     assert_eq!(touched.deadline, Some(touched.updated_at.plus(CALLBACK)));
 
-    let failed = store.fail_expired(100).await.unwrap();
+    let failed = store.sweep(100, &|_| None).await.unwrap();
     assert_eq!(failed.len(), 1, "{failed:?}");
     let t = &failed[0];
     assert_eq!(
@@ -135,7 +133,7 @@ async fn a_dead_agent_times_out_and_a_live_one_does_not<F: Fixture>() {
     };
     assert_eq!(state, ProvisionState::DeployFailed);
     // The live node's entry was re-filed at its deadline: nothing more to fail.
-    assert!(store.fail_expired(100).await.unwrap().is_empty());
+    assert!(store.sweep(100, &|_| None).await.unwrap().is_empty());
     let waiting = store.node(live).await.unwrap().provision;
     assert_eq!(waiting.state, ProvisionState::WaitCallBack);
     assert_eq!(waiting.indexed, waiting.deadline);
@@ -154,7 +152,7 @@ async fn a_timeout_of_0_disables_the_check<F: Fixture>() {
     let p = store.touch(node, None).await.unwrap();
     assert_eq!((p.deadline, p.indexed), (None, None));
     f.age(&[node], Duration::from_secs(30 * 86_400));
-    assert!(store.fail_expired(100).await.unwrap().is_empty());
+    assert!(store.sweep(100, &|_| None).await.unwrap().is_empty());
     assert_eq!(store.next_deadline().await.unwrap(), None);
     assert_eq!(
         store.node(node).await.unwrap().provision.state,
@@ -181,7 +179,7 @@ async fn heartbeats_without_progress_stall_and_progress_restarts_the_stall_clock
     assert_eq!(same.deadline, Some(same.progress_at.plus(stall)));
     let moved = store.touch(moving, Some(2)).await.unwrap();
     assert_eq!((moved.progress, moved.progress_at), (2, moved.updated_at));
-    let failed = store.fail_expired(100).await.unwrap();
+    let failed = store.sweep(100, &|_| None).await.unwrap();
     assert_eq!(failed.iter().map(|t| t.node).collect::<Vec<_>>(), [stuck]);
     assert!(
         failed[0]
@@ -210,12 +208,12 @@ async fn refusals_name_their_reason_and_change_nothing<F: Fixture>() {
     };
     assert_eq!(name, "rack-1");
     let Err(StoreError::IllegalTransition { .. }) =
-        store.apply_event(node, None, Event::Wait, None).await
+        store.apply_event(node, Event::Wait, None).await
     else {
         panic!("enroll went to wait");
     };
     let Err(StoreError::StateChanged { actual, .. }) = store
-        .apply_event(node, Some(ProvisionState::Manageable), Event::Manage, None)
+        .apply_event_from(node, ProvisionState::Manageable, Event::Manage, None)
         .await
     else {
         panic!("acted on a node that was not where the caller thought");

@@ -94,7 +94,7 @@ impl Conductor {
             Step::Heartbeat(touched) => {
                 // The node as the touch read it. It may have moved on since (a timeout):
                 // the transitions below only apply from the state the driver saw.
-                let record = touched.node()?;
+                let record = self.store.touched_node(&touched).await?;
                 let state = record.state();
                 if matches!(
                     state,

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::postgres::SharedStore;
+use super::sled;
 use super::sled::SledStore;
 use super::{
-    Cascade, FaultStep, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut, Touched,
-    backup, documents, health, history,
+    Cascade, FaultStep, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut, backup,
+    documents, health, history,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::config_drive::ConfigDrive;
@@ -41,8 +42,7 @@ pub struct Store {
 enum Backend {
     /// The embedded default: sled, one engine.
     Sled(SledStore),
-    /// PostgreSQL, shared by several engines. Read once the handle's methods are async.
-    #[allow(dead_code)]
+    /// PostgreSQL, shared by several engines.
     Shared(SharedStore),
 }
 
@@ -198,7 +198,10 @@ impl Store {
 
     /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on), durable when it returns.
     pub async fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
-        on_sled!(self, "enroll a node synchronously", |s| s.create_node(new))
+        match &self.backend {
+            Backend::Sled(s) => s.create_node(new),
+            Backend::Shared(s) => s.create_node(new).await,
+        }
     }
 
     /// Enrolls many nodes with one flush at the end; each is all-or-nothing.
@@ -211,7 +214,10 @@ impl Store {
 
     /// A node by uuid.
     pub async fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
-        on_sled!(self, "read a node synchronously", |s| s.node(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.node(uuid),
+            Backend::Shared(s) => s.node(uuid).await,
+        }
     }
 
     /// Only a node's provision record (state, clock, deadline).
@@ -297,8 +303,10 @@ impl Store {
         event: Event,
         last_error: Option<String>,
     ) -> Result<Node, StoreError> {
-        on_sled!(self, "apply an event synchronously", |s| s
-            .apply_event(uuid, event, last_error))
+        match &self.backend {
+            Backend::Sled(s) => s.apply_event(uuid, event, last_error),
+            Backend::Shared(s) => s.apply_event(uuid, None, event, last_error, None).await,
+        }
     }
 
     /// [`Store::apply_event`], only if the node is still in `expected`.
@@ -309,8 +317,13 @@ impl Store {
         event: Event,
         last_error: Option<String>,
     ) -> Result<Node, StoreError> {
-        on_sled!(self, "apply an event synchronously", |s| s
-            .apply_event_from(uuid, expected, event, last_error))
+        match &self.backend {
+            Backend::Sled(s) => s.apply_event_from(uuid, expected, event, last_error),
+            Backend::Shared(s) => {
+                let expected = Some(expected);
+                s.apply_event(uuid, expected, event, last_error, None).await
+            }
+        }
     }
 
     /// Applies many events with one flush at the end; each is all-or-nothing.
@@ -323,15 +336,35 @@ impl Store {
 
     /// A live agent's heartbeat: moves a waiting node's clock and deadline to now.
     pub async fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
-        on_sled!(self, "touch a node synchronously", |s| s
-            .touch_provisioning(uuid))
+        self.touch(uuid, None).await
     }
 
     /// A touch that also reports the agent's progress (see
     /// [`super::progress_fingerprint`]).
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
-        on_sled!(self, "touch a node synchronously", |s| s
-            .touch(uuid, progress))
+        let (provision, read) = match &self.backend {
+            Backend::Sled(s) => {
+                let touched = s.touch(uuid, progress)?;
+                (touched.provision, Some(touched))
+            }
+            Backend::Shared(s) => (s.touch(uuid, progress).await?, None),
+        };
+        Ok(Touched {
+            provision,
+            uuid,
+            read,
+        })
+    }
+
+    /// The node just touched, with its new record: on sled parsed from the bytes the
+    /// touch read (a second read of a page just written cost more than the touch and the
+    /// driver call together under a storm of heartbeats, as `bench api` measured); else
+    /// read again.
+    pub async fn touched_node(&self, touched: &Touched) -> Result<Node, StoreError> {
+        match &touched.read {
+            Some(read) => read.node(),
+            None => self.node(touched.uuid).await,
+        }
     }
 
     /// Records progress seen elsewhere than in a heartbeat; returns whether it was progress.
@@ -342,12 +375,33 @@ impl Store {
 
     /// The earliest deadline in the index (possibly stale; the sweep step checks).
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        on_sled!(self, "read deadlines synchronously", |s| s.next_deadline())
+        match &self.backend {
+            Backend::Sled(s) => s.next_deadline(),
+            Backend::Shared(s) => s.next_deadline().await,
+        }
     }
 
     /// Every entry of the deadline index, in deadline order (diagnostics and tests).
     pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
         on_sled!(self, "list deadlines", |s| s.deadline_index())
+    }
+
+    /// The sweeper's step: fails up to `limit` waiting nodes whose deadline has passed on
+    /// the store's own clock (the engine's for sled, the database's for the shared
+    /// store), with what each node's agent last reported of its progress (`describe`)
+    /// quoted in a stall's `last_error`; returns them.
+    pub async fn sweep(
+        &self,
+        limit: usize,
+        describe: &(dyn Fn(Uuid) -> Option<String> + Sync),
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.fail_expired_describing(self.clock.now(), limit, describe),
+            Backend::Shared(s) => {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                s.fail_expired(limit, None).await
+            }
+        }
     }
 
     /// Fails up to `limit` nodes whose deadline is at or before `now`; returns them.
@@ -457,5 +511,27 @@ impl Store {
             Backend::Sled(s) => s,
             Backend::Shared(_) => panic!("not a sled store"),
         }
+    }
+}
+
+/// A node just touched: its new provision record (and, on sled, its body as the touch read
+/// it; see [`Store::touched_node`]).
+pub struct Touched {
+    pub provision: Provision,
+    uuid: Uuid,
+    read: Option<sled::Touched>,
+}
+
+/// A touch is read mostly for its new record.
+impl std::ops::Deref for Touched {
+    type Target = Provision;
+    fn deref(&self) -> &Provision {
+        &self.provision
+    }
+}
+
+impl std::fmt::Debug for Touched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Touched").field(&self.provision).finish()
     }
 }

@@ -8,7 +8,6 @@
 //! the sweeper's verdict and its `last_error` words, an enrolled node) live here, once,
 //! above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`]).
 
-pub mod backend;
 mod expiry;
 mod handle;
 mod last_error;
@@ -23,10 +22,10 @@ use crate::clock::Timestamp;
 use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState};
 
-pub use self::sled::{Cascade, FaultStep, Part, Recovery, Touched};
+pub use self::sled::{Cascade, FaultStep, Part, Recovery};
 pub use self::sled::{backup, documents, health, history, manifest, verify};
 pub use expiry::{SweeperWaker, TimedOut};
-pub use handle::Store;
+pub use handle::{Store, Touched};
 
 pub use touches::progress_fingerprint;
 
