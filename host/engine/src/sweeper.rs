@@ -15,8 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::postgres::{Membership, SharedStore};
-use crate::store::{Store, TimedOut};
+use crate::store::{Store, StoreError, TimedOut};
 
 /// What runs after the sweeper failed a node. It must not block: spawn long work.
 pub trait TimeoutHook: Send + Sync + 'static {
@@ -63,22 +62,6 @@ impl Sweeper {
         Sweeper { stop, task }
     }
 
-    /// Starts this engine's sweeper of the shared store (PostgreSQL), beside every other
-    /// engine's: each pass takes only the due nodes no other sweeper holds (see
-    /// `store::postgres`), and a deadline any engine files wakes them all. An engine that
-    /// is not sure of its lease sweeps nothing.
-    pub fn spawn_shared(
-        store: Arc<SharedStore>,
-        membership: Arc<Membership>,
-        config: SweeperConfig,
-        hook: Arc<dyn TimeoutHook>,
-    ) -> Sweeper {
-        let (stop, stopped) = watch::channel(false);
-        let task = (!config.check_interval.is_zero())
-            .then(|| tokio::spawn(run_shared(store, membership, config, hook, stopped)));
-        Sweeper { stop, task }
-    }
-
     /// Stops the sweeper and waits for its current pass to end.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
@@ -112,6 +95,18 @@ async fn run(
     hook: Arc<dyn TimeoutHook>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    // Listening starts before the first look at the index, so no deadline filed after
+    // that look goes unheard.
+    let mut filed = loop {
+        match store.deadlines_filed().await {
+            Ok(filed) => break filed,
+            Err(e) => tracing::warn!(error = %e, "the sweeper cannot listen for deadlines yet"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DEGRADED_RECHECK) => {}
+            _ = stopped.changed() => return,
+        }
+    };
     loop {
         // A store that cannot write cannot record a failure either, and it may be missing
         // heartbeats it could not record (see `store::health`): no node fails meanwhile.
@@ -121,109 +116,51 @@ async fn run(
                 _ = stopped.changed() => return,
             }
         }
-        let now = store.clock().now();
         crate::metrics::Metrics::count(&store.metrics().sweeps, 1);
-        // The pass is short (it stops at the first future deadline and fails at most
-        // `batch` nodes); its flush waits for the disk off the async workers (see
-        // `store::sled`'s `flush`).
+        // The pass is short: it stops at the first future deadline and fails at most
+        // `batch` nodes.
         let describe = |node| hook.progress(node);
-        let passed = match store.sweep(config.batch, &describe).await {
+        let mut wait = config.check_interval;
+        // The deadline the sweeper sleeps towards; a re-read that finds an earlier one
+        // (filed meanwhile) sweeps again instead of sleeping.
+        let mut towards = None;
+        match store.sweep(config.batch, &describe).await {
             Ok(timed_out) => {
                 if hand_over(timed_out, config.batch, &*hook) {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                true
+                match store.next_due().await {
+                    Ok(Some((deadline, due))) => {
+                        wait = wait.min(due);
+                        towards = Some(Some(deadline));
+                    }
+                    Ok(None) => towards = Some(None),
+                    Err(e) => {
+                        tracing::error!(error = %e, "sweeper could not read the deadline index")
+                    }
+                }
             }
+            // An engine not sure of its lease sweeps nothing, and looks again soon.
+            Err(StoreError::Fenced(_)) => wait = wait.min(DEGRADED_RECHECK),
+            // After a failed pass, wait the full interval rather than spin on a bad entry.
             Err(e) => {
                 if !store.health().is_degraded() {
                     tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval");
                 }
-                false
-            }
-        };
-        // After a failed pass, wait the full interval rather than spin on a bad entry.
-        let mut wake_at = now.plus(config.check_interval);
-        if passed {
-            match store.next_deadline().await {
-                Ok(Some(next)) => wake_at = wake_at.min(next),
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, "sweeper could not read the deadline index"),
             }
         }
-        // Publish, then re-read: a deadline added after the re-read wakes us via the waker.
-        store.waker().sleep_until(wake_at);
-        if let Ok(Some(next)) = store.next_deadline().await
-            && next < wake_at
+        // Publish, then read again: a deadline filed after this read wakes the sweeper.
+        filed.sleeping(&store, wait);
+        if let Some(before) = towards
+            && let Ok(Some((now_first, _))) = store.next_due().await
+            && before.is_none_or(|before| now_first < before)
         {
             continue;
         }
-        let sleep = wake_at.since(store.clock().now());
-        tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            _ = store.waker().woken() => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
-    }
-}
-
-async fn run_shared(
-    store: Arc<SharedStore>,
-    membership: Arc<Membership>,
-    config: SweeperConfig,
-    hook: Arc<dyn TimeoutHook>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    // Listening starts before the first look at the index, so no deadline filed after
-    // that look goes unheard.
-    let mut listener = loop {
-        match store.listen_deadlines().await {
-            Ok(listener) => break listener,
-            Err(e) => tracing::warn!(error = %e, "the sweeper cannot listen for deadlines yet"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(DEGRADED_RECHECK) => {}
-            _ = stopped.changed() => return,
-        }
-    };
-    loop {
-        let mut wait = config.check_interval;
-        if let Some(lease) = membership.current() {
-            match store.fail_expired(config.batch as i64, Some(&lease)).await {
-                Ok(timed_out) => {
-                    if hand_over(timed_out, config.batch, &*hook) {
-                        tokio::task::yield_now().await;
-                        continue;
-                    }
-                    match store.next_due_in().await {
-                        Ok(Some(due)) => wait = wait.min(due),
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::error!(error = %e, "sweeper could not read the due index")
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "sweeper pass failed; retrying after the check interval")
-                }
-            }
-        } else {
-            wait = wait.min(DEGRADED_RECHECK);
-        }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            filed = listener.next() => {
-                if filed.is_none() {
-                    tracing::warn!("the sweeper's deadline listener closed; listening again");
-                    match store.listen_deadlines().await {
-                        Ok(l) => listener = l,
-                        Err(_) => tokio::time::sleep(DEGRADED_RECHECK).await,
-                    }
-                }
-            }
+            _ = filed.next(&store) => {}
             _ = stopped.changed() => return,
         }
         if *stopped.borrow() {

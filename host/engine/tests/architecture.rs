@@ -4,7 +4,9 @@
 //!   or through others, back into a module that uses it (a `crate::x`, or inside a folder
 //!   module `super::x` or `crate::folder::x`, names a dependency on `x`);
 //! - the API writes nothing around the conductor: `api/` calls only the store's reads;
-//! - every folder's module map (its `//!` docs) names each of its modules.
+//! - every folder's module map (its `//!` docs) names each of its modules;
+//! - the engine holds its nodes through one handle (`store::Store`): no module outside
+//!   `store/` names a backend (its type, or its module).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -148,6 +150,8 @@ const STORE_READS: &[&str] = &[
     "backup",
     "class",
     "touched_node",
+    "deadlines_filed",
+    "sleeping",
     "after",
     "len",
     "is_empty",
@@ -186,7 +190,7 @@ const STORE_READS: &[&str] = &[
     "current",
     "lease_times",
     "listen_deadlines",
-    "next_due_in",
+    "next_due",
 ];
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
@@ -349,6 +353,64 @@ fn every_module_map_names_every_module() {
         missing.is_empty(),
         "modules the maps do not name: {missing:#?}"
     );
+}
+
+/// What names a backend of the store, outside `store/`.
+const BACKENDS: &[&str] = &["SledStore", "SharedStore", "store::sled", "store::postgres"];
+
+#[test]
+fn no_module_outside_the_store_names_a_backend() {
+    let store = src().join("store");
+    let mut named = Vec::new();
+    for file in rust_files(&src()) {
+        if file.starts_with(&store) {
+            continue;
+        }
+        let code = code(&file);
+        for backend in BACKENDS.iter().filter(|b| code.contains(*b)) {
+            named.push(format!("{}: {backend}", file.display()));
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "backends named outside store/: {named:#?}"
+    );
+    // The check sees a backend where one is named.
+    assert!(code(&store.join("handle.rs")).contains("SledStore"));
+}
+
+/// The rules both backends apply, each defined once above them (`store/`), and the
+/// backends that call each. The shared store's touch is one grouped `UPDATE` on the
+/// database's clock, so it states `touched` in SQL; the contract suite holds its answers
+/// to the sled store's, deadline for deadline.
+const RULES: &[(&str, &[&str])] = &[
+    ("advanced", &["sled", "postgres"]),
+    ("touched", &["sled"]),
+    ("judge", &["sled", "postgres"]),
+    ("enrolled", &["sled", "postgres"]),
+];
+
+#[test]
+fn every_rule_of_the_store_is_written_once_and_called_by_its_backends() {
+    let store = src().join("store");
+    for (rule, callers) in RULES {
+        let defined: Vec<_> = rust_files(&src())
+            .into_iter()
+            .filter(|f| code(f).contains(&format!("fn {rule}(")))
+            .collect();
+        assert_eq!(defined.len(), 1, "{rule} is defined in {defined:?}");
+        assert_eq!(
+            defined[0].parent(),
+            Some(store.as_path()),
+            "{rule}: {defined:?}"
+        );
+        for backend in *callers {
+            let calls = rust_files(&store.join(backend))
+                .iter()
+                .any(|f| code(f).contains(&format!("{rule}(")));
+            assert!(calls, "the {backend} store does not call {rule}");
+        }
+    }
 }
 
 #[test]

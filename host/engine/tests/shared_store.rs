@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::postgres::{CLUSTER, database_of};
 use common::store::{TO_WAIT_CALL_BACK, fake_node};
+use deployd_engine::clock::Clock;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
-use deployd_engine::store::StoreError;
 use deployd_engine::store::postgres::{Renewed, SCHEMA_VERSION, SharedStore};
+use deployd_engine::store::{Store, StoreError};
 use uuid::Uuid;
 
 const CALLBACK: Duration = Duration::from_secs(60);
@@ -402,12 +403,9 @@ async fn sweepers_on_two_engines_fail_an_expired_node_once_woken_by_the_deadline
             check_interval: Duration::from_secs(600),
             batch: 100,
         };
-        sweepers.push(Sweeper::spawn_shared(
-            store.clone(),
-            member,
-            config,
-            seen.clone(),
-        ));
+        // Each engine's sweeper is the one every engine runs, over its handle.
+        let handle = Store::shared(store.clone(), Some(member), timeouts, Clock::new());
+        sweepers.push(Sweeper::spawn(Arc::new(handle), config, seen.clone()));
         stores.push(store);
     }
     // Both sweepers asleep on an empty index; then a node enters wait call-back with a

@@ -6,6 +6,7 @@
 
 use deployd_test_support as common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::postgres::{CLUSTER, database_of};
@@ -61,7 +62,7 @@ impl Fixture for Postgres {
     async fn open(timeouts: Timeouts) -> Postgres {
         let url = CLUSTER.database();
         let shared = SharedStore::connect(&url, timeouts).await.unwrap();
-        let store = Store::shared(shared, timeouts, Clock::new());
+        let store = Store::shared(Arc::new(shared), None, timeouts, Clock::new());
         Postgres { store, url }
     }
     fn store(&self) -> &Store {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::postgres::SharedStore;
+use super::postgres::{DeadlineListener, Membership, SharedStore};
 use super::sled;
 use super::sled::SledStore;
 use super::{
@@ -42,8 +42,9 @@ pub struct Store {
 enum Backend {
     /// The embedded default: sled, one engine.
     Sled(SledStore),
-    /// PostgreSQL, shared by several engines.
-    Shared(SharedStore),
+    /// PostgreSQL, shared by several engines; with this engine's membership (its lease)
+    /// once it joined.
+    Shared(Arc<SharedStore>, Option<Arc<Membership>>),
 }
 
 /// Runs `$on_sled` with the sled store bound to `$s`; on a backend that cannot do
@@ -52,7 +53,7 @@ macro_rules! on_sled {
     ($self:ident, $operation:literal, |$s:ident| $on_sled:expr) => {
         match &$self.backend {
             Backend::Sled($s) => $on_sled,
-            Backend::Shared(_) => Err(StoreError::Unsupported {
+            Backend::Shared(..) => Err(StoreError::Unsupported {
                 backend: "shared",
                 operation: $operation,
             }
@@ -93,10 +94,17 @@ impl Store {
         Ok((store, recovery))
     }
 
-    /// A handle on the shared store (PostgreSQL), already connected and migrated.
-    pub fn shared(shared: SharedStore, timeouts: Timeouts, clock: Clock) -> Store {
+    /// A handle on the shared store (PostgreSQL), already connected and migrated; with
+    /// `membership`, this engine's lease, which its sweeps need (without one, a sweep is
+    /// a single caller's and claims nothing).
+    pub fn shared(
+        shared: Arc<SharedStore>,
+        membership: Option<Arc<Membership>>,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Store {
         Store {
-            backend: Backend::Shared(shared),
+            backend: Backend::Shared(shared, membership),
             clock,
             metrics: Arc::default(),
             health: Arc::default(),
@@ -134,7 +142,7 @@ impl Store {
     pub fn path(&self) -> Option<&Path> {
         match &self.backend {
             Backend::Sled(s) => Some(s.path()),
-            Backend::Shared(_) => None,
+            Backend::Shared(..) => None,
         }
     }
 
@@ -144,7 +152,7 @@ impl Store {
         match &self.backend {
             Backend::Sled(s) => s.checkpoint(),
             // PostgreSQL makes every commit durable itself.
-            Backend::Shared(_) => Ok(()),
+            Backend::Shared(..) => Ok(()),
         }
     }
 
@@ -157,7 +165,7 @@ impl Store {
     pub fn flush(&self) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.flush(),
-            Backend::Shared(_) => Ok(()),
+            Backend::Shared(..) => Ok(()),
         }
     }
 
@@ -200,7 +208,7 @@ impl Store {
     pub async fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.create_node(new),
-            Backend::Shared(s) => s.create_node(new).await,
+            Backend::Shared(s, _) => s.create_node(new).await,
         }
     }
 
@@ -216,7 +224,7 @@ impl Store {
     pub async fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.node(uuid),
-            Backend::Shared(s) => s.node(uuid).await,
+            Backend::Shared(s, _) => s.node(uuid).await,
         }
     }
 
@@ -246,7 +254,7 @@ impl Store {
     ) -> Box<dyn Iterator<Item = Result<Node, StoreError>> + '_> {
         match &self.backend {
             Backend::Sled(s) => Box::new(s.nodes_after(marker)),
-            Backend::Shared(_) => Box::new(std::iter::once(Err(StoreError::Unsupported {
+            Backend::Shared(..) => Box::new(std::iter::once(Err(StoreError::Unsupported {
                 backend: "shared",
                 operation: "list nodes",
             }))),
@@ -257,7 +265,7 @@ impl Store {
     pub fn node_count(&self) -> usize {
         match &self.backend {
             Backend::Sled(s) => s.node_count(),
-            Backend::Shared(_) => 0,
+            Backend::Shared(..) => 0,
         }
     }
 
@@ -305,7 +313,7 @@ impl Store {
     ) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.apply_event(uuid, event, last_error),
-            Backend::Shared(s) => s.apply_event(uuid, None, event, last_error, None).await,
+            Backend::Shared(s, _) => s.apply_event(uuid, None, event, last_error, None).await,
         }
     }
 
@@ -319,7 +327,7 @@ impl Store {
     ) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.apply_event_from(uuid, expected, event, last_error),
-            Backend::Shared(s) => {
+            Backend::Shared(s, _) => {
                 let expected = Some(expected);
                 s.apply_event(uuid, expected, event, last_error, None).await
             }
@@ -347,7 +355,7 @@ impl Store {
                 let touched = s.touch(uuid, progress)?;
                 (touched.provision, Some(touched))
             }
-            Backend::Shared(s) => (s.touch(uuid, progress).await?, None),
+            Backend::Shared(s, _) => (s.touch(uuid, progress).await?, None),
         };
         Ok(Touched {
             provision,
@@ -377,7 +385,25 @@ impl Store {
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.next_deadline(),
-            Backend::Shared(s) => s.next_deadline().await,
+            Backend::Shared(s, _) => s.next_deadline().await,
+        }
+    }
+
+    /// The earliest deadline in the index (possibly stale), and how long until it on the
+    /// store's own clock (zero if it is due now); `None` when no node waits with one.
+    pub async fn next_due(&self) -> Result<Option<(Timestamp, std::time::Duration)>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => Ok(s.next_deadline()?.map(|d| (d, d.since(self.clock.now())))),
+            Backend::Shared(s, _) => s.next_due().await,
+        }
+    }
+
+    /// What tells a sleeping sweeper that a deadline was filed: this engine's writers on
+    /// sled; every engine's transitions, by a notification, on the shared store.
+    pub async fn deadlines_filed(&self) -> Result<Filed, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Filed::Here),
+            Backend::Shared(s, _) => Ok(Filed::Notified(s.listen_deadlines().await?)),
         }
     }
 
@@ -397,9 +423,15 @@ impl Store {
     ) -> Result<Vec<TimedOut>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.fail_expired_describing(self.clock.now(), limit, describe),
-            Backend::Shared(s) => {
+            Backend::Shared(s, membership) => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                s.fail_expired(limit, None).await
+                match membership.as_deref().map(Membership::current) {
+                    None => s.fail_expired(limit, None).await,
+                    Some(Some(lease)) => s.fail_expired(limit, Some(&lease)).await,
+                    Some(None) => Err(StoreError::Fenced(
+                        "this engine is not sure of its lease, so it sweeps nothing".into(),
+                    )),
+                }
             }
         }
     }
@@ -509,7 +541,7 @@ impl Store {
     pub(crate) fn sled(&self) -> &SledStore {
         match &self.backend {
             Backend::Sled(s) => s,
-            Backend::Shared(_) => panic!("not a sled store"),
+            Backend::Shared(..) => panic!("not a sled store"),
         }
     }
 }
@@ -533,5 +565,43 @@ impl std::ops::Deref for Touched {
 impl std::fmt::Debug for Touched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Touched").field(&self.provision).finish()
+    }
+}
+
+/// How a sweeper hears of deadlines filed while it sleeps (see [`Store::deadlines_filed`]).
+pub enum Filed {
+    /// Writers of this engine compare their deadline with the one the sweeper published
+    /// ([`SweeperWaker`]): it publishes, then reads the index again.
+    Here,
+    /// Every engine's transitions notify the listener at their commit.
+    Notified(DeadlineListener),
+}
+
+impl Filed {
+    /// Says the sweeper will sleep `for_at_most` from now.
+    pub fn sleeping(&self, store: &Store, for_at_most: std::time::Duration) {
+        if let Filed::Here = self {
+            store
+                .waker()
+                .sleep_until(store.clock().now().plus(for_at_most));
+        }
+    }
+
+    /// Waits for a deadline filed since [`Filed::sleeping`]. A listener whose connection
+    /// ended listens again (after a pause when it cannot yet).
+    pub async fn next(&mut self, store: &Store) {
+        match self {
+            Filed::Here => store.waker().woken().await,
+            Filed::Notified(listener) => {
+                if listener.next().await.is_some() {
+                    return;
+                }
+                tracing::warn!("the sweeper's deadline listener closed; listening again");
+                match store.deadlines_filed().await {
+                    Ok(again) => *self = again,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::state_machine::{IllegalTransition, ProvisionState};
 pub use self::sled::{Cascade, FaultStep, Part, Recovery};
 pub use self::sled::{backup, documents, health, history, manifest, verify};
 pub use expiry::{SweeperWaker, TimedOut};
-pub use handle::{Store, Touched};
+pub use handle::{Filed, Store, Touched};
 
 pub use touches::progress_fingerprint;
 

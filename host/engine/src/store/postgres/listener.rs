@@ -53,20 +53,25 @@ impl SharedStore {
         })
     }
 
-    /// How long until the earliest due entry on the database's clock (zero if one is due
-    /// now); `None` when no node waits with a deadline.
-    pub async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
+    /// The earliest due entry, and how long until it on the database's clock (zero if
+    /// it is due now); `None` when no node waits with a deadline.
+    pub async fn next_due(&self) -> Result<Option<(Timestamp, Duration)>, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT extract(epoch FROM min(due) - now())::float8
+                "SELECT min(due), extract(epoch FROM min(due) - now())::float8
                  FROM nodes WHERE due IS NOT NULL",
                 &[],
             )
             .await
             .map_err(db_error)?;
-        Ok(row
-            .get::<_, Option<f64>>(0)
-            .map(|s| Duration::from_secs_f64(s.max(0.0))))
+        let due = row.get::<_, Option<chrono::DateTime<chrono::Utc>>>(0);
+        let seconds = row.get::<_, Option<f64>>(1);
+        Ok(due.zip(seconds).map(|(due, seconds)| {
+            (
+                super::rows::stamp(due),
+                Duration::from_secs_f64(seconds.max(0.0)),
+            )
+        }))
     }
 }

@@ -11,7 +11,6 @@ use uuid::Uuid;
 
 use super::health::Missed;
 use super::{SledStore, Trees, parse_body, record};
-use crate::clock::Timestamp;
 use crate::metrics::Metrics;
 use crate::node::{Node, Provision};
 use crate::store::StoreError;
@@ -53,7 +52,7 @@ impl SledStore {
                 state: old.state,
             });
         }
-        let new = self.touched(&old, now, progress);
+        let new = touched(&self.timeouts, &old, now, progress);
         t.nodes
             .insert(uuid.as_bytes(), record::join(&new, json))
             .map_err(|e| missed(e.into()))?;
@@ -63,11 +62,6 @@ impl SledStore {
             uuid,
             value,
         })
-    }
-
-    /// `old` touched at `at`, with the agent's `progress` mark.
-    fn touched(&self, old: &Provision, at: Timestamp, progress: Option<u64>) -> Provision {
-        touched(&self.timeouts, old, at, progress)
     }
 
     /// Notes, for a reopen, the clock of each waiting node as the faulty database `old`
@@ -102,7 +96,7 @@ impl SledStore {
             if !old.state.accepts_touch() || old.updated_at >= m.at {
                 continue;
             }
-            let new = self.touched(&old, m.at, m.progress);
+            let new = touched(&self.timeouts, &old, m.at, m.progress);
             t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
         }
         self.flush()
