@@ -5,7 +5,8 @@
 //! - [`clock`]: wall-clock timestamps driven by tokio's clock (pausable in tests).
 //! - [`state_machine`]: Ironic's provision states and events, a pure table.
 //! - [`node`]: what a node and a port are.
-//! - [`store`]: durable node state on sled, the deadline index, touches and transitions.
+//! - [`store`]: where the nodes live: one handle over the embedded sled store and the shared
+//!   store on PostgreSQL, the deadline index, touches and transitions.
 //! - [`metrics`]: counters and driver-call latencies for `GET /metrics`.
 //! - [`sweeper`]: the task that fails nodes whose agent went silent.
 //! - [`agent_sessions`]: what the engine knows of each node's running agent (its url, its
