@@ -388,6 +388,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("touched", &["sled"]),
     ("judge", &["sled", "postgres"]),
     ("enrolled", &["sled", "postgres"]),
+    ("new_port", &["sled", "postgres"]),
+    ("changed", &["sled", "postgres"]),
 ];
 
 #[test]

@@ -234,6 +234,89 @@ async fn refusals_name_their_reason_and_change_nothing<F: Fixture>() {
     );
 }
 
+/// Ports: a MAC and a name are one port's each across the fleet, and the refusal names the
+/// holder; agent lookup takes the first MAC a port has; a moved MAC frees the old one.
+async fn ports_keep_their_macs_and_names_unique<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let a = store.create_node(fake_node()).await.unwrap().uuid();
+    let b = store.create_node(fake_node()).await.unwrap().uuid();
+    let port = store
+        .create_port(a, "52:54:00:00:00:01", Default::default())
+        .await
+        .unwrap();
+    let Err(StoreError::MacTaken { port: holder, .. }) = store
+        .create_port(b, "52:54:00:00:00:01", Default::default())
+        .await
+    else {
+        panic!("a second port took the MAC");
+    };
+    assert_eq!(holder, port.uuid);
+    let Err(StoreError::NodeNotFound(_)) = store
+        .create_port(Uuid::new_v4(), "52:54:00:00:00:09", Default::default())
+        .await
+    else {
+        panic!("a port was added to an unknown node");
+    };
+    let other = store
+        .create_port(b, "52:54:00:00:00:02", Default::default())
+        .await
+        .unwrap();
+    let lookup = store
+        .node_by_macs([
+            "52:54:00:00:00:07",
+            "52:54:00:00:00:02",
+            "52:54:00:00:00:01",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(lookup, Some(b));
+    store
+        .update_port::<StoreError>(port.uuid, |p| {
+            p.address = "52:54:00:00:00:03".into();
+            p.attrs.insert("name".into(), "eth0".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.port_named("eth0").await.unwrap(), Some(port.uuid));
+    assert_eq!(
+        store.node_by_macs(["52:54:00:00:00:01"]).await.unwrap(),
+        None
+    );
+    let Err(StoreError::PortNameTaken { port: holder, .. }) = store
+        .update_port::<StoreError>(other.uuid, |p| {
+            p.attrs.insert("name".into(), "eth0".into());
+            Ok(())
+        })
+        .await
+    else {
+        panic!("a second port took the name");
+    };
+    assert_eq!(holder, port.uuid);
+    let refused: Result<_, StoreError> = store
+        .update_port(other.uuid, |p| {
+            p.address = "52:54:00:00:00:04".into();
+            Err(StoreError::PortNotFound("refused".into()))
+        })
+        .await;
+    assert!(refused.is_err());
+    assert_eq!(
+        store.port(other.uuid).await.unwrap().address,
+        "52:54:00:00:00:02"
+    );
+    store.delete_port(other.uuid).await.unwrap();
+    assert!(store.ports_of(b).await.unwrap().is_empty());
+    let ports: Vec<Uuid> = store
+        .ports_of(a)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.uuid)
+        .collect();
+    assert_eq!(ports, [port.uuid]);
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -255,4 +338,5 @@ on_both_backends!(
     a_timeout_of_0_disables_the_check,
     heartbeats_without_progress_stall_and_progress_restarts_the_stall_clock,
     refusals_name_their_reason_and_change_nothing,
+    ports_keep_their_macs_and_names_unique,
 );

@@ -464,32 +464,50 @@ impl Store {
         mac: &str,
         extra: node::JsonMap,
     ) -> Result<Port, StoreError> {
-        on_sled!(self, "create a port", |s| s.create_port(node, mac, extra))
+        match &self.backend {
+            Backend::Sled(s) => s.create_port(node, mac, extra),
+            Backend::Shared(s, _) => s.create_port(node, mac, extra).await,
+        }
     }
 
     /// Stores a port as given (its uuid, MAC and name unique).
     pub async fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
-        on_sled!(self, "create a port", |s| s.insert_port(port))
+        match &self.backend {
+            Backend::Sled(s) => s.insert_port(port),
+            Backend::Shared(s, _) => s.insert_port(port).await,
+        }
     }
 
     /// Every port.
     pub async fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
-        on_sled!(self, "list ports", |s| s.list_ports())
+        match &self.backend {
+            Backend::Sled(s) => s.list_ports(),
+            Backend::Shared(s, _) => s.list_ports().await,
+        }
     }
 
     /// A port by uuid.
     pub async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
-        on_sled!(self, "read a port", |s| s.port(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.port(uuid),
+            Backend::Shared(s, _) => s.port(uuid).await,
+        }
     }
 
     /// The port with this name, if any.
     pub async fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
-        on_sled!(self, "find a port", |s| s.port_named(name))
+        match &self.backend {
+            Backend::Sled(s) => s.port_named(name),
+            Backend::Shared(s, _) => s.port_named(name).await,
+        }
     }
 
     /// The port with this MAC address, if any.
     pub async fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
-        on_sled!(self, "find a port", |s| s.port_with_mac(mac))
+        match &self.backend {
+            Backend::Sled(s) => s.port_with_mac(mac),
+            Backend::Shared(s, _) => s.port_with_mac(mac).await,
+        }
     }
 
     /// The node one of `macs` belongs to, if any (an agent's lookup).
@@ -497,17 +515,26 @@ impl Store {
         &self,
         macs: impl IntoIterator<Item = &'a str>,
     ) -> Result<Option<Uuid>, StoreError> {
-        on_sled!(self, "look a node up by MAC", |s| s.node_by_macs(macs))
+        match &self.backend {
+            Backend::Sled(s) => s.node_by_macs(macs),
+            Backend::Shared(s, _) => s.node_by_macs(macs).await,
+        }
     }
 
     /// A node's ports.
     pub async fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
-        on_sled!(self, "list a node's ports", |s| s.ports_of(node))
+        match &self.backend {
+            Backend::Sled(s) => s.ports_of(node),
+            Backend::Shared(s, _) => s.ports_of(node).await,
+        }
     }
 
     /// Deletes a port.
     pub async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
-        on_sled!(self, "delete a port", |s| s.delete_port(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.delete_port(uuid),
+            Backend::Shared(s, _) => s.delete_port(uuid).await,
+        }
     }
 
     /// Changes a port; `change` may refuse, and then nothing is written.
@@ -516,7 +543,10 @@ impl Store {
         uuid: Uuid,
         change: impl FnOnce(&mut Port) -> Result<(), E>,
     ) -> Result<Port, E> {
-        on_sled!(self, "update a port", |s| s.update_port(uuid, change))
+        match &self.backend {
+            Backend::Sled(s) => s.update_port(uuid, change),
+            Backend::Shared(s, _) => s.update_port(uuid, change).await,
+        }
     }
 
     /// Keeps (or, with `None`, forgets) the config drive of a node's deploy.

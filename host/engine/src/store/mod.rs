@@ -5,12 +5,14 @@
 //!
 //! The engine holds a [`Store`] and nothing else of the store: no module outside this one
 //! names a backend's type. The rules both backends apply (a transition's record, a touch,
-//! the sweeper's verdict and its `last_error` words, an enrolled node) live here, once,
-//! above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`]).
+//! the sweeper's verdict and its `last_error` words, an enrolled node, a port) live here,
+//! once, above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`],
+//! [`ports`]).
 
 mod expiry;
 mod handle;
 mod last_error;
+mod ports;
 pub mod postgres;
 pub mod sled;
 mod touches;
@@ -252,4 +254,12 @@ pub(crate) fn enrolled(new: NewNode, now: Timestamp) -> Result<(Node, Vec<u8>), 
 /// A node's body from its JSON; a body that does not parse is the store's corruption.
 pub(crate) fn parse_body(uuid: Uuid, json: &[u8]) -> Result<NodeBody, StoreError> {
     serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("node {uuid}: {e}")))
+}
+
+/// A record from its JSON; one that does not parse is the store's corruption.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    json: &[u8],
+) -> Result<T, StoreError> {
+    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }

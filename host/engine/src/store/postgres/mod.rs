@@ -21,6 +21,9 @@
 //!   A node's claim is `owner` + `owner_epoch`, valid while that lease lives; a claimed
 //!   write is fenced on both. A survivor marks an expired engine dead with a
 //!   compare-and-swap and takes its nodes over.
+//! - **Ports are rows** whose MAC and name are unique by the table's own constraints, so
+//!   two engines creating ports for one MAC cannot both win; a port goes with its node
+//!   (`ports`).
 //!
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.
@@ -29,6 +32,7 @@ mod leases;
 mod listener;
 mod membership;
 mod nodes;
+mod ports;
 mod rows;
 mod schema;
 mod sweep;
@@ -150,6 +154,22 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
         deadpool_postgres::PoolError::Backend(e) => db_error(e),
         e => StoreError::Unavailable(format!("the shared store: {e}")),
     }
+}
+
+/// The database's time now (its transaction's, inside one).
+async fn now(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<crate::clock::Timestamp, StoreError> {
+    let row = client
+        .query_one("SELECT now()", &[])
+        .await
+        .map_err(db_error)?;
+    Ok(rows::stamp(row.get(0)))
+}
+
+/// The constraint a refused write broke, if that is why it was refused.
+fn violated(e: &tokio_postgres::Error) -> Option<&str> {
+    e.as_db_error().and_then(|d| d.constraint())
 }
 
 /// A lost connection is the database's absence (503); an error the database answered, or

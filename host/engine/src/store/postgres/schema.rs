@@ -56,6 +56,17 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node, seq)
     );
     "#,
+    // 2: ports, their MAC and name unique across the fleet; a port goes with its node.
+    r#"
+    CREATE TABLE ports (
+        uuid uuid PRIMARY KEY,
+        node uuid NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+        address text NOT NULL UNIQUE,
+        name text UNIQUE,
+        body jsonb NOT NULL
+    );
+    CREATE INDEX ports_node ON ports (node);
+    "#,
 ];
 
 /// The version this deployd writes.

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use uuid::Uuid;
 
-use super::{StoreConfig, StoreError, enrolled, parse_body};
+use super::{StoreConfig, StoreError, enrolled, parse_body, parse_json};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::node::{self, NewNode, Node, NodeBody, Provision};
@@ -773,10 +773,6 @@ fn parse_node(uuid: Uuid, value: &[u8]) -> Result<Node, StoreError> {
         body: parse_body(uuid, json)?,
         provision,
     })
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
 #[cfg(test)]

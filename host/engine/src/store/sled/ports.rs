@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::{SledStore, StoreError, Trees, TxResult, abort, pair_key, parse_json, uuid_from};
 use crate::node::{self, Port};
+use crate::store::ports::{changed, name_of, new_port};
 
 impl SledStore {
     /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
@@ -23,17 +24,7 @@ impl SledStore {
         mac: &str,
         extra: node::JsonMap,
     ) -> Result<Port, StoreError> {
-        let port = Port {
-            uuid: Uuid::new_v4(),
-            address: node::normalize_mac(mac)?,
-            node_uuid: node,
-            extra,
-            pxe_enabled: true,
-            attrs: node::JsonMap::new(),
-            created_at: self.clock.now(),
-            updated_at: None,
-        };
-        self.insert_port(port)
+        self.insert_port(new_port(node, mac, extra, self.clock.now())?)
     }
 
     /// Adds a port built by the caller (its address is normalised, its times set here).
@@ -143,9 +134,7 @@ impl SledStore {
         let old = self.port(uuid)?;
         let mut port = old.clone();
         change(&mut port)?;
-        port.uuid = uuid;
-        port.address = node::normalize_mac(&port.address).map_err(StoreError::from)?;
-        port.updated_at = Some(self.clock.now());
+        changed(uuid, &mut port, self.clock.now())?;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let old_json = serde_json::to_vec(&old).expect("a port serialises");
         let _old_owner = self.locks.lock(old.node_uuid);
@@ -218,11 +207,6 @@ fn port_trees(
     &sled::Tree,
 ) {
     (&t.nodes, &t.ports, &t.macs, &t.port_names, &t.node_ports)
-}
-
-/// A port's name (API 1.88), if it has one.
-fn name_of(port: &Port) -> Option<&str> {
-    port.attrs.get("name").and_then(serde_json::Value::as_str)
 }
 
 /// Takes `key` for `port` in a unique index (MACs, names); another port's key is

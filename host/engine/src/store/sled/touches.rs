@@ -129,28 +129,13 @@ impl SledStore {
     }
 }
 
-/// A node just touched: its new provision record, and its body as it was read for the
-/// touch. A heartbeat's driver step parses the node from these bytes instead of reading
-/// it again: under a storm of touches a second sled read of a just-written page cost
-/// more than the touch and the driver call together (measured with `bench api`).
+/// A node just touched on sled: its new provision record, and its body as it was read for
+/// the touch, which the handle's [`crate::store::Store::touched_node`] parses instead of
+/// reading the node again.
 pub struct Touched {
     pub provision: Provision,
     uuid: Uuid,
     value: sled::IVec,
-}
-
-/// A touch is read mostly for its new record.
-impl std::ops::Deref for Touched {
-    type Target = Provision;
-    fn deref(&self) -> &Provision {
-        &self.provision
-    }
-}
-
-impl std::fmt::Debug for Touched {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Touched").field(&self.provision).finish()
-    }
 }
 
 impl Touched {
