@@ -6,7 +6,7 @@
 //! |--------------|------------------------|----------------------------------------|
 //! | `nodes`      | node uuid              | provision record ‖ [`NodeBody`] JSON   |
 //! | `names`      | node name              | node uuid                              |
-//! | `ports`      | port uuid              | [`Port`] as JSON                       |
+//! | `ports`      | port uuid              | [`Port`](crate::node::Port) as JSON                       |
 //! | `macs`       | normalised MAC         | port uuid                              |
 //! | `port_names` | port name              | port uuid (rebuilt at open; see `ports`)|
 //! | `node_ports` | node uuid ‖ port uuid  | (empty)                                |

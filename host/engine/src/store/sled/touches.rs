@@ -25,7 +25,7 @@ impl SledStore {
     }
 
     /// A touch that also reports the agent's progress: `progress` is a fingerprint of
-    /// what the agent says it has done ([`progress_fingerprint`] of its status, its bytes
+    /// what the agent says it has done ([`progress_fingerprint`](crate::store::progress_fingerprint) of its status, its bytes
     /// written, its command list). One that differs from the last is progress and restarts
     /// the stall timeout; the same one again only proves the agent alive.
     pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
