@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::postgres::{CLUSTER, database_of};
 use common::store::{T0, TO_WAIT_CALL_BACK, fake_node};
 use deployd_engine::clock::Clock;
+use deployd_engine::config_drive::ConfigDrive;
 use deployd_engine::node::NewNode;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
 use deployd_engine::store::postgres::SharedStore;
@@ -317,6 +318,27 @@ async fn ports_keep_their_macs_and_names_unique<F: Fixture>() {
     assert_eq!(ports, [port.uuid]);
 }
 
+/// A deploy's config drive is kept beside its node, replaced whole, and dropped; a node
+/// without one has none.
+async fn a_config_drive_is_kept_replaced_and_dropped<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let node = store.create_node(fake_node()).await.unwrap().uuid();
+    let other = store.create_node(fake_node()).await.unwrap().uuid();
+    assert_eq!(store.config_drive(node).await.unwrap(), None);
+    let image = ConfigDrive::Image(vec![0x1f, 0x8b, 1, 2, 3]);
+    store.set_config_drive(node, Some(&image)).await.unwrap();
+    assert_eq!(store.config_drive(node).await.unwrap(), Some(image));
+    let url = ConfigDrive::Url("http://images.example/cd.iso".into());
+    store.set_config_drive(node, Some(&url)).await.unwrap();
+    assert_eq!(store.config_drive(node).await.unwrap(), Some(url));
+    assert_eq!(store.config_drive(other).await.unwrap(), None);
+    store.set_config_drive(node, None).await.unwrap();
+    assert_eq!(store.config_drive(node).await.unwrap(), None);
+    // Dropping one that is not there is no error.
+    store.set_config_drive(node, None).await.unwrap();
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -339,4 +361,5 @@ on_both_backends!(
     heartbeats_without_progress_stall_and_progress_restarts_the_stall_clock,
     refusals_name_their_reason_and_change_nothing,
     ports_keep_their_macs_and_names_unique,
+    a_config_drive_is_kept_replaced_and_dropped,
 );

@@ -555,13 +555,18 @@ impl Store {
         node: Uuid,
         drive: Option<&ConfigDrive>,
     ) -> Result<(), StoreError> {
-        on_sled!(self, "keep a config drive", |s| s
-            .set_config_drive(node, drive))
+        match &self.backend {
+            Backend::Sled(s) => s.set_config_drive(node, drive),
+            Backend::Shared(s, _) => s.set_config_drive(node, drive).await,
+        }
     }
 
     /// The config drive of a node's deploy, if it has one.
     pub async fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
-        on_sled!(self, "read a config drive", |s| s.config_drive(node))
+        match &self.backend {
+            Backend::Sled(s) => s.config_drive(node),
+            Backend::Shared(s, _) => s.config_drive(node).await,
+        }
     }
 }
 

@@ -24,10 +24,13 @@
 //! - **Ports are rows** whose MAC and name are unique by the table's own constraints, so
 //!   two engines creating ports for one MAC cannot both win; a port goes with its node
 //!   (`ports`).
+//! - **A deploy's config drive** is a row beside its node's, read only by the agent's
+//!   download (`config_drives`).
 //!
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.
 
+mod config_drives;
 mod leases;
 mod listener;
 mod membership;

@@ -67,6 +67,13 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX ports_node ON ports (node);
     "#,
+    // 3: each deploy's config drive, beside its node's row and gone with it.
+    r#"
+    CREATE TABLE config_drives (
+        node uuid PRIMARY KEY REFERENCES nodes (uuid) ON DELETE CASCADE,
+        body bytea NOT NULL
+    );
+    "#,
 ];
 
 /// The version this deployd writes.
