@@ -442,19 +442,8 @@ impl Store {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<TimedOut>, StoreError> {
-        self.fail_expired_describing(now, limit, &|_| None).await
-    }
-
-    /// [`Store::fail_expired`], with what each node's agent last reported of its progress
-    /// (`describe`) quoted in a stall's `last_error`.
-    pub async fn fail_expired_describing(
-        &self,
-        now: Timestamp,
-        limit: usize,
-        describe: &(dyn Fn(Uuid) -> Option<String> + Sync),
-    ) -> Result<Vec<TimedOut>, StoreError> {
         on_sled!(self, "sweep at a given time", |s| s
-            .fail_expired_describing(now, limit, describe))
+            .fail_expired(now, limit))
     }
 
     /// Creates a port on `node` with `mac`.

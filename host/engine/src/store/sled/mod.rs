@@ -268,11 +268,6 @@ impl SledStore {
         ))
     }
 
-    /// Whether the store can write (see [`health`]).
-    pub fn health(&self) -> &health::Health {
-        &self.health
-    }
-
     /// Marks the store degraded when `result` is the disk's refusal of a write.
     fn wrote<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         result.map_err(|e| self.refused(e))
@@ -347,19 +342,6 @@ impl SledStore {
     /// Where the store is on disk.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    pub fn clock(&self) -> &Clock {
-        &self.clock
-    }
-
-    /// This engine's counters (see [`crate::metrics`]).
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    pub fn timeouts(&self) -> Timeouts {
-        self.timeouts
     }
 
     /// Flushes everything written so far to disk.

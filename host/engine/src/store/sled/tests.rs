@@ -833,7 +833,7 @@ async fn progress_survives_a_restart_and_its_stall_deadline_does_not_move() {
     );
     clock.advance(Duration::from_secs(1));
     let failed = store
-        .fail_expired_describing(clock.now(), 10, &|_| Some("deploy: 3 bytes written".into()))
+        .sweep(10, &|_| Some("deploy: 3 bytes written".into()))
         .await
         .unwrap();
     assert_eq!(failed.len(), 1);
