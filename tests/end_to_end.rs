@@ -7,6 +7,7 @@ mod benches;
 mod client_suites;
 mod deployd_cli;
 mod images;
+mod ironic_api;
 mod memory_bounds;
 mod real_ipa;
 mod seed_end_to_end;

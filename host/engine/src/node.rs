@@ -103,6 +103,14 @@ pub struct Node {
     pub provision: Provision,
 }
 
+impl NodeBody {
+    /// Whether the operator protected the node: it cannot then be torn down, rebuilt or
+    /// deleted until they unprotect it (Ironic's `protected`, API 1.48).
+    pub fn is_protected(&self) -> bool {
+        self.attrs.get("protected") == Some(&serde_json::Value::Bool(true))
+    }
+}
+
 impl Node {
     pub fn uuid(&self) -> Uuid {
         self.body.uuid

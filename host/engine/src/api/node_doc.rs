@@ -227,6 +227,7 @@ pub fn write_back(
     hardware: &Hardware,
 ) -> Result<(), ApiError> {
     let driver_changed = doc.get("driver").and_then(Value::as_str) != Some(body.driver.as_str());
+    check_reasons(body, &doc, patched)?;
     let (mut given, mut kept) = (Interfaces::new(), Interfaces::new());
     for (key, value) in doc {
         let text = value.as_str().map(str::to_owned);
@@ -279,6 +280,29 @@ pub fn write_back(
         .resolve(&body.driver, &given)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     body.interfaces.extend(kept);
+    Ok(())
+}
+
+/// A reason may only be given to a node that is (or becomes) protected or retired, as
+/// Ironic checks it; clearing the flag in the same change clears its reason instead.
+fn check_reasons(
+    before: &NodeBody,
+    doc: &Map<String, Value>,
+    patched: &[String],
+) -> Result<(), ApiError> {
+    for (flag, reason) in [
+        ("protected", "protected_reason"),
+        ("retired", "retired_reason"),
+    ] {
+        let set = Some(&Value::Bool(true));
+        let flagged = before.attrs.get(flag) == set || doc.get(flag) == set;
+        let given = doc.get(reason).is_some_and(|r| !r.is_null());
+        if !flagged && given && patched.iter().any(|p| p == reason) {
+            return Err(ApiError::bad_request(format!(
+                "The {reason} field can only be set when {flag} is True"
+            )));
+        }
+    }
     Ok(())
 }
 

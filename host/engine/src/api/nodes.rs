@@ -188,11 +188,23 @@ async fn patched_body(app: &App, node: Node, c: Changes<'_>) -> Result<NodeBody,
     let mut doc = node_doc::editable(&b);
     node_doc::NODE.patch(&mut doc, c.ops, c.version)?;
     let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
+    let was_protected = b.is_protected();
     node_doc::write_back(&mut b, doc, c.patched, c.hardware)?;
     settle(app, Some(uuid), &mut b.attrs, &b.instance_info, c.patched).await?;
     // Removing the instance ends its allocation, as in Ironic.
     if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
         b.attrs.remove("allocation_uuid");
+    }
+    // Only a node with an instance can be protected: what protection keeps is the instance.
+    let can_protect = matches!(
+        provision.state,
+        ProvisionState::Active | ProvisionState::Rescue
+    );
+    if b.is_protected() && !was_protected && !can_protect {
+        return Err(ApiError::conflict(format!(
+            "Node {uuid} can only be made protected in provision states 'active' or 'rescue', the current state is '{}'",
+            provision.state
+        )));
     }
     let retired = b.attrs.get("retired") == Some(&Value::Bool(true));
     if retired && !was_retired && provision.state == ProvisionState::Available {

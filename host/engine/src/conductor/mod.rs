@@ -67,6 +67,9 @@ pub enum ConductorError {
         "Node {node} is locked by host deployd for {by}, please retry after the current operation is completed."
     )]
     Busy { node: Uuid, by: &'static str },
+    /// The operator protected the node; it keeps its instance until they unprotect it.
+    #[error("Node {0} is protected and cannot be undeployed, rebuilt or deleted")]
+    Protected(Uuid),
     #[error("driver {0:?} is not loaded")]
     NoDriver(String),
     /// The node's record cannot start this flow (e.g. its local image is unreadable).
@@ -217,6 +220,13 @@ impl Conductor {
         let claim = self.claim_for_operator(node, verb.operation()).await?;
         let current = self.store.node(node).await?;
         let state = current.state();
+        // Under the claim, so a PATCH that protects the node is either seen here or
+        // waits until the flow has started.
+        let tears_down = matches!(verb, Verb::Undeploy | Verb::Rebuild)
+            || (verb == Verb::Deploy && state == ProvisionState::Active);
+        if tears_down && current.body.is_protected() {
+            return Err(ConductorError::Protected(node));
+        }
         match verb {
             // From enroll, manage verifies; from available (or a failed state) the node
             // is manageable at once, with nothing left to verify.

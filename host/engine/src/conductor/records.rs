@@ -59,6 +59,9 @@ impl Conductor {
     /// ports and what `cascade` names go with it, in one store transaction.
     pub async fn delete(&self, node: Uuid, cascade: &Cascade) -> Result<(), ConductorError> {
         let _claim = self.claim_for_operator(node, "delete").await?;
+        if self.store.node(node).await?.body.is_protected() {
+            return Err(ConductorError::Protected(node));
+        }
         self.store.delete_node_with(node, cascade).await?;
         self.agents.forget(node);
         Ok(())

@@ -432,3 +432,51 @@ async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
         Value::Null
     );
 }
+
+/// Protecting a node and tearing it down, asked at the same moment, many times: one wins
+/// and the other is refused, so a node is never left protected without its instance nor
+/// torn down once protected (both hold the node's claim while they check and write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protecting_a_node_and_tearing_it_down_at_once_never_both_succeed() {
+    const ROUNDS: usize = 40;
+    let s = start(|_| {}).await;
+    let node = active_fake_node(&s).await;
+    let (path, states) = (
+        format!("/v1/nodes/{node}"),
+        format!("/v1/nodes/{node}/states/provision"),
+    );
+    let (mut protected, mut torn_down) = (0, 0);
+    for round in 0..ROUNDS {
+        let protect = json!([{"op": "replace", "path": "/protected", "value": true}]);
+        let (patch, teardown) = tokio::join!(
+            s.send(Method::PATCH, &path, protect),
+            s.send(Method::PUT, &states, json!({"target": "deleted"})),
+        );
+        let won = (patch.status, teardown.status);
+        let n = match won {
+            (StatusCode::OK, StatusCode::FORBIDDEN) => {
+                protected += 1;
+                let n = s.get(&path).await.body;
+                let off = json!([{"op": "replace", "path": "/protected", "value": false}]);
+                assert_eq!(
+                    s.send(Method::PATCH, &path, off).await.status,
+                    StatusCode::OK
+                );
+                n
+            }
+            (StatusCode::CONFLICT, StatusCode::ACCEPTED) => {
+                torn_down += 1;
+                let n = s.wait_for(&node, "available").await;
+                s.walk(&node, &[("active", "active")]).await;
+                n
+            }
+            other => panic!(
+                "round {round}: {other:?} {:?} {:?}",
+                patch.body, teardown.body
+            ),
+        };
+        let kept = n["provision_state"] == "active";
+        assert_eq!(n["protected"] == true, kept, "round {round}: {n}");
+    }
+    println!("{ROUNDS} rounds: protected first {protected}, torn down first {torn_down}");
+}

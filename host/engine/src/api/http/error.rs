@@ -96,6 +96,7 @@ impl From<ConductorError> for ApiError {
         match e {
             ConductorError::Store(e) => e.into(),
             ConductorError::Busy { .. } => ApiError::conflict(e.to_string()),
+            ConductorError::Protected(_) => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
             ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
                 ApiError::bad_request(e.to_string())
             }
