@@ -17,3 +17,10 @@ if [ ! -x "$VENV/bin/stestr" ]; then
     stestr testtools oslotest fixtures ddt testscenarios requests-mock prometheus-client \
     statsd oslo.config jsonschema keyring
 fi
+# Ironic's own API suite (tests/clients/ironic-api-suite.sh runs it): tempest and the
+# plugin, pinned, in a venv of their own (tempest pins its own oslo libraries).
+TEMPEST_VENV=target/tempest-venv
+if [ ! -x "$TEMPEST_VENV/bin/tempest" ] || ! "$TEMPEST_VENV/bin/pip" show ironic-tempest-plugin 2>/dev/null | grep -q '^Version: 3.2.0$'; then
+  python3 -m venv "$TEMPEST_VENV"
+  "$TEMPEST_VENV/bin/pip" install -q --disable-pip-version-check tempest==47.0.0 ironic-tempest-plugin==3.2.0
+fi
