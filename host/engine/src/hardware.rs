@@ -10,7 +10,10 @@
 //! the `fake` deploy and boot of its fake component (as an Ironic with them enabled does,
 //! `fake-hardware` then defaults to them), `iscsi`, the pxe family, where the engine
 //! writes the disk the ramdisk exposes, and `agent` inspection (in band: the ramdisk's
-//! inventory), which Ironic 39 has but does not enable by default.
+//! inventory), which Ironic 39 has but does not enable by default. On `fake-hardware`,
+//! Ironic's fake BIOS, console, inspection, RAID and vendor interfaces are enabled and
+//! default, as a devstack with Ironic's plugin enables them: they record what is asked
+//! (a console enabled, a RAID target) and touch no machine.
 //!
 //! Two kinds choose the component that runs the node's flows:
 //!
@@ -197,10 +200,13 @@ impl<'a> Hardware<'a> {
         Some(ironic(hw, kind).1.to_owned()).filter(|d| !d.is_empty())
     }
 
-    /// deployd's `fake` boot always; its `fake` deploy while the fake component is loaded.
+    /// deployd's `fake` boot always; its `fake` deploy while the fake component is loaded;
+    /// and Ironic's fake interfaces that only record what is asked of them (`fake` BIOS,
+    /// console, inspection, RAID and vendor), enabled as a devstack with Ironic's plugin
+    /// enables them (its API tests need them).
     fn fake_loaded(&self, kind: &str) -> bool {
         match kind {
-            "boot" => true,
+            "boot" | "bios" | "console" | "inspect" | "raid" | "vendor" => true,
             "deploy" => self.component_for("fake", "fake").is_some(),
             _ => false,
         }

@@ -253,6 +253,13 @@ async fn ports_keep_their_macs_and_names_unique<F: Fixture>() {
         panic!("a second port took the MAC");
     };
     assert_eq!(holder, port.uuid);
+    // Another port of the same uuid (even with the same MAC) is refused, the first kept.
+    let mut twin = port.clone();
+    twin.node_uuid = b;
+    let Err(StoreError::DocumentTaken { field: "uuid", .. }) = store.insert_port(twin).await else {
+        panic!("a port was overwritten by another of its uuid");
+    };
+    assert_eq!(store.port(port.uuid).await.unwrap().node_uuid, a);
     let Err(StoreError::NodeNotFound(_)) = store
         .create_port(Uuid::new_v4(), "52:54:00:00:00:09", Default::default())
         .await

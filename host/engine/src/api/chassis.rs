@@ -1,12 +1,21 @@
 //! `/v1/chassis`: kept and validated as Ironic does; a chassis with nodes cannot go.
 
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Extension, Path};
+use axum::response::Response;
+use axum::routing::get;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::App;
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
+use super::http::version::Version;
+use super::node_list::Pairs;
 use super::resources::{Resource, no_check};
 use super::schema::{Field, Schema, Ty};
+use super::{App, State};
 use crate::store::documents::Doc;
 
 pub const CHASSIS: Resource = Resource {
@@ -34,7 +43,35 @@ pub const CHASSIS: Resource = Resource {
     on_create: None,
     on_delete: Some(|a, u, d| Box::pin(may_go(a, u, d))),
     shown: None,
+    of_node: None,
+    too_old_writes: TooOld::NotFound,
 };
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route(
+            "/v1/chassis/{ident}/nodes",
+            get(|a, v, p, q| nodes(a, v, p, q, false)),
+        )
+        .route(
+            "/v1/chassis/{ident}/nodes/detail",
+            get(|a, v, p, q| nodes(a, v, p, q, true)),
+        )
+}
+
+/// The chassis' nodes, as the node list shows them.
+async fn nodes(
+    app: State,
+    Extension(version): Extension<Version>,
+    Path(ident): Path<String>,
+    query: Pairs,
+    detail: bool,
+) -> Result<Response, ApiError> {
+    let uuid = Uuid::parse_str(&ident)
+        .map_err(|_| ApiError::bad_request(format!("Expected a UUID but received {ident}.")))?;
+    app.conductor.store().docs()?.get(CHASSIS.kind, uuid)?;
+    Ok(super::node_list::of_chassis(app, version, uuid, query, detail).await)
+}
 
 async fn may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
     let wanted = json!(uuid.to_string());

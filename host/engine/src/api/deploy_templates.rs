@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::App;
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
 use super::http::version::Version;
 use super::resources::{Resource, missing, text};
 use super::schema::{Field, Schema, Ty};
@@ -36,6 +37,8 @@ pub const DEPLOY_TEMPLATE: Resource = Resource {
     on_create: None,
     on_delete: None,
     shown: None,
+    of_node: None,
+    too_old_writes: TooOld::NotAllowed,
 };
 
 async fn check_deploy_template(

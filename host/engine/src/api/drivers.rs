@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::error::ApiError;
-use super::http::gate::since;
+use super::http::gate::{TooOld, gated};
 use super::http::version::Version;
 use super::{App, MAX_DRIVER, State, schema, view};
 use crate::driver_host::{Limits, LoadError, LoadedDriver};
@@ -45,7 +45,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/drivers/{name}/properties", get(properties))
         .route(
             "/v1/drivers/{name}/raid/logical_disk_properties",
-            since(12, get(raid_properties)),
+            gated(12, TooOld::NotAcceptable, get(raid_properties)),
         )
         .route(
             UPLOAD_PATH,

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::App;
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
 use super::http::version::Version;
 use super::resources::Resource;
 use super::schema::{Field, Schema, Ty};
@@ -44,6 +45,8 @@ pub const INSPECTION_RULE: Resource = Resource {
     on_create: None,
     on_delete: None,
     shown: Some(hide_sensitive),
+    of_node: None,
+    too_old_writes: TooOld::NotFound,
 };
 
 /// The operators a condition may use (each also negated: `!eq`).

@@ -20,6 +20,7 @@
 //! | [`node_settings`] | `/v1/nodes/{node}/bios` (1.40), `/v1/nodes/{node}/states/raid` (1.12) |
 //! | [`vendor_passthru`] | `/v1/nodes/{node}/vendor_passthru…`, `/v1/drivers/{name}/vendor_passthru…` |
 //! | [`node_hardware`] | virtual media, boot mode, secure boot, firmware, inventory |
+//! | [`node_management`] | the boot device and the console |
 //! | [`node_groups`] | `/v1/shards` (1.82), `/v1/nodes/{node}/children` (1.83) |
 //! | [`node_history`] | `/v1/nodes/{node}/history…` (1.78) |
 //! | [`ports`] | `/v1/ports…`, `/v1/nodes/{node}/ports` |
@@ -63,6 +64,7 @@ mod node_groups;
 mod node_hardware;
 mod node_history;
 mod node_list;
+mod node_management;
 mod node_members;
 mod node_settings;
 mod node_view;
@@ -151,9 +153,12 @@ const RESOURCES: &[&resources::Resource] = &[
 ];
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let api = Router::new()
         .merge(root::routes())
         .merge(nodes::routes())
+        .merge(chassis::routes())
+        .merge(volume::routes())
+        .merge(allocations::routes())
         .merge(ports::routes())
         .merge(drivers::routes())
         .merge(ramdisk::routes())
@@ -163,6 +168,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(traits::routes())
         .merge(vifs::routes())
         .merge(node_settings::routes())
+        .merge(node_management::routes())
         .merge(vendor_passthru::routes())
         .merge(conductors::routes())
         .merge(runbooks::routes())
@@ -183,5 +189,8 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn(plumbing::close_after_refused_body))
         .layer(middleware::from_fn(plumbing::json_errors))
         .layer(TraceLayer::new_for_http().on_failure(plumbing::log_failure))
-        .with_state(app)
+        .with_state(app);
+    // Around the routes, not inside them: the path is rewritten before it is routed.
+    let paths = middleware::from_fn(plumbing::ironic_paths);
+    Router::new().fallback_service(tower::Layer::layer(&paths, api))
 }

@@ -125,7 +125,7 @@ pub fn attr_default(name: &str) -> Option<Value> {
         | "inspection_started_at"
         | "inspection_finished_at" => Value::Null,
         "conductor_group" => json!(""),
-        "protected" | "retired" | "disable_power_off" => json!(false),
+        "protected" | "retired" | "disable_power_off" | "console_enabled" => json!(false),
         "traits" => json!([]),
         "network_data" | "raid_config" | "target_raid_config" => json!({}),
         _ => return None,
@@ -218,13 +218,16 @@ pub fn editable(body: &NodeBody) -> Map<String, Value> {
     doc
 }
 
-/// Writes a patched document back into the body. Interfaces named by the patch (or all the
-/// node had, if its driver did not change) are kept; the rest get the type's defaults.
+/// Writes a patched document back into the body. Interfaces named by the patch are
+/// checked; the others the node had are kept as they are while its driver stays, checked
+/// against a new driver (as Ironic does), or, with `reset`, replaced by the new driver's
+/// defaults.
 pub fn write_back(
     body: &mut NodeBody,
     doc: Map<String, Value>,
     patched: &[String],
     hardware: &Hardware,
+    reset: bool,
 ) -> Result<(), ApiError> {
     let driver_changed = doc.get("driver").and_then(Value::as_str) != Some(body.driver.as_str());
     check_reasons(body, &doc, patched)?;
@@ -251,6 +254,9 @@ pub fn write_back(
                     }
                     (Some(name), false) if !driver_changed => {
                         kept.insert(kind.to_owned(), name);
+                    }
+                    (Some(name), false) if !reset => {
+                        given.insert(kind.to_owned(), name);
                     }
                     _ => {}
                 },

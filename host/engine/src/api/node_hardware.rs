@@ -16,14 +16,15 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query};
-use axum::http::StatusCode;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{Method, StatusCode};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::error::{ApiError, parse};
-use super::http::gate::since;
+use super::http::gate::{other_method, since};
+use super::http::version::Version;
 use super::node_access::{edit, find};
 use super::{App, State};
 use crate::node::NodeBody;
@@ -32,7 +33,11 @@ pub fn routes() -> Router<Arc<App>> {
     Router::new()
         .route(
             "/v1/nodes/{ident}/vmedia",
-            since(89, post(attach_vmedia).delete(detach_vmedia)).merge(since(93, get(vmedia))),
+            since(89, post(attach_vmedia).delete(detach_vmedia))
+                .merge(since(93, get(vmedia)))
+                .fallback(|Extension(v): Extension<Version>, method: Method| {
+                    other_method(89, v, method)
+                }),
         )
         .route(
             "/v1/nodes/{ident}/states/boot_mode",

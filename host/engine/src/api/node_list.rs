@@ -60,6 +60,8 @@ pub struct ListQuery {
     description_contains: Option<String>,
     /// `sharded` (1.82): whether the node has a shard.
     sharded: Option<bool>,
+    /// `shard` (1.82): the node is in one of these.
+    shards: Option<Vec<String>>,
     /// `parent_node` (1.83), as given; [`ListQuery::resolve`] makes it a uuid.
     parent_node: Option<String>,
     /// `include_children` (1.83): child nodes are listed only when asked for.
@@ -72,6 +74,15 @@ pub struct ListQuery {
     raw: Vec<(String, String)>,
 }
 
+/// The faults Ironic records on a node (`ironic.common.faults`): a filter on any other is
+/// a 400.
+const FAULTS: &[&str] = &[
+    "power failure",
+    "clean failure",
+    "rescue abort failure",
+    "service failure",
+];
+
 /// Filters that compare one field, and the microversion each came with.
 const EQUAL: &[(&str, u32, bool)] = &[
     ("provision_state", 9, false),
@@ -81,12 +92,10 @@ const EQUAL: &[(&str, u32, bool)] = &[
     ("chassis_uuid", 1, false),
     ("instance_uuid", 1, false),
     ("conductor_group", 46, false),
-    ("fault", 42, false),
     ("owner", 50, false),
     ("lessee", 65, false),
     ("retired", 61, true),
     ("conductor", 49, false),
-    ("shard", 82, false),
     ("instance_name", 104, false),
 ];
 
@@ -116,8 +125,26 @@ impl ListQuery {
                 q.equal.push((name, value));
                 continue;
             }
+            let since = |minor: u32| match version.at_least(minor) {
+                true => Ok(()),
+                false => Err(ApiError::not_acceptable(format!(
+                    "The filter \"{k}\" needs API version 1.{minor} or newer."
+                ))),
+            };
             match k.as_str() {
                 "associated" => q.associated = Some(boolean(&k, &v)?),
+                "fault" => {
+                    since(42)?;
+                    if !FAULTS.contains(&v.as_str()) {
+                        return Err(ApiError::bad_request(format!("Unknown fault: {v}")));
+                    }
+                    q.equal.push(("fault", Value::String(v)));
+                }
+                // Any of several shards, comma-separated.
+                "shard" => {
+                    since(82)?;
+                    q.shards = Some(v.split(',').map(|s| s.trim().to_owned()).collect());
+                }
                 "sharded" | "parent_node" | "include_children" => {
                     let since = if k == "sharded" { 82 } else { 83 };
                     if !version.at_least(since) {
@@ -195,6 +222,11 @@ impl ListQuery {
         let field = |k: &str| node.get(k);
         self.equal.iter().all(|(k, v)| field(k) == *v)
             && self.sharded.is_none_or(|s| field("shard").is_null() != s)
+            && self.shards.as_ref().is_none_or(|shards| {
+                field("shard")
+                    .as_str()
+                    .is_some_and(|s| shards.iter().any(|w| w == s))
+            })
             && self
                 .parent_node
                 .as_deref()
@@ -227,14 +259,35 @@ impl ListQuery {
     }
 }
 
-type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+pub type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
 pub async fn list(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
-    respond(app, version, query, false, "/v1/nodes").await
+    respond(app, version, query, false, "/v1/nodes".into()).await
 }
 
 pub async fn detail(app: State, Extension(version): Extension<Version>, query: Pairs) -> Response {
-    respond(app, version, query, true, "/v1/nodes/detail").await
+    respond(app, version, query, true, "/v1/nodes/detail".into()).await
+}
+
+/// `GET /v1/chassis/{chassis}/nodes[/detail]`: the node list of one chassis (the chassis
+/// must exist), paged from its own path.
+pub async fn of_chassis(
+    app: State,
+    version: Version,
+    chassis: uuid::Uuid,
+    query: Pairs,
+    detail: bool,
+) -> Response {
+    let query = query.map(|Query(mut pairs)| {
+        pairs.retain(|(k, _)| k != "chassis_uuid");
+        pairs.push(("chassis_uuid".into(), chassis.to_string()));
+        Query(pairs)
+    });
+    let path = match detail {
+        true => format!("/v1/chassis/{chassis}/nodes/detail"),
+        false => format!("/v1/chassis/{chassis}/nodes"),
+    };
+    respond(app, version, query, detail, path).await
 }
 
 async fn respond(
@@ -242,7 +295,7 @@ async fn respond(
     version: Version,
     query: Pairs,
     detail: bool,
-    path: &'static str,
+    path: String,
 ) -> Response {
     let q = match query {
         Ok(Query(pairs)) => ListQuery::parse(pairs, version),
@@ -287,7 +340,7 @@ struct Shape {
     version: Version,
     detail: bool,
     fields: Option<Vec<String>>,
-    path: &'static str,
+    path: String,
 }
 
 /// Writes `{"nodes": [...], "next": ...}` into `out`, a node at a time. A write that

@@ -12,14 +12,17 @@ use axum::routing::{get, put};
 use serde_json::{Value, json};
 
 use super::http::error::{ApiError, parse};
-use super::http::gate::since;
+use super::http::gate::{TooOld, gated, since};
 use super::node_access::{edit, find};
 use super::{App, State};
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
         .route("/v1/nodes/{ident}/bios", since(40, get(bios)))
-        .route("/v1/nodes/{ident}/states/raid", since(12, put(raid)))
+        .route(
+            "/v1/nodes/{ident}/states/raid",
+            gated(12, TooOld::NotAcceptable, put(raid)),
+        )
 }
 
 async fn bios(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {

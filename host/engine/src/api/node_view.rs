@@ -18,6 +18,7 @@ use super::view;
 use crate::agent_sessions::AgentSession;
 use crate::hardware;
 use crate::node::Node;
+use crate::state_machine::ProvisionState;
 
 /// Where a field's value comes from.
 #[derive(Clone, Copy)]
@@ -58,9 +59,8 @@ struct Entry {
     part: Part,
 }
 
-static FIXED: LazyLock<[(&str, Value); 5]> = LazyLock::new(|| {
+static FIXED: LazyLock<[(&str, Value); 4]> = LazyLock::new(|| {
     [
-        ("console_enabled", Value::Bool(false)),
         ("clean_step", Value::Object(Map::new())),
         ("deploy_step", Value::Object(Map::new())),
         ("service_step", Value::Object(Map::new())),
@@ -123,6 +123,12 @@ static TABLE: LazyLock<Vec<Entry>> = LazyLock::new(|| {
     table.sort_by_key(|e| e.name);
     table
 });
+
+/// A provision state as a version shows it: before 1.2, `available` did not exist yet
+/// and Ironic shows it as null (its "no state").
+pub fn shown_state(state: ProvisionState, version: Version) -> Option<ProvisionState> {
+    (version.at_least(2) || state != ProvisionState::Available).then_some(state)
+}
 
 /// One node as the API shows it at `version`: every field the version has, or `only`
 /// the named ones.
@@ -202,7 +208,7 @@ impl Serialize for Shown<'_> {
             Part::Reservation => b.reservation.serialize(s),
             Part::CreatedAt => b.created_at.to_datetime().serialize(s),
             Part::UpdatedAt => b.updated_at.map(|t| t.to_datetime()).serialize(s),
-            Part::ProvisionState => p.state.serialize(s),
+            Part::ProvisionState => shown_state(p.state, self.view.version).serialize(s),
             Part::TargetProvisionState => p.target.serialize(s),
             Part::ProvisionUpdatedAt => p.updated_at.to_datetime().serialize(s),
             Part::Interface(kind) => b.interfaces.get(kind).serialize(s),

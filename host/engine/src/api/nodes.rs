@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -174,6 +175,9 @@ struct Changes<'a> {
     version: Version,
     patched: &'a [String],
     hardware: &'a Hardware<'a>,
+    /// `?reset_interfaces=true` (1.45): a new driver's defaults replace the interfaces
+    /// the patch does not name; without it they are kept and must suit the new driver.
+    reset: bool,
 }
 
 /// The body `node` gets from a `PATCH`, or why it is refused.
@@ -189,7 +193,7 @@ async fn patched_body(app: &App, node: Node, c: Changes<'_>) -> Result<NodeBody,
     node_doc::NODE.patch(&mut doc, c.ops, c.version)?;
     let was_retired = b.attrs.get("retired") == Some(&Value::Bool(true));
     let was_protected = b.is_protected();
-    node_doc::write_back(&mut b, doc, c.patched, c.hardware)?;
+    node_doc::write_back(&mut b, doc, c.patched, c.hardware, c.reset)?;
     settle(app, Some(uuid), &mut b.attrs, &b.instance_info, c.patched).await?;
     // Removing the instance ends its allocation, as in Ironic.
     if b.attrs.get("instance_uuid").is_none_or(Value::is_null) {
@@ -215,17 +219,50 @@ async fn patched_body(app: &App, node: Node, c: Changes<'_>) -> Result<NodeBody,
     Ok(b)
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchQuery {
+    reset_interfaces: Option<String>,
+}
+
+/// `?reset_interfaces=`: from 1.45, and only with a new driver (Ironic's two refusals).
+fn reset_asked(
+    query: Result<Query<PatchQuery>, QueryRejection>,
+    version: Version,
+    patched: &[String],
+) -> Result<bool, ApiError> {
+    let Query(q) = query.map_err(|e| super::http::error::query_refused(&e))?;
+    let Some(given) = q.reset_interfaces else {
+        return Ok(false);
+    };
+    if !version.at_least(45) {
+        return Err(ApiError::not_acceptable(
+            "The reset_interfaces parameter needs API version 1.45 or newer.",
+        ));
+    }
+    let reset = super::schema::parse_bool(&json!(given))
+        .ok_or_else(|| ApiError::bad_request(format!("Invalid reset_interfaces: {given}")))?;
+    if reset && !patched.iter().any(|f| f == "driver") {
+        return Err(ApiError::bad_request(
+            "The reset_interfaces parameter can be provided only when changing the node's driver.",
+        ));
+    }
+    Ok(reset)
+}
+
 async fn update(
     app: State,
     Extension(version): Extension<Version>,
     Path(ident): Path<String>,
+    query: Result<Query<PatchQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let ops: Value = parse(&body)?;
+    let patched = node_doc::patched_fields(&ops);
+    let reset = reset_asked(query, version, &patched)?;
     let before = find(&app, &ident).await?;
     let uuid = before.uuid();
     let hardware = Hardware::new(app.conductor.registry());
-    let patched = node_doc::patched_fields(&ops);
     let updated = app
         .conductor
         .edit_reading(uuid, |node| {
@@ -234,6 +271,7 @@ async fn update(
                 version,
                 patched: &patched,
                 hardware: &hardware,
+                reset,
             };
             patched_body(&app, node, changes)
         })
@@ -285,16 +323,20 @@ async fn states(
     let b = &node.body;
     let p = &node.provision;
     let mut doc = json!({
-        "console_enabled": false,
+        "console_enabled": b.attrs.get("console_enabled").cloned().unwrap_or(json!(false)),
         "last_error": b.last_error,
         "power_state": b.power_state,
-        "provision_state": p.state,
+        "provision_state": super::node_view::shown_state(p.state, version),
         "target_power_state": b.target_power_state,
         "target_provision_state": p.target,
         "provision_updated_at": p.updated_at.to_datetime(),
-        "raid_config": b.attrs.get("raid_config").cloned().unwrap_or(json!({})),
-        "target_raid_config": b.attrs.get("target_raid_config").cloned().unwrap_or(json!({})),
     });
+    // RAID came with 1.12, in the node and in its states alike.
+    if version.at_least(12) {
+        for key in ["raid_config", "target_raid_config"] {
+            doc[key] = b.attrs.get(key).cloned().unwrap_or(json!({}));
+        }
+    }
     if version.at_least(75) {
         for key in ["boot_mode", "secure_boot"] {
             doc[key] = b.attrs.get(key).cloned().unwrap_or(Value::Null);

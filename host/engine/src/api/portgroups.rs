@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::App;
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
 use super::http::version::Version;
 use super::resources::{Resource, check_node, text};
 use super::schema::{Field, Schema, Ty};
@@ -51,6 +52,8 @@ pub const PORTGROUP: Resource = Resource {
     on_create: None,
     on_delete: Some(|a, u, d| Box::pin(portgroup_may_go(a, u, d))),
     shown: None,
+    of_node: Some(24),
+    too_old_writes: TooOld::NotFound,
 };
 
 async fn check_portgroup(

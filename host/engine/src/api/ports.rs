@@ -159,7 +159,7 @@ async fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Resu
             .map_err(|e| ApiError::bad_request(e.to_string().replace("node name", "port name")))?;
     }
     if let Some(pg) = port.attrs.get("portgroup_uuid").and_then(Value::as_str) {
-        let (_, group) = app
+        let (group_uuid, group) = app
             .conductor
             .store()
             .docs()?
@@ -171,8 +171,46 @@ async fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Resu
                 port.uuid
             )));
         }
+        port.attrs
+            .insert("portgroup_uuid".into(), json!(group_uuid));
+        check_physical_network(app, port, group_uuid).await?;
     }
     Ok(())
+}
+
+/// Every port of a port group is on one physical network (Ironic's rule: a bond across
+/// two networks cannot work): a port joining a group, or changing its network within
+/// one, must match the group's other ports (409 otherwise).
+async fn check_physical_network(app: &App, port: &Port, group: Uuid) -> Result<(), ApiError> {
+    let network = |p: &Port| {
+        p.attrs
+            .get("physical_network")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let group_json = json!(group);
+    let mut others: Vec<Value> = app
+        .conductor
+        .store()
+        .ports_of(port.node_uuid)
+        .await?
+        .iter()
+        .filter(|p| p.uuid != port.uuid && p.attrs.get("portgroup_uuid") == Some(&group_json))
+        .map(network)
+        .collect();
+    others.sort_by_key(Value::to_string);
+    others.dedup();
+    let mine = network(port);
+    if others.is_empty() || others == [mine.clone()] {
+        return Ok(());
+    }
+    let names = |v: &Value| v.as_str().map_or("None".to_owned(), str::to_owned);
+    let theirs: Vec<String> = others.iter().map(names).collect();
+    Err(ApiError::conflict(format!(
+        "Port with physical network {} cannot become a member of port group {group} which has ports in physical network {}.",
+        names(&mine),
+        theirs.join(", ")
+    )))
 }
 
 async fn create(
@@ -360,10 +398,16 @@ async fn of_portgroup_detail(
     respond(&app, v, q, true, Scope::Portgroup(ident)).await
 }
 
-/// A port by uuid, or by name (1.88).
+/// A port by uuid, or by name (1.88). What can be neither (a MAC address, anything with
+/// a `:`) is a malformed request, as Ironic answers it, not a missing port.
 async fn port_uuid(app: &App, text: &str) -> Result<Uuid, ApiError> {
     if let Ok(uuid) = Uuid::parse_str(text) {
         return Ok(uuid);
+    }
+    if crate::node::validate_name(text).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "Expected a logical name or UUID but received {text}."
+        )));
     }
     app.conductor
         .store()

@@ -35,6 +35,26 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/lookup", since(22, get(lookup)))
         .route("/v1/lookup/", since(22, get(lookup)))
         .route("/v1/heartbeat/{ident}", since(22, post(heartbeat)))
+        .route("/v1/heartbeat", since(22, post(heartbeat_naming_its_node)))
+}
+
+/// `POST /v1/heartbeat` with the node in the body (`node_ident`), as Ironic also takes it.
+async fn heartbeat_naming_its_node(
+    app: State,
+    version: Extension<Version>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let mut doc: serde_json::Map<String, Value> = parse(&body)?;
+    let ident = match doc.remove("node_ident") {
+        Some(Value::String(ident)) => ident,
+        _ => {
+            return Err(ApiError::bad_request(
+                "Mandatory field missing: 'node_ident'",
+            ));
+        }
+    };
+    let rest = serde_json::to_vec(&doc).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    heartbeat(app, version, Path(ident), Bytes::from(rest)).await
 }
 
 #[derive(Deserialize, Default)]

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::http::error::{ApiError, parse};
+use super::http::gate::{TooOld, since, too_old};
 use super::http::streamed;
 use super::http::version::Version;
 use futures_util::future::BoxFuture;
@@ -69,6 +70,12 @@ pub struct Resource {
     pub on_delete: Option<OnDelete>,
     /// Hides what a document keeps from view (a sensitive inspection rule's conditions).
     pub shown: Option<fn(&mut Doc)>,
+    /// What a write older than the resource is answered (Ironic: 404 for most, 405 for
+    /// allocations, deploy templates and runbooks).
+    pub too_old_writes: TooOld,
+    /// The microversion from which a node's own list is served under it
+    /// (`/v1/nodes/{node}/portgroups`), if it is.
+    pub of_node: Option<u32>,
 }
 
 pub fn routes(resources: &'static [&'static Resource]) -> Router<Arc<App>> {
@@ -95,6 +102,18 @@ pub fn routes(resources: &'static [&'static Resource]) -> Router<Arc<App>> {
                     .patch(move |a, v, p, b| update(r, a, v, p, b))
                     .delete(move |a, v, p| remove(r, a, v, p)),
             );
+        if let Some(minor) = r.of_node {
+            let under = format!("/v1/nodes/{{node}}/{}", r.path);
+            router = router
+                .route(
+                    &under,
+                    since(minor, get(move |a, v, p, q| of_node(r, a, v, p, q, false))),
+                )
+                .route(
+                    &format!("{under}/detail"),
+                    since(minor, get(move |a, v, p, q| of_node(r, a, v, p, q, true))),
+                );
+        }
     }
     router
 }
@@ -107,6 +126,14 @@ pub fn exists(r: &Resource, version: Version) -> Result<(), ApiError> {
         "The resource could not be found. /v1/{} needs API version 1.{} or newer.",
         r.path, r.since
     )))
+}
+
+/// [`exists`] for a write (see [`Resource::too_old_writes`]).
+pub fn writable(r: &Resource, version: Version) -> Result<(), ApiError> {
+    match version.at_least(r.since) {
+        true => Ok(()),
+        false => Err(too_old(r.since, r.too_old_writes)),
+    }
 }
 
 /// A document as the API shows it: every field (null if unset), links, version gates,
@@ -122,7 +149,9 @@ pub fn document(app: &App, r: &Resource, uuid: Uuid, doc: Doc, version: Version)
 /// A document with every field (a PATCH applies to this, so nothing hidden is lost).
 fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version) -> Doc {
     for f in r.schema.fields {
-        doc.entry(f.name).or_insert(Value::Null);
+        if f.access != super::schema::Access::Input {
+            doc.entry(f.name).or_insert(Value::Null);
+        }
     }
     doc.insert("uuid".into(), json!(uuid));
     let id = uuid.to_string();
@@ -138,6 +167,13 @@ fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version)
 }
 
 fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
+    // A resource without names is only ever named by its uuid: anything else is a
+    // malformed request (400, as Ironic validates it), not a missing resource.
+    if !r.unique.contains(&"name") && Uuid::parse_str(ident).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "Expected a UUID but received {ident}."
+        )));
+    }
     Ok(app.conductor.store().docs()?.find(r.kind, "name", ident)?)
 }
 
@@ -147,7 +183,7 @@ async fn create(
     Extension(version): Extension<Version>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    exists(r, version)?;
+    writable(r, version)?;
     let input: Map<String, Value> = parse(&body)?;
     let mut doc = r.schema.create(input, version)?;
     let uuid = match doc.remove("uuid") {
@@ -161,8 +197,20 @@ async fn create(
     doc.insert("updated_at".into(), Value::Null);
     app.conductor
         .create_document(r.kind, uuid, &doc, r.unique)?;
+    // A create that asks for work done at once (an input such as a backfilled
+    // allocation's node) is answered as the work left it; other work runs on after the
+    // answer (a new allocation answers `allocating`).
+    let done_at_once = r
+        .schema
+        .fields
+        .iter()
+        .any(|f| f.access == super::schema::Access::Input && doc.contains_key(f.name));
+    let mut doc = doc;
     if let Some(start) = r.on_create {
         start(app.0.clone(), uuid).await;
+        if done_at_once {
+            doc = app.conductor.store().docs()?.get(r.kind, uuid)?;
+        }
     }
     let location = format!("{}/v1/{}/{uuid}", app.public_url, r.path);
     let shown = document(&app, r, uuid, doc, version);
@@ -234,6 +282,23 @@ async fn list(
     ))
 }
 
+/// A node's own list (`/v1/nodes/{node}/portgroups`): the list filtered by the node.
+async fn of_node(
+    r: &'static Resource,
+    app: State,
+    version: Extension<Version>,
+    Path(node): Path<String>,
+    query: Pairs,
+    detail: bool,
+) -> Result<Response, ApiError> {
+    let query = query.map(|Query(mut pairs)| {
+        pairs.retain(|(k, _)| k != "node");
+        pairs.push(("node".into(), node));
+        Query(pairs)
+    });
+    list(r, app, version, query, detail).await
+}
+
 /// Whether a document passes the list's own filters (a node's are checked apart).
 fn filters_match(params: &Params, d: &Doc) -> bool {
     params
@@ -272,7 +337,7 @@ async fn update(
     Path(ident): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    exists(r, version)?;
+    writable(r, version)?;
     if !version.at_least(r.patch_since) {
         return Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -320,10 +385,20 @@ async fn remove(
     Extension(version): Extension<Version>,
     Path(ident): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    exists(r, version)?;
+    writable(r, version)?;
     let (uuid, doc) = find(&app, r, &ident)?;
+    delete(r, &app, uuid, &doc).await
+}
+
+/// Deletes a document: its resource's hook first (which may refuse), then the document.
+pub async fn delete(
+    r: &'static Resource,
+    app: &App,
+    uuid: Uuid,
+    doc: &Doc,
+) -> Result<StatusCode, ApiError> {
     if let Some(hook) = r.on_delete {
-        hook(&app, uuid, &doc).await?;
+        hook(app, uuid, doc).await?;
     }
     app.conductor.delete_document(r.kind, uuid, r.unique)?;
     Ok(StatusCode::NO_CONTENT)

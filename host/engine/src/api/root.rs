@@ -3,10 +3,11 @@
 
 use axum::Json;
 use axum::Router;
+use axum::extract::Extension;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::http::version::{MAX, MIN};
+use super::http::version::{MAX, MIN, Version};
 use super::{App, State};
 
 pub fn routes() -> Router<std::sync::Arc<App>> {
@@ -36,18 +37,40 @@ async fn root(app: State) -> Json<Value> {
     }))
 }
 
-async fn v1(app: State) -> Json<Value> {
+/// The resources `/v1` links to from the version each came with, as Ironic lists them.
+const V1_RESOURCES: &[(&str, u32)] = &[
+    ("chassis", 1),
+    ("nodes", 1),
+    ("ports", 1),
+    ("drivers", 1),
+    ("portgroups", 24),
+    ("volume", 32),
+    ("conductors", 49),
+    ("allocations", 52),
+    ("deploy_templates", 55),
+    ("shards", 82),
+    ("runbooks", 92),
+    ("inspection_rules", 96),
+];
+
+async fn v1(app: State, Extension(version): Extension<Version>) -> Json<Value> {
     let base = &app.public_url;
     let link = |path: &str| json!([{"href": format!("{base}/v1/{path}/"), "rel": "self"}, {"href": format!("{base}/{path}/"), "rel": "bookmark"}]);
-    Json(json!({
+    let mut doc = json!({
         "id": "v1",
         "links": [{"href": format!("{base}/v1/"), "rel": "self"}],
         "media_types": [{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}],
-        "nodes": link("nodes"),
-        "ports": link("ports"),
-        "drivers": link("drivers"),
-        "lookup": [{"href": format!("{base}/v1/lookup/"), "rel": "self"}],
-        "heartbeat": [{"href": format!("{base}/v1/heartbeat/"), "rel": "self"}],
         "version": version_doc(base),
-    }))
+    });
+    for (resource, since) in V1_RESOURCES {
+        if version.at_least(*since) {
+            doc[*resource] = link(resource);
+        }
+    }
+    if version.at_least(22) {
+        for ramdisk in ["lookup", "heartbeat"] {
+            doc[ramdisk] = json!([{"href": format!("{base}/v1/{ramdisk}/"), "rel": "self"}]);
+        }
+    }
+    Json(doc)
 }

@@ -16,6 +16,7 @@ use axum::routing::{get, put};
 use serde_json::{Value, json};
 
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
 use super::http::version::Version;
 use super::resources::{Resource, exists};
 use super::schema::{Field, Schema, Ty};
@@ -55,6 +56,8 @@ pub const RUNBOOK: Resource = Resource {
     on_create: None,
     on_delete: None,
     shown: None,
+    of_node: None,
+    too_old_writes: TooOld::NotAllowed,
 };
 
 /// A runbook's traits: a node may run it when they share one (1.112).

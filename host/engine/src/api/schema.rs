@@ -46,6 +46,9 @@ pub enum Access {
     Create,
     /// At create and by PATCH.
     Write,
+    /// At create only, and never shown: what a create asks for rather than a field of the
+    /// resource (an allocation's `node` to backfill).
+    Input,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +76,15 @@ impl Field {
             ty,
             since,
             access: Access::ReadOnly,
+        }
+    }
+
+    pub const fn input(name: &'static str, ty: Ty, since: u32) -> Field {
+        Field {
+            name,
+            ty,
+            since,
+            access: Access::Input,
         }
     }
 
@@ -222,11 +234,12 @@ impl Schema {
 
     /// Leaves out of `doc` the fields a request at `version` does not know.
     pub fn show(&self, doc: &mut Map<String, Value>, version: Version) {
-        // At a version that has every field (the usual case) there is nothing to hide.
-        if self.fields.iter().all(|f| version.at_least(f.since)) {
+        let shown = |f: &Field| f.access != Access::Input && version.at_least(f.since);
+        // At a version that shows every field (the usual case) there is nothing to hide.
+        if self.fields.iter().all(shown) {
             return;
         }
-        doc.retain(|k, _| self.field(k).is_none_or(|f| version.at_least(f.since)));
+        doc.retain(|k, _| self.field(k).is_none_or(shown));
     }
 
     /// The names of `?fields=a,b`: each must be a field of the resource at `version`

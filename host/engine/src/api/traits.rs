@@ -8,11 +8,11 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::Path;
 use axum::http::StatusCode;
-use axum::routing::{get, put};
+use axum::routing::{delete, get, put};
 use serde_json::{Value, json};
 
 use super::http::error::ApiError;
-use super::http::gate::since;
+use super::http::gate::{TooOld, gated, since};
 use super::node_access::{edit, find};
 use super::node_members::{List, remove_member};
 use super::{App, State};
@@ -21,11 +21,13 @@ pub fn routes() -> Router<Arc<App>> {
     Router::new()
         .route(
             "/v1/nodes/{ident}/traits",
-            since(37, get(traits).put(set_traits).delete(clear_traits)),
+            gated(37, TooOld::NotAcceptable, get(traits))
+                .merge(gated(37, TooOld::NotAllowed, put(set_traits)))
+                .merge(since(37, delete(clear_traits))),
         )
         .route(
             "/v1/nodes/{ident}/traits/{name}",
-            since(37, put(add_trait).delete(remove_trait)),
+            gated(37, TooOld::NotAllowed, put(add_trait)).merge(since(37, delete(remove_trait))),
         )
 }
 

@@ -1,13 +1,21 @@
 //! `/v1/volume/connectors` and `/v1/volume/targets`: kept and validated as Ironic does;
 //! deployd has no storage backend to act on them.
 
+use std::sync::Arc;
+
+use axum::extract::Path;
+use axum::routing::get;
+use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use super::App;
 use super::http::error::ApiError;
+use super::http::gate::TooOld;
+use super::http::gate::since;
 use super::http::version::Version;
 use super::resources::{Resource, check_node, missing, text};
 use super::schema::{Field, Schema, Ty};
+use super::{App, State, view};
+use crate::node::Node;
 use crate::store::documents::Doc;
 
 pub const VOLUME_CONNECTOR: Resource = Resource {
@@ -34,8 +42,10 @@ pub const VOLUME_CONNECTOR: Resource = Resource {
     sublinks: &[],
     check: |a, d, o, v| Box::pin(check_connector(a, d, o, v)),
     on_create: None,
-    on_delete: None,
+    on_delete: Some(|a, _, d| Box::pin(may_delete(a, d, "volume connector deletion"))),
     shown: None,
+    of_node: Some(32),
+    too_old_writes: TooOld::NotFound,
 };
 
 pub const VOLUME_TARGET: Resource = Resource {
@@ -71,19 +81,88 @@ pub const VOLUME_TARGET: Resource = Resource {
     sublinks: &[],
     check: |a, d, o, v| Box::pin(check_target(a, d, o, v)),
     on_create: None,
-    on_delete: None,
+    on_delete: Some(|a, _, d| Box::pin(may_delete(a, d, "volume target deletion"))),
     shown: None,
+    of_node: Some(32),
+    too_old_writes: TooOld::NotFound,
 };
 
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/v1/volume", since(32, get(|a| index(a, None))))
+        .route("/v1/volume/", since(32, get(|a| index(a, None))))
+        .route(
+            "/v1/nodes/{node}/volume",
+            since(32, get(|a, Path(n): Path<String>| index(a, Some(n)))),
+        )
+}
+
+/// `/v1/volume` (or a node's `…/volume`): links to the connectors and the targets.
+async fn index(app: State, node: Option<String>) -> Result<Json<Value>, ApiError> {
+    let (kind, prefix) = match &node {
+        Some(ident) => {
+            let uuid = app.conductor.store().find_node(ident).await?.uuid();
+            ("nodes", format!("{uuid}/volume"))
+        }
+        None => ("volume", String::new()),
+    };
+    let at = |sub: &str| match prefix.is_empty() {
+        true => sub.to_owned(),
+        false => format!("{prefix}/{sub}"),
+    };
+    let base = &app.public_url;
+    Ok(Json(json!({
+        "links": view::links(base, kind, &at("")),
+        "connectors": view::links(base, kind, &at("connectors")),
+        "targets": view::links(base, kind, &at("targets")),
+    })))
+}
+
 const CONNECTOR_TYPES: &[&str] = &["iqn", "ip", "mac", "wwnn", "wwpn", "port", "portgroup"];
+
+/// Ironic's refusal of a change to a node's storage while the node is in `state`.
+fn refused(action: &str, node: &Node, state: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "The requested action \"{action}\" can not be performed on node \"{}\" while it is in state \"{state}\".",
+        node.uuid()
+    ))
+}
+
+/// A node's volume is changed only while the node is powered off (Ironic's rule: a
+/// running instance may be using it).
+async fn may_update(app: &App, doc: &Doc, action: &str) -> Result<(), ApiError> {
+    let ident = text(doc, "node_uuid").unwrap_or_default();
+    let node = app.conductor.store().find_node(ident).await?;
+    match node.body.power_state.as_deref() {
+        Some("power off") => Ok(()),
+        other => Err(refused(action, &node, other.unwrap_or("None"))),
+    }
+}
+
+/// ...and deleted only while it is powered off or the node is in a state it could be
+/// deleted in itself.
+async fn may_delete(app: &App, doc: &Doc, action: &str) -> Result<(), ApiError> {
+    use crate::state_machine::ProvisionState as S;
+    let ident = text(doc, "node_uuid").unwrap_or_default();
+    let node = app.conductor.store().find_node(ident).await?;
+    let deletable = matches!(node.state(), S::Manageable | S::Enroll | S::AdoptFailed);
+    match node.body.power_state.as_deref() {
+        Some("power off") => Ok(()),
+        _ if deletable => Ok(()),
+        other => Err(refused(action, &node, other.unwrap_or("None"))),
+    }
+}
 
 async fn check_connector(
     app: &App,
     doc: &mut Doc,
-    _: Option<&Doc>,
+    old: Option<&Doc>,
     _: Version,
 ) -> Result<(), ApiError> {
     check_node(app, doc).await?;
+    if old.is_some() {
+        may_update(app, doc, "volume connector update").await?;
+    }
     let kind = text(doc, "type").ok_or_else(|| missing("type"))?;
     if !CONNECTOR_TYPES.contains(&kind) {
         return Err(ApiError::bad_request(format!(
@@ -99,10 +178,13 @@ async fn check_connector(
 async fn check_target(
     app: &App,
     doc: &mut Doc,
-    _: Option<&Doc>,
+    old: Option<&Doc>,
     _: Version,
 ) -> Result<(), ApiError> {
     check_node(app, doc).await?;
+    if old.is_some() {
+        may_update(app, doc, "volume target update").await?;
+    }
     text(doc, "volume_type").ok_or_else(|| missing("volume_type"))?;
     text(doc, "volume_id").ok_or_else(|| missing("volume_id"))?;
     match doc.get("boot_index").and_then(Value::as_i64) {

@@ -43,6 +43,9 @@ pub enum AllocationError {
     /// The allocation was deleted during its search.
     #[error("deleted during its search")]
     Deleted,
+    /// The node cannot be backfilled into the allocation (Ironic's words say why).
+    #[error("{0}")]
+    Refused(String),
     /// Deleting the allocation would free a node in the middle of a flow.
     #[error("Cannot remove allocation {allocation}: its node {node} is in state \"{state}\".")]
     NodeBusy {
@@ -98,6 +101,22 @@ impl Conductor {
     /// Starts looking for a node for allocation `uuid` in the background; the outcome is
     /// written into the allocation (`active` with its node, or `error` with the reason).
     pub async fn allocate(self: &Arc<Self>, uuid: Uuid) {
+        let asked = self.store.docs().and_then(|d| d.get(KIND, uuid));
+        let backfill = asked.ok().and_then(|d| {
+            d.get("node")
+                .and_then(Value::as_str)
+                .and_then(|n| Uuid::parse_str(n).ok())
+        });
+        if let Some(node) = backfill {
+            if let Err(e) = self.backfill(uuid, node).await {
+                let _ = self.record(uuid, |doc| {
+                    doc.remove("node");
+                    doc.insert("state".into(), json!("error"));
+                    doc.insert("last_error".into(), json!(e.to_string()));
+                });
+            }
+            return;
+        }
         self.allocating.lock().await.insert(uuid);
         let conductor = self.clone();
         tokio::spawn(async move {
@@ -142,13 +161,20 @@ impl Conductor {
         })
         .await?;
         searching.remove(&uuid);
+        self.holds(uuid, node).await
+    }
+
+    /// Records in allocation `uuid` that it holds `node` (just taken for it): `active`. If
+    /// the allocation cannot say so, the node is freed again, so it is never held by an
+    /// allocation that does not name it.
+    async fn holds(&self, uuid: Uuid, node: Uuid) -> Result<(), AllocationError> {
         let recorded = self.record(uuid, |doc| {
+            doc.remove("node");
             doc.insert("state".into(), json!("active"));
             doc.insert("node_uuid".into(), json!(node));
         });
         if let Err(e) = recorded {
-            // The allocation cannot say it holds the node, so it must not hold it.
-            self.edit_if_free::<AllocationError>(node, |_, b| {
+            self.edit::<AllocationError>(node, |_, b| {
                 free(b, uuid);
                 Ok(())
             })
@@ -156,6 +182,63 @@ impl Conductor {
             return Err(e.into());
         }
         Ok(())
+    }
+
+    /// Records `node`, already deployed, as allocation `uuid`'s (Ironic's backfill, 1.58):
+    /// under the node's claim, only if it fits what the allocation asks and no other
+    /// allocation or instance holds it.
+    async fn backfill(&self, uuid: Uuid, node: Uuid) -> Result<(), AllocationError> {
+        let want = self.store.docs()?.get(KIND, uuid)?;
+        self.edit::<AllocationError>(node, |provision, b| {
+            let attr = |k: &str| b.attrs.get(k).cloned().unwrap_or(Value::Null);
+            let mut errors = Vec::new();
+            if provision.state != ProvisionState::Active {
+                errors.push(format!(
+                    "Node must be in the \"active\" state, but the current state is \"{}\"",
+                    provision.state
+                ));
+            }
+            let class = want.get("resource_class").cloned().unwrap_or(Value::Null);
+            if !class.is_null() && class != attr("resource_class") {
+                errors.push(format!(
+                    "Resource class {} does not match the requested resource class {class}",
+                    attr("resource_class")
+                ));
+            }
+            if !has_traits(b, &want) {
+                errors.push(format!(
+                    "List of traits {} does not match the requested traits {}",
+                    attr("traits"),
+                    want.get("traits").cloned().unwrap_or(Value::Null)
+                ));
+            }
+            let candidates = strings(&want, "candidate_nodes");
+            if !candidates.is_empty() && !candidates.contains(&node.to_string()) {
+                errors.push(format!(
+                    "Candidate nodes must be empty or contain the target node, but got {candidates:?}"
+                ));
+            }
+            if !errors.is_empty() {
+                return Err(AllocationError::Refused(format!(
+                    "Cannot backfill an allocation for node {node}: {}",
+                    errors.join("; ")
+                )));
+            }
+            for held in ["allocation_uuid", "instance_uuid"] {
+                let holder = attr(held);
+                if !holder.is_null() && holder != json!(uuid) {
+                    return Err(AllocationError::Refused(format!(
+                        "Node {node} is associated with {} {holder}.",
+                        held.trim_end_matches("_uuid")
+                    )));
+                }
+            }
+            b.attrs.insert("instance_uuid".into(), json!(uuid));
+            b.attrs.insert("allocation_uuid".into(), json!(uuid));
+            Ok(())
+        })
+        .await?;
+        self.holds(uuid, node).await
     }
 
     /// Takes a node for allocation `uuid`, or says why none fits.

@@ -17,6 +17,7 @@
 
 pub mod allocations;
 pub mod inspection;
+pub mod management;
 mod records;
 pub mod servicing;
 mod steps;
@@ -72,6 +73,9 @@ pub enum ConductorError {
     Protected(Uuid),
     #[error("driver {0:?} is not loaded")]
     NoDriver(String),
+    /// The node's hardware (its BMC) refused or failed what was asked.
+    #[error("{0}")]
+    Hardware(String),
     /// The node's record cannot start this flow (e.g. its local image is unreadable).
     #[error("{0}")]
     Invalid(String),

@@ -32,13 +32,22 @@ fn reference() -> Value {
     serde_json::from_str(include_str!("ironic39-drivers.json")).unwrap()
 }
 
-/// deployd's own implementations, beside Ironic's: `fake` deploy and boot first on
-/// `fake-hardware` (its fake component), `iscsi` last on real types (its pxe family),
-/// `agent` inspection last everywhere.
+/// The kinds whose `fake` interface `fake-hardware` enables first and defaults to beyond
+/// Ironic's default options: deployd's fake component's deploy and boot, and Ironic's
+/// fake interfaces a devstack enables.
+const FAKES: &[&str] = &[
+    "deploy", "boot", "bios", "console", "inspect", "raid", "vendor",
+];
+
+/// deployd's own implementations, beside Ironic's: `fake` first on `fake-hardware` (see
+/// [`FAKES`]), `iscsi` last on real types (its pxe family), `agent` inspection last
+/// everywhere.
 fn with_deployds_own(hw: &str, kind: &str, ironic: &Value) -> Value {
     let mut list: Vec<Value> = ironic.as_array().unwrap().clone();
+    if hw == "fake-hardware" && FAKES.contains(&kind) {
+        list.insert(0, json!("fake"));
+    }
     match (hw, kind) {
-        ("fake-hardware", "deploy" | "boot") => list.insert(0, json!("fake")),
         ("ipmi" | "redfish", "deploy") => list.push(json!("iscsi")),
         (_, "inspect") => list.push(json!("agent")),
         _ => {}
@@ -48,7 +57,7 @@ fn with_deployds_own(hw: &str, kind: &str, ironic: &Value) -> Value {
 
 fn own_default(hw: &str, kind: &str, ironic: &Value) -> Value {
     match (hw, kind) {
-        ("fake-hardware", "deploy" | "boot") => json!("fake"),
+        ("fake-hardware", k) if FAKES.contains(&k) => json!("fake"),
         _ => ironic.clone(),
     }
 }
@@ -127,7 +136,7 @@ async fn node_patches_take_and_refuse_interfaces_as_ironic_39() {
             for refused in case["refused"].as_array().unwrap() {
                 let value = refused["value"].as_str().unwrap();
                 let a = set(value).await;
-                if (matches!(*kind, "deploy" | "boot") && value == "fake")
+                if (FAKES.contains(kind) && value == "fake")
                     || (*kind, value) == ("inspect", "agent")
                 {
                     continue; // deployd's own: see `with_deployds_own`
@@ -190,14 +199,16 @@ async fn raid_targets_are_answered_as_ironic_39() {
         async move { server.call(Method::PUT, &path, Some("1.115"), body).await }
     };
     let bytes = |v: &Value| Some(v.to_string().into_bytes());
-    // The RAID interfaces that take a target, and the default no-raid ones that do not.
+    // The RAID interfaces that take a target (fake-hardware's default: the fake one), and
+    // the default no-raid ones that do not.
     for (driver, raid_interface, status) in [
         ("ipmi", Some("agent"), StatusCode::NO_CONTENT),
         ("ipmi", None, StatusCode::NOT_FOUND),
         ("redfish", None, StatusCode::NO_CONTENT),
         ("redfish", Some("agent"), StatusCode::NO_CONTENT),
         ("fake-hardware", Some("agent"), StatusCode::NO_CONTENT),
-        ("fake-hardware", None, StatusCode::NOT_FOUND),
+        ("fake-hardware", None, StatusCode::NO_CONTENT),
+        ("fake-hardware", Some("no-raid"), StatusCode::NOT_FOUND),
     ] {
         let mut body = json!({"driver": driver});
         if let Some(r) = raid_interface {

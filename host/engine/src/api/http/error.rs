@@ -79,7 +79,7 @@ impl From<StoreError> for ApiError {
                 format!("{kind} {ident} could not be found.")
             }
             StoreError::DocumentTaken { kind, field, value } => {
-                format!("A {kind} with {field} {value} already exists.")
+                format!("A {} with {field} {value} already exists.", in_words(kind))
             }
             StoreError::IllegalTransition { node, source } => format!(
                 "The requested action \"{}\" can not be performed on node \"{node}\" while it is in state \"{}\".",
@@ -97,6 +97,9 @@ impl From<ConductorError> for ApiError {
             ConductorError::Store(e) => e.into(),
             ConductorError::Busy { .. } => ApiError::conflict(e.to_string()),
             ConductorError::Protected(_) => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
+            ConductorError::Hardware(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
             ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
                 ApiError::bad_request(e.to_string())
             }
@@ -112,8 +115,21 @@ impl From<AllocationError> for ApiError {
             AllocationError::TakenMeanwhile
             | AllocationError::Deleted
             | AllocationError::NodeBusy { .. } => ApiError::conflict(e.to_string()),
+            AllocationError::Refused(_) => ApiError::bad_request(e.to_string()),
         }
     }
+}
+
+/// A kind as Ironic's refusals name it: `VolumeConnector` → `volume connector`.
+fn in_words(kind: &str) -> String {
+    let mut words = String::new();
+    for (i, c) in kind.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            words.push(' ');
+        }
+        words.extend(c.to_lowercase());
+    }
+    words
 }
 
 /// JSON request bodies: malformed JSON, wrong types and unknown fields are 400s that say

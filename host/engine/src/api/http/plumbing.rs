@@ -1,4 +1,5 @@
 //! What every request passes through besides authentication and version negotiation:
+//! Ironic's paths (without `/v1`, with `.json`) rewritten before routing,
 //! its id, its time limit, Ironic's error shape for unrouted paths and methods, and the
 //! connection a refused body closes.
 
@@ -10,6 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use super::version::Version;
 
 /// How long a request may take, but a driver upload.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,6 +35,40 @@ pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Resp
         )
         .into_response(),
     }
+}
+
+/// The first microversion at which a `.json` suffix is part of the identifier it ends.
+const JSON_SUFFIX_REFUSED: Version = Version(91);
+
+/// The first path segments deployd serves outside `/v1` besides the root document.
+const OWN_ROOTS: &[&str] = &["metrics", "store"];
+
+/// Rewrites a path as Ironic routes it, before routing, so every resource sees it so:
+/// - a path without the version (`/nodes/{id}`: what every `bookmark` link names) is
+///   served as `/v1/…`, as Ironic's root controller does (but deployd's own roots);
+/// - before 1.91, a trailing `.json` is stripped (`/v1/nodes/{id}.json`, a leftover of
+///   Ironic's old content-type guessing) when the request names its version; from 1.91 on
+///   the suffix is part of the identifier.
+pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
+    let mut path = request.uri().path().trim_end_matches('/').to_owned();
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    if !path.is_empty() && first != "v1" && !OWN_ROOTS.contains(&first) {
+        path.insert_str(0, "/v1");
+    }
+    let version = super::version::named(request.headers());
+    if version.is_some_and(|v| v < JSON_SUFFIX_REFUSED) && path.ends_with(".json") {
+        path.truncate(path.len() - ".json".len());
+    }
+    if path != request.uri().path() && !path.is_empty() {
+        let rewritten = match request.uri().query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        if let Ok(uri) = rewritten.parse() {
+            *request.uri_mut() = uri;
+        }
+    }
+    next.run(request).await
 }
 
 /// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).

@@ -13,6 +13,15 @@ use super::error::ApiError;
 
 pub use deployd_wire::version::{MAX, MIN, Version};
 
+/// The version a request named in a header, if it named a valid one.
+pub fn named(headers: &HeaderMap) -> Option<Version> {
+    let given = ["x-openstack-ironic-api-version", "openstack-api-version"];
+    if given.iter().all(|h| !headers.contains_key(*h)) {
+        return None;
+    }
+    requested(headers).ok()
+}
+
 /// The version a request asked for: no header means the minimum, as in Ironic.
 fn requested(headers: &HeaderMap) -> Result<Version, ApiError> {
     let legacy = headers

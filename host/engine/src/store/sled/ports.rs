@@ -39,6 +39,14 @@ impl SledStore {
             if nodes.get(node.as_bytes())?.is_none() {
                 return abort(StoreError::NodeNotFound(node.to_string()));
             }
+            // A port is never overwritten by another of the same uuid.
+            if ports.get(port.uuid.as_bytes())?.is_some() {
+                return abort(StoreError::DocumentTaken {
+                    kind: "port",
+                    field: "uuid",
+                    value: port.uuid.to_string(),
+                });
+            }
             take_mac(macs, &port.address, port.uuid)?;
             take_port_name(names, name_of(&port), port.uuid)?;
             ports.insert(port.uuid.as_bytes(), json.as_slice())?;

@@ -1,0 +1,69 @@
+//! What an operator sets on a node's management outside a flow: its next boot device,
+//! through the BMC its power interface names (a no-op for the fake one), and its console,
+//! which only fake-hardware's fake console has (it records that it is enabled).
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{Conductor, ConductorError};
+use crate::driver_host::capability::bindings::deployd::driver::bmc::BootDevice;
+use crate::driver_host::capability::bmc;
+
+/// Where the boot device last set through the API is kept (`driver_internal_info`):
+/// deployd's BMC backends set a boot device but do not read one back.
+pub const BOOT_DEVICE: &str = "deployd_boot_device";
+
+impl Conductor {
+    /// Sets the device the node boots from next (every time with `persistent`), under the
+    /// node's claim, and records it.
+    pub async fn set_boot_device(
+        &self,
+        node: Uuid,
+        device: BootDevice,
+        persistent: bool,
+    ) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "set the boot device").await?;
+        let record = self.store.node(node).await?;
+        let driver = self
+            .driver_for(&record)
+            .map_err(|e| ConductorError::Invalid(e.to_string()))?;
+        let services = self.registry.services().clone();
+        bmc::set_boot_device(
+            &services,
+            node,
+            &driver.description.power,
+            device,
+            persistent,
+        )
+        .await
+        .map_err(|e| ConductorError::Hardware(format!("Failed to set boot device: {e}")))?;
+        let name = match device {
+            BootDevice::Pxe => "pxe",
+            BootDevice::Disk => "disk",
+        };
+        let set = json!({"boot_device": name, "persistent": persistent});
+        self.store
+            .update_node(node, |b| {
+                b.driver_internal_info
+                    .insert(BOOT_DEVICE.into(), set.clone());
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Enables or disables the node's console, under its claim.
+    pub async fn set_console(&self, node: Uuid, enabled: bool) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "set the console").await?;
+        self.store
+            .update_node(node, |b| {
+                match enabled {
+                    true => b.attrs.insert("console_enabled".into(), Value::Bool(true)),
+                    false => b.attrs.remove("console_enabled"),
+                };
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+}
