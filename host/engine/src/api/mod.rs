@@ -181,6 +181,9 @@ pub fn router(app: Arc<App>) -> Router {
         .method_not_allowed_fallback(plumbing::not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(|request, next| {
+            plumbing::json_bodies(request, next, drivers::UPLOAD_PATH)
+        }))
         .layer(middleware::from_fn(version::negotiate))
         .layer(middleware::from_fn(plumbing::request_id))
         .layer(middleware::from_fn(|request, next| {

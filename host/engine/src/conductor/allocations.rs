@@ -349,6 +349,41 @@ impl Conductor {
     }
 }
 
+impl Conductor {
+    /// An undeploy ends the node's instance, as Ironic's tear-down does: its
+    /// `instance_uuid` is cleared and its allocation deleted, so the node can be allocated
+    /// again. The node is freed first: a crash in between leaves an allocation naming a
+    /// free node (deleting it frees nothing), never a node held by no allocation.
+    pub(super) async fn end_instance(&self, node: Uuid) -> Result<(), StoreError> {
+        let held = self
+            .store
+            .node(node)
+            .await?
+            .body
+            .attrs
+            .get("allocation_uuid")
+            .cloned();
+        self.store
+            .update_node(node, |b| {
+                b.attrs.remove("instance_uuid");
+                b.attrs.remove("allocation_uuid");
+                Ok(())
+            })
+            .await?;
+        let allocation = held
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(|a| Uuid::parse_str(a).ok());
+        if let Some(allocation) = allocation {
+            match self.store.docs_to_write()?.delete(KIND, allocation, UNIQUE) {
+                Ok(()) | Err(StoreError::DocumentNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Takes allocation `uuid` off a node's body, if it is the node's.
 fn free(b: &mut NodeBody, uuid: Uuid) {
     let mine = Some(&json!(uuid));

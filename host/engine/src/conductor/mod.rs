@@ -277,11 +277,13 @@ impl Conductor {
                 self.start_cleaning(claim, &current, Event::Delete, Vec::new())
                     .await?;
                 self.store.set_config_drive(node, None).await?;
+                self.end_instance(node).await?;
             }
             Verb::Undeploy => {
                 self.start_flow(claim, &current, Event::Delete, Step::Release)
                     .await?;
                 self.store.set_config_drive(node, None).await?;
+                self.end_instance(node).await?;
             }
             Verb::Clean => {
                 self.start_cleaning(claim, &current, Event::Clean, Vec::new())

@@ -166,3 +166,43 @@ async fn deleting_an_allocation_during_its_search_never_leaves_its_node_taken() 
     let a = settled(&s, a.body["uuid"].as_str().unwrap()).await;
     assert_eq!(a["state"], "active", "{a}");
 }
+
+/// Deploy, undeploy, deploy again, as metalsmith does: the undeploy ends the instance
+/// (its allocation deleted, `instance_uuid` cleared, as Ironic's tear-down does), so the
+/// next allocation of the class finds the node again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeploy_ends_the_allocation_so_the_node_is_allocated_again() {
+    let s = start(|_| {}).await;
+    let node = gold_nodes(&s, 1).await.remove(0);
+    let path = format!("/v1/nodes/{node}");
+    for round in 0..2 {
+        let a = s
+            .send(
+                Method::POST,
+                "/v1/allocations",
+                json!({"resource_class": "gold"}),
+            )
+            .await;
+        let allocation = settled(&s, a.body["uuid"].as_str().unwrap()).await;
+        assert_eq!(allocation["state"], "active", "round {round}: {allocation}");
+        assert_eq!(allocation["node_uuid"], node.as_str());
+        s.walk(&node, &[("active", "active"), ("deleted", "available")])
+            .await;
+        let n = s.get(&path).await.body;
+        assert_eq!(n["instance_uuid"], Value::Null, "round {round}: {n}");
+        assert_eq!(n["allocation_uuid"], Value::Null, "round {round}: {n}");
+        let gone = s
+            .get(&format!(
+                "/v1/allocations/{}",
+                allocation["uuid"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(gone.status, StatusCode::NOT_FOUND, "round {round}");
+        let p = json!({"target": "power off"});
+        s.send(Method::PUT, &format!("{path}/states/power"), p)
+            .await;
+        while s.get(&path).await.body["power_state"] != "power off" {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}

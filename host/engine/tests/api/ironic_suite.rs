@@ -590,3 +590,34 @@ async fn volumes_and_port_groups_keep_ironics_rules() {
         assert_eq!(a.status, status, "{query}");
     }
 }
+
+/// A body that says it is not JSON is refused with Ironic's 415 and creates nothing; a
+/// driver upload (bytes) is not held to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_declared_as_other_than_json_is_refused() {
+    let s = start(|_| {}).await;
+    let body = json!({"driver": "fake-hardware", "name": "plain"}).to_string();
+    let sent = s
+        .http
+        .post(format!("{}/v1/nodes", s.base))
+        .header("Content-Type", "text/plain")
+        .header("X-OpenStack-Ironic-API-Version", "1.115")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(s.get("/v1/nodes/plain").await.status, StatusCode::NOT_FOUND);
+    let charset = s
+        .http
+        .get(format!("{}/v1/nodes", s.base))
+        .header("Content-Type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        charset.status(),
+        StatusCode::OK,
+        "a read has no body to refuse"
+    );
+}

@@ -71,6 +71,36 @@ pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
+/// A request body that says it is not JSON is refused (415), as Ironic refuses it, but
+/// where a resource takes other bytes (a driver upload, at `raw`): a JSON body sent as
+/// `text/plain` is a client's mistake to hear about, not a guess to make.
+pub async fn json_bodies(request: Request, next: Next, raw: &str) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let json = |t: &str| t == "application/json" || t.ends_with("+json");
+    let m = request.method();
+    let has_body = m == axum::http::Method::POST
+        || m == axum::http::Method::PUT
+        || m == axum::http::Method::PATCH;
+    match declared {
+        Some(t) if has_body && !json(&t) && request.uri().path() != raw => ApiError::new(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Unknown mimetype: {t}; send the body as application/json."),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
 /// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).
 pub async fn unrouted(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("The resource could not be found: {}", uri.path()))
