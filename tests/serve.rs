@@ -378,3 +378,36 @@ fn a_backup_taken_while_serving_restores_whole_and_a_damaged_one_is_refused() {
         );
     }
 }
+
+/// 1,100 idle kept-alive connections (more than the engine's 1,000) held open: a new
+/// client still gets its answer, since the connection idle the longest makes room.
+#[test]
+fn a_flood_of_idle_connections_never_locks_out_a_new_client() {
+    use std::io::{Read, Write};
+    // This process holds 1,100 connections of its own.
+    let mut limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    limit.current = limit.maximum;
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, limit);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(&dir.path().join("data"), &[]);
+    let addr = engine.url.trim_start_matches("http://").to_owned();
+    let mut idle = Vec::new();
+    for i in 0..1100 {
+        let Ok(mut c) = std::net::TcpStream::connect(&addr) else {
+            panic!("connection {i} could not be opened");
+        };
+        c.write_all(b"GET /v1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        // Read the answer's head so the connection is idle, kept alive.
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut head = [0u8; 12];
+        let _ = c.read(&mut head);
+        idle.push(c);
+    }
+    for round in 0..10 {
+        let (status, body) = call("GET", &format!("{}/v1", engine.url), None);
+        assert_eq!(status, 200, "round {round}: {body}");
+    }
+    drop(idle);
+    engine.stop();
+}

@@ -30,7 +30,9 @@
 //! ramdisk_heartbeat_timeout = 300    # agents heartbeat every 30–60 % of this
 //! public_url = "http://10.0.0.1:6385" # how clients and agents reach the engine (links,
 //!                                    # image urls); default http://<listen>
-//! max_connections = 1000             # more are refused at once with a 503
+//! max_connections = 1000             # at the limit the connection idle the longest is
+//!                                    # closed for a new one; if none is idle, a 503
+//! max_connections_per_client = 750   # one client address's share; default 3/4 of max
 //! header_read_timeout = 30           # seconds to send a request's headers, and the
 //!                                    # longest a kept-alive connection may sit idle
 //! file_url_allowed_paths = []        # directories local image_source files may be in
@@ -97,8 +99,12 @@ pub struct Api {
     pub public_url: Option<String>,
     /// Served at `/images/<name>`; default `<data_dir>/images`.
     pub images_dir: Option<PathBuf>,
-    /// API connections open at once; one more is refused with a 503.
+    /// API connections open at once; one more takes the slot of the connection idle the
+    /// longest, or is refused with a 503 when none is idle.
     pub max_connections: usize,
+    /// How many of them one client address may hold; default three quarters of
+    /// `max_connections`, so one client cannot take every slot.
+    pub max_connections_per_client: Option<usize>,
     /// Seconds a client has to send a request's headers (and to send the next request on
     /// a kept-alive connection) before the connection is closed.
     pub header_read_timeout: u64,
@@ -145,6 +151,7 @@ impl Default for Api {
             public_url: None,
             images_dir: None,
             max_connections: 1000,
+            max_connections_per_client: None,
             header_read_timeout: 30,
             file_url_allowed_paths: Vec::new(),
             allow_md5_checksum: false,
@@ -453,6 +460,11 @@ impl Config {
     pub fn connection_limits(&self) -> crate::api::http::listener::ConnectionLimits {
         crate::api::http::listener::ConnectionLimits {
             max_connections: self.api.max_connections,
+            max_per_client: self
+                .api
+                .max_connections_per_client
+                .unwrap_or(self.api.max_connections * 3 / 4)
+                .clamp(1, self.api.max_connections),
             header_read_timeout: Duration::from_secs(self.api.header_read_timeout),
         }
     }

@@ -174,17 +174,39 @@ fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>>
 async fn connections_over_the_limit_are_refused_and_slow_or_idle_ones_closed() {
     let s = start(|c| {
         c.api.max_connections = 4;
+        c.api.max_connections_per_client = Some(4);
         c.api.header_read_timeout = 1;
     })
     .await;
     let addr = s.engine.addr;
     let outcome = tokio::task::spawn_blocking(move || {
-        // Four idle connections take every slot; a fifth is told why and closed.
-        let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        std::thread::sleep(Duration::from_millis(200));
+        // Four connections each in the middle of a request (its body not sent yet) take
+        // every slot; a fifth is told why and closed.
+        let busy: Vec<TcpStream> = (0..4)
+            .map(|_| {
+                let mut c = TcpStream::connect(addr).unwrap();
+                let head = "POST /v1/nodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+                c.write_all(head.as_bytes()).unwrap();
+                c
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
         let mut fifth = TcpStream::connect(addr).unwrap();
         let refusal = read_until_closed(&mut fifth, Duration::from_secs(5)).expect("closed");
         let refusal = String::from_utf8_lossy(&refusal).into_owned();
+        drop(busy);
+        std::thread::sleep(Duration::from_millis(300));
+        // Four idle connections: a fifth client takes the slot of the one idle longest.
+        let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut fifth = TcpStream::connect(addr).unwrap();
+        fifth.write_all(b"GET /v1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let admitted = read_until_closed(&mut fifth, Duration::from_secs(5)).expect("closed");
+        assert!(
+            String::from_utf8_lossy(&admitted).starts_with("HTTP/1.1 200"),
+            "an idle connection made room: {}",
+            String::from_utf8_lossy(&admitted)
+        );
         // The idle ones (and a slowloris that never finishes its headers) are closed.
         let mut slow = TcpStream::connect(addr);
         let mut closed = 0;
@@ -602,4 +624,53 @@ async fn oversized_document_fields_are_refused_and_nothing_is_stored() {
         .send(Method::PATCH, &format!("/v1/chassis/{uuid}"), patch)
         .await;
     assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+}
+
+/// One client address holds at most its share of the connections: past it, it is told
+/// so (its own connections all busy), while another address still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_take_every_connection() {
+    let s = start(|c| {
+        c.api.max_connections = 4;
+        c.api.max_connections_per_client = Some(2);
+    })
+    .await;
+    let addr = s.engine.addr;
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = "POST /v1/nodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+        tokio::io::AsyncWriteExt::write_all(&mut c, head.as_bytes())
+            .await
+            .unwrap();
+        busy.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let read_all = |mut c: tokio::net::TcpStream| async move {
+        let mut out = Vec::new();
+        let read = tokio::io::AsyncReadExt::read_to_end(&mut c, &mut out);
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .unwrap()
+            .unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let refusal = read_all(third).await;
+    assert!(refusal.starts_with("HTTP/1.1 503"), "{refusal}");
+    assert!(
+        refusal.contains("This client holds its maximum of 2"),
+        "{refusal}"
+    );
+    // Another address (a second loopback address) still gets in.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    let get = b"GET /v1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    tokio::io::AsyncWriteExt::write_all(&mut other, get)
+        .await
+        .unwrap();
+    let answer = read_all(other).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(busy);
 }
