@@ -88,6 +88,14 @@ impl Placer {
     /// Zeroes `len` bytes at the current offset without writing them; whether it could.
     fn zero_out(&mut self, len: usize) -> bool {
         use rustix::fs::{FallocateFlags, fallocate};
+        // A block device takes a punch at a multiple of its logical block only (at most
+        // 4 KiB): whole blocks and pieces keep `at` a multiple of the piece.
+        debug_assert_eq!(
+            self.at % PIECE as u64,
+            0,
+            "an unaligned punch at {}",
+            self.at
+        );
         let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
         match fallocate(&self.file, flags, self.at, len as u64) {
             Ok(()) => {
@@ -200,8 +208,13 @@ impl DiskWriter {
 
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
         self.pending.extend_from_slice(chunk);
-        if self.pending.len() >= BLOCK {
-            self.hand_over().await?;
+        // Whole blocks only, the rest kept for the next: every block but the last then
+        // starts at a multiple of BLOCK, so every punch is aligned to the device's
+        // logical block (a block device refuses an unaligned one; it used to be handed
+        // over whole, with the chunk that crossed the boundary, and later punches failed).
+        while self.pending.len() >= BLOCK {
+            let block = self.pending.split_to(BLOCK);
+            self.send(block).await?;
         }
         self.offset += chunk.len() as u64;
         self.written.store(self.offset, Ordering::Relaxed);
@@ -212,8 +225,13 @@ impl DiskWriter {
         Ok(())
     }
 
+    /// Hands what is pending to the disk thread (the image's last, partial block).
     async fn hand_over(&mut self) -> Result<(), String> {
         let block = std::mem::replace(&mut self.pending, BytesMut::with_capacity(BLOCK));
+        self.send(block).await
+    }
+
+    async fn send(&mut self, block: BytesMut) -> Result<(), String> {
         let sent = match &self.blocks {
             Some(blocks) => blocks.send(block).await.is_ok(),
             None => false,
@@ -370,5 +388,32 @@ mod tests {
         p.place(&block).unwrap();
         assert_eq!((p.written, p.zeroed), (4 << 20, 0));
         assert!(std::fs::read(dir.path().join("plain")).unwrap() == block);
+    }
+
+    /// Chunks of any size (a network's) become whole blocks: the zeros after the first
+    /// block are punched at aligned offsets (an unaligned punch fails the debug
+    /// assertion in `zero_out`) and the image reads back whole.
+    #[tokio::test]
+    async fn chunks_of_any_size_are_placed_in_whole_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk");
+        let mut image = vec![0u8; 3 * BLOCK + 12345];
+        image[..BLOCK + 7].fill(9);
+        image[2 * BLOCK + 3 * PIECE] = 1;
+        let written = Arc::new(AtomicU64::new(0));
+        let mut w = DiskWriter::open(&path, "sha256", &written, None)
+            .await
+            .unwrap();
+        for chunk in image.chunks(100_003) {
+            w.write(chunk).await.unwrap();
+        }
+        let done = w.finish().await.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), image);
+        assert_eq!(done.written + done.zeroed, image.len() as u64);
+        assert!(
+            done.zeroed >= 2 * BLOCK as u64 - 2 * PIECE as u64,
+            "{done:?}"
+        );
+        assert_eq!(written.load(Ordering::Relaxed), image.len() as u64);
     }
 }

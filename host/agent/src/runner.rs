@@ -329,7 +329,11 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 
 /// Finds the engine's newest API version, retrying until it answers.
 async fn discover(base: &str) -> Engine {
-    let client = Client::new(base).with_retries(0, Duration::ZERO);
+    // A heartbeat that gets no answer in 20 s is given up and sent again on a new
+    // connection a second later (a relay once kept a dead one open: 120 s of silence).
+    let client = Client::new(base)
+        .with_retries(0, Duration::ZERO)
+        .with_timeout(Duration::from_secs(20));
     let mut failures = 0;
     loop {
         match root_version(&client).await {

@@ -98,7 +98,14 @@ pub struct Client {
     auth: Option<(String, String)>,
     retries: u32,
     retry_delay: Duration,
+    /// How long a call (but an upload) may wait for its answer.
+    timeout: Duration,
 }
+
+/// How long a pooled connection may sit idle and still be used: less than the engine's
+/// own idle limit (`api.header_read_timeout`, 30 s by default), so a connection the engine
+/// (or a relay between) already closed is not sent a request that then waits for nothing.
+const POOL_IDLE: Duration = Duration::from_secs(10);
 
 impl Client {
     /// A client of the engine at `url`, at the highest microversion deployd serves, that
@@ -106,7 +113,7 @@ impl Client {
     pub fn new(url: &str) -> Client {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(120))
+            .pool_idle_timeout(POOL_IDLE)
             .build()
             .expect("an HTTP client");
         Client {
@@ -116,7 +123,16 @@ impl Client {
             auth: None,
             retries: 5,
             retry_delay: Duration::from_secs(1),
+            timeout: Duration::from_secs(120),
         }
+    }
+
+    /// How long a call may wait for its answer (an upload excepted: [`UPLOAD_TIMEOUT`]);
+    /// 120 s by default. An agent waits less: its next heartbeat, on a new connection,
+    /// is worth more than an answer on one that may be dead.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
     }
 
     pub fn with_basic_auth(mut self, user: &str, password: &str) -> Client {
@@ -153,6 +169,7 @@ impl Client {
             let mut request = self
                 .http
                 .request(method.clone(), format!("{}{path}", self.url))
+                .timeout(self.timeout)
                 .header(version::HEADER, &self.version);
             if let Some((user, password)) = &self.auth {
                 request = request.basic_auth(user, Some(password));
@@ -330,6 +347,35 @@ mod tests {
             );
             assert!(head.contains("authorization: basic "), "{head}");
         }
+    }
+
+    /// An engine (or a relay) that takes a request and never answers: the call ends at
+    /// the client's timeout as unreachable, instead of the default two minutes.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_without_an_answer_ends_at_its_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let silent = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 8192];
+            let _ = stream.read(&mut buf).await;
+            std::future::pending::<()>().await;
+        });
+        let client = Client::new(&url)
+            .with_retries(0, Duration::ZERO)
+            .with_timeout(Duration::from_secs(20));
+        let started = tokio::time::Instant::now();
+        let e = client.get("/v1").await.unwrap_err();
+        let ClientError::Unreachable { source, .. } = &e else {
+            panic!("{e}");
+        };
+        assert!(source.is_timeout(), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        silent.abort();
     }
 
     #[test]

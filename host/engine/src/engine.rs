@@ -159,6 +159,7 @@ impl Engine {
             config.api.ramdisk_heartbeat_timeout,
             Some(config.plugins_dir()),
             public_url,
+            config.api.public_url.is_some(),
         ));
         let (stop, mut stopped) = watch::channel(false);
         // Outside the API's layers: downloads are long and need no API version or auth

@@ -287,7 +287,7 @@ pub fn relay(addr: SocketAddr) -> std::io::Result<()> {
     let stream = std::net::TcpStream::connect(addr)?;
     let mut upstream = stream.try_clone()?;
     let mut downstream = stream;
-    let to_engine = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut upstream);
         let _ = upstream.shutdown(std::net::Shutdown::Write);
     });
@@ -303,7 +303,10 @@ pub fn relay(addr: SocketAddr) -> std::io::Result<()> {
         out.write_all(&chunk[..n])?;
         out.flush()?;
     }
-    let _ = to_engine.join();
+    // The engine's side ended: the guest's ends with it (the process exits, QEMU closes
+    // the guest connection). Waiting for the guest to close first kept a connection the
+    // engine had closed open in the guest, and the agent's next request on it waited for
+    // an answer that could not come.
     Ok(())
 }
 

@@ -25,7 +25,7 @@ fn conductor_doc(app: &App, detail: bool) -> Value {
         "hostname": view::CONDUCTOR,
         "conductor_group": "",
         "alive": true,
-        "links": view::links(&app.public_url, "conductors", view::CONDUCTOR),
+        "links": view::links(&app.base(), "conductors", view::CONDUCTOR),
     });
     // Not Ironic's: whether this engine's store can write (see `store::health`).
     doc["store"] = match app.conductor.store().health().degraded() {

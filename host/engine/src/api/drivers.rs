@@ -94,7 +94,7 @@ fn doc(base: &str, d: &LoadedDriver) -> Value {
 
 /// A hardware type as Ironic shows it; `detail` adds the 1.30 interface fields.
 fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value {
-    let base = &app.public_url;
+    let base = &app.base();
     let mut doc = json!({
         "name": name,
         "hosts": [view::CONDUCTOR],
@@ -289,7 +289,7 @@ async fn receive_and_load(
         crate::driver_host::component_file::save(upload, &kept, &driver.hash)
             .map_err(|e| server_error(format!("driver loaded but not saved: {e}")))?;
     }
-    Ok((StatusCode::CREATED, Json(doc(&app.public_url, &driver))))
+    Ok((StatusCode::CREATED, Json(doc(&app.base(), &driver))))
 }
 
 fn server_error(message: String) -> ApiError {

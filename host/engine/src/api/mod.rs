@@ -106,8 +106,11 @@ pub struct App {
     /// Where uploaded drivers are kept so a restart loads them again.
     pub plugins_dir: Option<std::path::PathBuf>,
     /// `http://host:port` as clients reach the engine: the base of every link and
-    /// `Location` (never the request's `Host` header, which a client chooses).
+    /// `Location` when configured (`api.public_url`); else the default, unless a request
+    /// names the engine otherwise in its `Host` (see [`App::base`]).
     pub public_url: String,
+    /// Whether `public_url` was configured: then no request's `Host` replaces it.
+    pub public_url_fixed: bool,
     /// Bounds the node lists worked on at once (see [`node_list`]).
     pub lists: Arc<tokio::sync::Semaphore>,
     /// When this engine started (its conductor's `created_at`).
@@ -121,6 +124,7 @@ impl App {
         ramdisk_heartbeat_timeout: u64,
         plugins_dir: Option<std::path::PathBuf>,
         public_url: String,
+        public_url_fixed: bool,
     ) -> App {
         App {
             started_at: conductor.store().clock().now(),
@@ -129,8 +133,15 @@ impl App {
             ramdisk_heartbeat_timeout,
             plugins_dir,
             public_url,
+            public_url_fixed,
             lists: node_list::permits(),
         }
+    }
+
+    /// The base of the links and `Location`s of the request being answered: the
+    /// request's own (see [`http::base`]), else `public_url`.
+    pub fn base(&self) -> String {
+        http::base::current().unwrap_or_else(|| self.public_url.clone())
     }
 }
 
@@ -180,6 +191,10 @@ pub fn router(app: Arc<App>) -> Router {
         .fallback(plumbing::unrouted)
         .method_not_allowed_fallback(plumbing::not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            http::base::from_host,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(|request, next| {
             plumbing::json_bodies(request, next, drivers::UPLOAD_PATH)

@@ -44,7 +44,7 @@ fn document(app: &App, node: Uuid, event: &Event, version: Version) -> Map<Strin
     if !version.at_least(115) {
         doc.retain(|k, _| !LATER.contains(&k.as_str()));
     }
-    let href = format!("{}/v1/nodes/{node}/history/{}", app.public_url, event.uuid);
+    let href = format!("{}/v1/nodes/{node}/history/{}", app.base(), event.uuid);
     doc.insert("links".into(), json!([{"href": href, "rel": "self"}]));
     doc
 }

@@ -351,7 +351,7 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
         .fields
         .as_ref()
         .map(|f| f.iter().map(String::as_str).collect());
-    let base = &app.public_url;
+    let base = &app.base();
     if out.write_all(b"{\"nodes\": [").is_err() {
         return Ok(());
     }

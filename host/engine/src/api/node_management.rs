@@ -146,6 +146,6 @@ async fn set_console(
     let node = find(&app, &ident).await?;
     has_console(&node.body)?;
     app.conductor.set_console(node.uuid(), enabled).await?;
-    let location = format!("{}/v1/nodes/{}/states/console", app.public_url, node.uuid());
+    let location = format!("{}/v1/nodes/{}/states/console", app.base(), node.uuid());
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
 }

@@ -59,7 +59,7 @@ async fn create(
     let given: Vec<String> = new.attrs.keys().cloned().collect();
     settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given).await?;
     let node = app.conductor.enroll(new, !version.at_least(11)).await?;
-    let base = &app.public_url;
+    let base = &app.base();
     let location = format!("{base}/v1/nodes/{}", node.uuid());
     Ok((
         StatusCode::CREATED,
@@ -89,7 +89,7 @@ async fn show(
         .map(|f| node_doc::NODE.fields(f, version))
         .transpose()?;
     Ok(Json(NodeView {
-        base: &app.public_url,
+        base: &app.base(),
         node: &node,
         agent: agent.as_ref(),
         version,
@@ -294,7 +294,7 @@ async fn update(
     }
     let agent = app.conductor.agents().get(updated.uuid());
     Ok(Json(NodeView {
-        base: &app.public_url,
+        base: &app.base(),
         node: &updated,
         agent: agent.as_ref(),
         version,
@@ -557,7 +557,7 @@ async fn provision(
 
 /// 202, pointing at the node's states.
 fn accepted(app: &App, node: Uuid) -> Response {
-    let location = format!("{}/v1/nodes/{node}/states", app.public_url);
+    let location = format!("{}/v1/nodes/{node}/states", app.base());
     (StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response()
 }
 
@@ -608,7 +608,7 @@ async fn power(app: State, Path(ident): Path<String>, body: Bytes) -> Result<Res
         )));
     }
     app.conductor.power(node.uuid(), action).await?;
-    let location = format!("{}/v1/nodes/{}/states", app.public_url, node.uuid());
+    let location = format!("{}/v1/nodes/{}/states", app.base(), node.uuid());
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response())
 }
 

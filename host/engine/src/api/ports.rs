@@ -254,7 +254,7 @@ async fn create(
     };
     write_back(&app, &mut port, doc).await?;
     let port = app.conductor.create_port(port).await?;
-    let base = &app.public_url;
+    let base = &app.base();
     let location = format!("{base}/v1/ports/{}", port.uuid);
     let shown = Value::Object(document(base, &port, version));
     Ok((
@@ -336,7 +336,7 @@ async fn respond(
         })
         .collect();
     matching.sort_by_key(|p| p.uuid);
-    let base = app.public_url.clone();
+    let base = app.base();
     // Each port is shown as it is written: the answer is never held whole.
     Ok(streamed::respond("application/json", None, move |out| {
         let shown = matching
@@ -427,7 +427,7 @@ async fn show(
         .store()
         .port(port_uuid(&app, &id).await?)
         .await?;
-    let doc = document(&app.public_url, &port, version);
+    let doc = document(&app.base(), &port, version);
     Ok(Json(Value::Object(match q.fields {
         Some(f) => keep(doc, PORT.fields(&f, version)?),
         None => doc,
@@ -454,11 +454,7 @@ async fn update(
             }
         })
         .await?;
-    Ok(Json(Value::Object(document(
-        &app.public_url,
-        &port,
-        version,
-    ))))
+    Ok(Json(Value::Object(document(&app.base(), &port, version))))
 }
 
 async fn remove(app: State, Path(id): Path<String>) -> Result<StatusCode, ApiError> {

@@ -102,7 +102,7 @@ async fn lookup(
     } else {
         None
     };
-    let base = &app.public_url;
+    let base = &app.base();
     Ok(Json(json!({
         "node": {
             "uuid": node.uuid(),

@@ -155,11 +155,11 @@ fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version)
     }
     doc.insert("uuid".into(), json!(uuid));
     let id = uuid.to_string();
-    doc.insert("links".into(), view::links(&app.public_url, r.path, &id));
+    doc.insert("links".into(), view::links(&app.base(), r.path, &id));
     for sub in r.sublinks {
         doc.insert(
             (*sub).into(),
-            view::links(&app.public_url, r.path, &format!("{id}/{sub}")),
+            view::links(&app.base(), r.path, &format!("{id}/{sub}")),
         );
     }
     r.schema.show(&mut doc, version);
@@ -212,7 +212,7 @@ async fn create(
             doc = app.conductor.store().docs()?.get(r.kind, uuid)?;
         }
     }
-    let location = format!("{}/v1/{}/{uuid}", app.public_url, r.path);
+    let location = format!("{}/v1/{}/{uuid}", app.base(), r.path);
     let shown = document(&app, r, uuid, doc, version);
     Ok((
         StatusCode::CREATED,
@@ -276,7 +276,7 @@ async fn list(
                     let (u, d) = item?;
                     Ok((u, document(&app, r, u, d, version)))
                 });
-            let next = format!("{}/v1/{}", app.public_url, r.path);
+            let next = format!("{}/v1/{}", app.base(), r.path);
             params.write(out, r.key, shown, r.short, &next)
         },
     ))

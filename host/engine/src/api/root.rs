@@ -28,7 +28,7 @@ fn version_doc(base: &str) -> Value {
 }
 
 async fn root(app: State) -> Json<Value> {
-    let base = &app.public_url;
+    let base = &app.base();
     Json(json!({
         "name": "deployd",
         "description": "deployd is a bare-metal deploy engine speaking Ironic's API; its drivers are WebAssembly components.",
@@ -54,7 +54,7 @@ const V1_RESOURCES: &[(&str, u32)] = &[
 ];
 
 async fn v1(app: State, Extension(version): Extension<Version>) -> Json<Value> {
-    let base = &app.public_url;
+    let base = &app.base();
     let link = |path: &str| json!([{"href": format!("{base}/v1/{path}/"), "rel": "self"}, {"href": format!("{base}/{path}/"), "rel": "bookmark"}]);
     let mut doc = json!({
         "id": "v1",

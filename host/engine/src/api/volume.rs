@@ -110,7 +110,7 @@ async fn index(app: State, node: Option<String>) -> Result<Json<Value>, ApiError
         true => sub.to_owned(),
         false => format!("{prefix}/{sub}"),
     };
-    let base = &app.public_url;
+    let base = &app.base();
     Ok(Json(json!({
         "links": view::links(base, kind, &at("")),
         "connectors": view::links(base, kind, &at("connectors")),

@@ -156,6 +156,12 @@ async fn deleting_an_allocation_during_its_search_never_leaves_its_node_taken() 
         );
     }
     // And the nodes are still allocatable.
+    let a = allocate_gold(&s).await;
+    assert_eq!(a["state"], "active", "{a}");
+}
+
+/// A new allocation of the `gold` class, once its search ended.
+async fn allocate_gold(s: &Server) -> Value {
     let a = s
         .send(
             Method::POST,
@@ -163,8 +169,7 @@ async fn deleting_an_allocation_during_its_search_never_leaves_its_node_taken() 
             json!({"resource_class": "gold"}),
         )
         .await;
-    let a = settled(&s, a.body["uuid"].as_str().unwrap()).await;
-    assert_eq!(a["state"], "active", "{a}");
+    settled(s, a.body["uuid"].as_str().unwrap()).await
 }
 
 /// Deploy, undeploy, deploy again, as metalsmith does: the undeploy ends the instance
@@ -176,14 +181,7 @@ async fn an_undeploy_ends_the_allocation_so_the_node_is_allocated_again() {
     let node = gold_nodes(&s, 1).await.remove(0);
     let path = format!("/v1/nodes/{node}");
     for round in 0..2 {
-        let a = s
-            .send(
-                Method::POST,
-                "/v1/allocations",
-                json!({"resource_class": "gold"}),
-            )
-            .await;
-        let allocation = settled(&s, a.body["uuid"].as_str().unwrap()).await;
+        let allocation = allocate_gold(&s).await;
         assert_eq!(allocation["state"], "active", "round {round}: {allocation}");
         assert_eq!(allocation["node_uuid"], node.as_str());
         s.walk(&node, &[("active", "active"), ("deleted", "available")])

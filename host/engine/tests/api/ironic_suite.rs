@@ -621,3 +621,36 @@ async fn a_body_declared_as_other_than_json_is_refused() {
         "a read has no body to refuse"
     );
 }
+
+/// Without a configured `public_url`, links name the engine as the request did (its
+/// `Host`), as Ironic builds them; a `Host` that is not a plain host and port is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_follow_the_host_a_client_used_unless_public_url_is_set() {
+    let s = start(|_| {}).await;
+    s.node(json!({"driver": "fake-hardware", "name": "h1"}))
+        .await;
+    for (host, base) in [
+        ("api.example:6385", "http://api.example:6385".to_owned()),
+        ("evil.example/x?", s.base.clone()),
+    ] {
+        let answer = s
+            .http
+            .get(format!("{}/v1/nodes?limit=1", s.base))
+            .header("host", host)
+            .header("X-OpenStack-Ironic-API-Version", "1.67")
+            .send()
+            .await
+            .unwrap();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        let link = body["nodes"][0]["links"][0]["href"].as_str().unwrap();
+        assert!(
+            link.starts_with(&format!("{base}/v1/nodes/")),
+            "{host}: {link}"
+        );
+        let next = body["next"].as_str().unwrap();
+        assert!(
+            next.starts_with(&format!("{base}/v1/nodes?")),
+            "{host}: {next}"
+        );
+    }
+}

@@ -50,16 +50,7 @@ const OWN_ROOTS: &[&str] = &["metrics", "store"];
 ///   Ironic's old content-type guessing) when the request names its version; from 1.91 on
 ///   the suffix is part of the identifier.
 pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
-    let mut path = request.uri().path().trim_end_matches('/').to_owned();
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if !path.is_empty() && first != "v1" && !OWN_ROOTS.contains(&first) {
-        path.insert_str(0, "/v1");
-    }
-    let version = super::version::named(request.headers());
-    if version.is_some_and(|v| v < JSON_SUFFIX_REFUSED) && path.ends_with(".json") {
-        path.truncate(path.len() - ".json".len());
-    }
-    if path != request.uri().path() && !path.is_empty() {
+    if let Some(path) = rewritten(request.uri(), request.headers()) {
         let rewritten = match request.uri().query() {
             Some(query) => format!("{path}?{query}"),
             None => path,
@@ -69,6 +60,27 @@ pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
         }
     }
     next.run(request).await
+}
+
+/// The path Ironic would route `uri` to, if not its own (most requests: no allocation).
+fn rewritten(uri: &axum::http::Uri, headers: &axum::http::HeaderMap) -> Option<String> {
+    let path = uri.path().trim_end_matches('/');
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    let unversioned = !path.is_empty() && first != "v1" && !OWN_ROOTS.contains(&first);
+    let suffixed = path.ends_with(".json")
+        && super::version::named(headers).is_some_and(|v| v < JSON_SUFFIX_REFUSED);
+    let trailing = path.len() != uri.path().len() && !path.is_empty();
+    if !(unversioned || suffixed || trailing) {
+        return None;
+    }
+    let path = path
+        .strip_suffix(".json")
+        .filter(|_| suffixed)
+        .unwrap_or(path);
+    Some(match unversioned {
+        true => format!("/v1{path}"),
+        false => path.to_owned(),
+    })
 }
 
 /// A request body that says it is not JSON is refused (415), as Ironic refuses it, but

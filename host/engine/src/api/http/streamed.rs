@@ -69,13 +69,14 @@ where
     E: std::fmt::Display,
 {
     let (tx, mut rx) = mpsc::channel::<std::io::Result<Bytes>>(IN_FLIGHT);
+    let base = super::base::current();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let mut out = Chunks {
             buf: Vec::with_capacity(CHUNK + CHUNK / 4),
             tx: tx.clone(),
         };
-        let done = produce(&mut out)
+        let done = super::base::within(base, || produce(&mut out))
             .map_err(|e| e.to_string())
             .and_then(|()| out.flush().map_err(|e| format!("sending the answer: {e}")));
         if let Err(e) = done {
