@@ -678,3 +678,52 @@ fn an_agent_whose_download_hangs_while_it_heartbeats_fails_at_the_stall_timeout(
         detected.num_milliseconds() as f64 / 1000.0
     );
 }
+
+/// With heartbeats a minute apart (Ironic's default cadence), the history still says when
+/// the image transfer happened: the agent heartbeats as its write takes its first bytes,
+/// so the transfer's start and end are recorded seconds apart (its real duration), not
+/// both at the heartbeat after it ended.
+#[test]
+fn the_history_times_an_image_transfer_when_heartbeats_are_far_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags = flags(dir.path(), 600);
+    let at = flags
+        .iter()
+        .position(|f| f == "--ramdisk-heartbeat-timeout")
+        .unwrap();
+    flags[at + 1] = "200".into();
+    let engine = Engine::start(
+        &dir.path().join("data"),
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    // 8 MiB at 2 MiB/s: a four-second write, between heartbeats 60 to 120 s apart.
+    let lab = Lab::start(&dir.path().join("lab"), 1, &engine.url, "2M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    provision(&engine.url, &node, "active");
+    wait_active(&engine, &node, &[]);
+    let (_, history) = call(
+        "GET",
+        &format!("{}/v1/nodes/{node}/history?detail=true", engine.url),
+        None,
+    );
+    let events: Vec<&str> = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    let ended = events
+        .iter()
+        .find(|e| e.starts_with("Image transfer ended"))
+        .unwrap_or_else(|| panic!("no transfer end in {events:?}"));
+    let seconds: f64 = ended
+        .split(" bytes in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("the transfer was timed: {ended}"));
+    assert!(seconds >= 2.0, "the start was recorded late: {ended}");
+    engine.stop();
+}

@@ -119,6 +119,8 @@ pub struct CommandApi {
     /// Set when a command ends, so the heartbeat loop reports it early (IPA's forced
     /// heartbeat); and when the engine asks for power off.
     pub command_ended: watch::Sender<u64>,
+    /// Notified when an image transfer takes its first bytes (a heartbeat is due then).
+    pub transfer_began: Arc<Notify>,
     pub powered_off: watch::Sender<bool>,
     /// The running image write, stopped with the agent (see [`CommandApi::abort`]).
     write: Mutex<Option<tokio::task::AbortHandle>>,
@@ -142,6 +144,7 @@ impl CommandApi {
             exposed: AtomicBool::new(false),
             finished: Notify::new(),
             command_ended: watch::channel(0).0,
+            transfer_began: Arc::default(),
             powered_off: watch::channel(false).0,
             write: Mutex::default(),
         })
@@ -421,8 +424,9 @@ impl CommandApi {
         expected: &str,
     ) -> Result<disk::Written, String> {
         let path = self.disk.chosen()?;
-        let mut disk =
-            disk::DiskWriter::open(&path, algo, &self.written, self.disk.throttle).await?;
+        let mut disk = disk::DiskWriter::open(&path, algo, &self.written, self.disk.throttle)
+            .await?
+            .announcing(self.transfer_began.clone());
         let mut failures = 0u32;
         while let Err(e) = self.download(url, &mut disk).await {
             let e = match e {

@@ -130,6 +130,8 @@ pub struct DiskWriter {
     pending: BytesMut,
     blocks: Option<mpsc::Sender<BytesMut>>,
     thread: JoinHandle<Result<(Hasher, Placer), String>>,
+    /// Told when the first bytes are taken (see [`DiskWriter::announcing`]).
+    began: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl DiskWriter {
@@ -198,7 +200,15 @@ impl DiskWriter {
             pending: BytesMut::with_capacity(BLOCK),
             blocks: Some(blocks),
             thread,
+            began: None,
         })
+    }
+
+    /// Tells `began` when the first bytes are taken: the agent heartbeats then, so the
+    /// engine's history says when the transfer started, not a heartbeat interval later.
+    pub fn announcing(mut self, began: Arc<tokio::sync::Notify>) -> DiskWriter {
+        self.began = Some(began);
+        self
     }
 
     /// Bytes taken so far: where a resumed download starts.
@@ -207,6 +217,11 @@ impl DiskWriter {
     }
 
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
+        if self.offset == 0 && !chunk.is_empty() {
+            if let Some(began) = &self.began {
+                began.notify_one();
+            }
+        }
         self.pending.extend_from_slice(chunk);
         // Whole blocks only, the rest kept for the next: every block but the last then
         // starts at a multiple of BLOCK, so every punch is aligned to the device's

@@ -285,6 +285,7 @@ async fn live(
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = ended.changed() => {}
+            () = api.transfer_began.notified() => {}
             _ = off.changed() => {}
         }
         if *off.borrow() {
