@@ -46,6 +46,13 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Flags for a config file that turns the store's watermark off.
+fn no_watermark(dir: &Path) -> [String; 2] {
+    let config = dir.join("no-watermark.toml");
+    std::fs::write(&config, "[store]\nmin_free_mb = 0\n").unwrap();
+    ["--config".into(), config.display().to_string()]
+}
+
 /// Fills the filesystem holding `dir` with one file until it is full.
 fn fill(dir: &Path) -> PathBuf {
     let path = dir.join("filler");
@@ -115,8 +122,11 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
     let data = dir.path().join("data");
     let _tmpfs = Tmpfs::mount(&data, 48);
     // A deploy timeout of 4 s, and the disk kept full for 8 s: only heartbeats recorded
-    // after the fault can keep the deploys alive.
-    let flags = flags(dir.path(), 4);
+    // after the fault can keep the deploys alive. The watermark is off: this is the disk
+    // filled by someone else to its last byte, under sled (the watermark's own test is
+    // below).
+    let mut flags = flags(dir.path(), 4);
+    flags.extend(no_watermark(dir.path()));
     let engine = Engine::start(&data, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
     let img = dir.path().join("image.raw");
@@ -294,6 +304,128 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
         "full disk: {} acked writes, {} refused (503), 0 lost; {reads} reads served while full; GET /v1 at worst {slowest:?} over {probes} probes; writes back {recovered_in:?} after space returned",
         acked.len(),
         refusals.len()
+    );
+    engine.stop();
+}
+
+/// Fills the filesystem holding `dir` until `keep` bytes are left free.
+fn fill_to(dir: &Path, keep: u64) -> PathBuf {
+    let path = dir.join("filler");
+    let free = rustix::fs::statvfs(dir)
+        .map(|s| s.f_bavail * s.f_frsize)
+        .unwrap();
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0x5a_u8; 1 << 20];
+    let mut left = free.saturating_sub(keep);
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        file.write_all(&chunk[..n]).unwrap();
+        left -= n as u64;
+    }
+    file.sync_all().unwrap();
+    path
+}
+
+/// Another program fills the store's disk to a few MiB short of full, twenty times, while
+/// the engine takes writes: each time the store stops writing at its watermark (a 503
+/// naming the free space) before sled meets a full disk, serves every read meanwhile,
+/// and writes again by itself once the room is back; no acknowledged write is lost.
+#[test]
+fn at_its_watermark_the_store_stops_writing_serves_reads_and_writes_again_with_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _tmpfs = Tmpfs::mount(&data, 200);
+    let config = dir.path().join("watermark.toml");
+    std::fs::write(&config, "[store]\nmin_free_mb = 16\nresume_free_mb = 24\n").unwrap();
+    let flags = ["--config", config.to_str().unwrap()];
+    let engine = Engine::start(&data, &flags);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let refusals = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
+    let writer = {
+        let (url, stop, acked, refusals) = (
+            engine.url.clone(),
+            stop.clone(),
+            acked.clone(),
+            refusals.clone(),
+        );
+        std::thread::spawn(move || {
+            for i in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("w-{i}");
+                let body =
+                    json!({"driver": "fake", "name": name, "extra": {"pad": "x".repeat(1500)}});
+                match call("POST", &format!("{url}/v1/nodes"), Some(body)) {
+                    (201, _) => acked.lock().unwrap().push(name),
+                    refused => {
+                        refusals.lock().unwrap().push(refused);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        })
+    };
+    let mut probes = Vec::new();
+    for round in 0..20 {
+        let filler = fill_to(&data, 8 << 20);
+        let before = refusals.lock().unwrap().len();
+        wait_for("a write refused at the watermark", 10, || {
+            refusals.lock().unwrap().len() > before
+        });
+        assert_eq!(store_state(&engine.url)["writable"], false, "round {round}");
+        for _ in 0..3 {
+            probes.push(probe(&engine.url));
+            let (status, list) = call("GET", &format!("{}/v1/nodes?limit=5", engine.url), None);
+            assert_eq!(status, 200, "round {round}: {list}");
+        }
+        std::fs::remove_file(&filler).unwrap();
+        wait_for("the store writing again", 10, || {
+            store_state(&engine.url)["writable"] == true
+        });
+        let acked_now = acked.lock().unwrap().len();
+        wait_for("a write taken again", 10, || {
+            acked.lock().unwrap().len() > acked_now
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    for (status, body) in refusals.lock().unwrap().iter() {
+        assert_eq!(*status, 503, "{body}");
+        let fault = body["error_message"].as_str().unwrap_or_default();
+        assert!(fault.contains("below the 16 MiB it keeps free"), "{fault}");
+    }
+    let log = engine.log_text();
+    assert!(
+        !log.contains("No space left on device"),
+        "sled met a full disk:\n{log}"
+    );
+    assert_eq!(
+        log.matches("the store stops writing (").count(),
+        20,
+        "{log}"
+    );
+    probes.sort();
+    let p99 = probes[probes.len() * 99 / 100];
+    let acked = acked.lock().unwrap().clone();
+    engine.stop();
+    let engine = Engine::start(&data, &flags);
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|n| call("GET", &format!("{}/v1/nodes/{n}", engine.url), None).0 != 200)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acked nodes lost: {lost:?}",
+        lost.len(),
+        acked.len()
+    );
+    eprintln!(
+        "watermark: 20 rounds, {} acked writes, {} refused (503), 0 lost; GET /v1 while refusing: p99 {p99:?} over {} probes",
+        acked.len(),
+        refusals.lock().map(|r| r.len()).unwrap_or(0),
+        probes.len()
     );
     engine.stop();
 }

@@ -330,11 +330,12 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 
 /// Finds the engine's newest API version, retrying until it answers.
 async fn discover(base: &str) -> Engine {
-    // A heartbeat that gets no answer in 20 s is given up and sent again on a new
+    // A heartbeat that gets no answer in a minute is given up and sent again on a new
     // connection a second later (a relay once kept a dead one open: 120 s of silence).
+    // Not less: a ramdisk under software emulation on a loaded host answers slowly.
     let client = Client::new(base)
         .with_retries(0, Duration::ZERO)
-        .with_timeout(Duration::from_secs(20));
+        .with_timeout(Duration::from_secs(60));
     let mut failures = 0;
     loop {
         match root_version(&client).await {

@@ -23,6 +23,10 @@
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
 //! cache_capacity_mb = 256            # sled page cache
+//! min_free_mb = 64                   # below this much free space writes are refused
+//!                                    # (503) and reads go on; 0: off; at most 1/10 of
+//!                                    # the filesystem
+//! resume_free_mb = 128               # writes are taken again above this much
 //!
 //! [api]
 //! auth_strategy = "noauth"           # or "http_basic"
@@ -205,6 +209,11 @@ pub struct Conductor {
 pub struct Store {
     pub flush_every_ms: u64,
     pub cache_capacity_mb: u64,
+    /// Free space the store's filesystem keeps (MiB): below it writes are refused with a
+    /// 503 and reads go on; 0 turns it off. At most a tenth of the filesystem.
+    pub min_free_mb: u64,
+    /// Free space (MiB) above which writes are taken again.
+    pub resume_free_mb: u64,
 }
 
 impl Default for Config {
@@ -245,6 +254,8 @@ impl Default for Store {
         Store {
             flush_every_ms: 500,
             cache_capacity_mb: 256,
+            min_free_mb: 64,
+            resume_free_mb: 128,
         }
     }
 }
@@ -447,6 +458,8 @@ impl Config {
             flush_every_ms: self.store.flush_every_ms,
             cache_capacity: self.store.cache_capacity_mb * 1024 * 1024,
             node_history: self.conductor.node_history,
+            min_free: self.store.min_free_mb << 20,
+            resume_free: self.store.resume_free_mb << 20,
         }
     }
 

@@ -128,11 +128,28 @@ fn refused(action: &str, node: &Node, state: &str) -> ApiError {
     ))
 }
 
+/// How long a volume change waits for a power change in flight on its node.
+const POWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The node a volume document names, once a power change in flight on it has ended (for
+/// up to [`POWER_WAIT`]): as Ironic's node lock makes the change wait for it, so "power
+/// off, then change the volume" is judged on the power it asked for.
+async fn powered(app: &App, doc: &Doc) -> Result<Node, ApiError> {
+    let ident = text(doc, "node_uuid").unwrap_or_default();
+    let until = tokio::time::Instant::now() + POWER_WAIT;
+    loop {
+        let node = app.conductor.store().find_node(ident).await?;
+        if node.body.target_power_state.is_none() || tokio::time::Instant::now() >= until {
+            return Ok(node);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// A node's volume is changed only while the node is powered off (Ironic's rule: a
 /// running instance may be using it).
 async fn may_update(app: &App, doc: &Doc, action: &str) -> Result<(), ApiError> {
-    let ident = text(doc, "node_uuid").unwrap_or_default();
-    let node = app.conductor.store().find_node(ident).await?;
+    let node = powered(app, doc).await?;
     match node.body.power_state.as_deref() {
         Some("power off") => Ok(()),
         other => Err(refused(action, &node, other.unwrap_or("None"))),
@@ -143,8 +160,7 @@ async fn may_update(app: &App, doc: &Doc, action: &str) -> Result<(), ApiError> 
 /// deleted in itself.
 async fn may_delete(app: &App, doc: &Doc, action: &str) -> Result<(), ApiError> {
     use crate::state_machine::ProvisionState as S;
-    let ident = text(doc, "node_uuid").unwrap_or_default();
-    let node = app.conductor.store().find_node(ident).await?;
+    let node = powered(app, doc).await?;
     let deletable = matches!(node.state(), S::Manageable | S::Enroll | S::AdoptFailed);
     match node.body.power_state.as_deref() {
         Some("power off") => Ok(()),

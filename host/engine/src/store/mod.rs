@@ -199,6 +199,11 @@ pub struct StoreConfig {
     /// Whether state changes are recorded in the nodes' history (Ironic's
     /// `[conductor]node_history`): one small write per transition.
     pub node_history: bool,
+    /// Free bytes the store's filesystem keeps: below them writes are refused (0: off);
+    /// at most a tenth of the filesystem (see the sled store's `watermark`).
+    pub min_free: u64,
+    /// Free bytes above which writes are taken again.
+    pub resume_free: u64,
 }
 
 impl Default for StoreConfig {
@@ -207,6 +212,8 @@ impl Default for StoreConfig {
             flush_every_ms: 500,
             cache_capacity: 256 * 1024 * 1024,
             node_history: true,
+            min_free: 64 << 20,
+            resume_free: 128 << 20,
         }
     }
 }

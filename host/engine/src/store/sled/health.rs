@@ -32,6 +32,9 @@ pub struct Degraded {
     /// Whether the database open now was opened again since the fault (sled's sticky
     /// error is behind it), so only the store's own refusal keeps writes out.
     pub reopened: bool,
+    /// Set when writes stopped at the disk's watermark, before any failed (sled has no
+    /// error to leave): the free bytes the disk must have again.
+    pub resume: Option<u64>,
 }
 
 /// A heartbeat the store could not record.
@@ -101,6 +104,28 @@ impl Health {
                 cause: cause.to_owned(),
                 since: now,
                 reopened: false,
+                resume: None,
+            }
+        });
+        self.fault.notify_one();
+        self.degraded.store(true, Ordering::Release);
+        super::StoreError::Unavailable(degraded.cause.clone())
+    }
+
+    /// The disk's free space fell below its watermark: writes are refused from `now`,
+    /// before sled meets a full disk, until the disk has `resume` bytes free (logged the
+    /// first time only). Returns the refusal the caller answers with.
+    pub(super) fn flooded(&self, cause: &str, now: Timestamp, resume: u64) -> super::StoreError {
+        let mut state = lock(&self.state);
+        let degraded = state.get_or_insert_with(|| {
+            tracing::error!(
+                "the store stops writing ({cause}): writes are refused with 503 and the sweeper fails no node until the disk has room; reads go on"
+            );
+            Degraded {
+                cause: cause.to_owned(),
+                since: now,
+                reopened: true,
+                resume: Some(resume),
             }
         });
         self.fault.notify_one();

@@ -43,6 +43,7 @@ mod reserve;
 mod touches;
 mod transitions;
 pub mod verify;
+mod watermark;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -153,6 +154,8 @@ pub struct SledStore {
     config: StoreConfig,
     /// Whether the store can write, and what it owes once it can again.
     health: Arc<health::Health>,
+    /// The free space its disk keeps.
+    watermark: watermark::Watermark,
     locks: locks::NodeLocks,
     timeouts: Timeouts,
     clock: Clock,
@@ -198,10 +201,14 @@ impl SledStore {
         waker: Arc<SweeperWaker>,
     ) -> Result<(SledStore, Recovery), StoreError> {
         let trees = Trees::open(path, config)?;
+        // At most a tenth of the filesystem, so a small one is not refused at once.
+        let tenth = watermark::size(path).map_or(u64::MAX, |size| size / 10);
+        let floor = config.min_free.min(tenth);
         let store = SledStore {
             open: arc_swap::ArcSwapOption::from_pointee(trees),
             path: path.to_owned(),
             config: config.clone(),
+            watermark: watermark::Watermark::new(floor, config.resume_free.min(tenth * 2)),
             health,
             locks: locks::NodeLocks::new(),
             timeouts,
@@ -234,10 +241,20 @@ impl SledStore {
     /// before anything reaches sled (the database open then may be one opened again after
     /// the fault, which would take the write).
     fn w(&self) -> Result<Open, StoreError> {
-        match self.health.refusal() {
-            Some(refused) => Err(refused),
-            None => self.t(),
+        if let Some(refused) = self.health.refusal() {
+            return Err(refused);
         }
+        if let watermark::Room::Below(free) = self.watermark.check(&self.path) {
+            let (floor, resume) = (self.watermark.floor, self.watermark.resume);
+            let cause = format!(
+                "the store's disk has {} MiB free, below the {} MiB it keeps free; writes resume above {} MiB",
+                watermark::mib(free),
+                watermark::mib(floor),
+                watermark::mib(resume)
+            );
+            return Err(self.health.flooded(&cause, self.clock.now(), resume));
+        }
+        self.t()
     }
 
     /// The chassis, port groups, allocations and other stored-only resources.
@@ -295,7 +312,7 @@ impl SledStore {
         let Some(degraded) = self.health.degraded() else {
             return Ok(FaultStep::Writable);
         };
-        if !degraded.reopened {
+        if !degraded.reopened && degraded.resume.is_none() {
             reserve::release(&self.path);
             if !reserve::has_room(&self.path, reserve::ROOM_TO_REOPEN) {
                 return Ok(FaultStep::Waiting);
@@ -304,7 +321,8 @@ impl SledStore {
             self.health.set_reopened(true);
             return Ok(FaultStep::Reopened);
         }
-        let room = reserve::RESERVE + reserve::ROOM_TO_REOPEN;
+        // Past the watermark, the disk must have its higher mark free again.
+        let room = (reserve::RESERVE + reserve::ROOM_TO_REOPEN).max(degraded.resume.unwrap_or(0));
         if !reserve::has_room(&self.path, room) || reserve::make(&self.path).is_err() {
             return Ok(FaultStep::Waiting);
         }
