@@ -164,7 +164,7 @@ const RESOURCES: &[&resources::Resource] = &[
 ];
 
 pub fn router(app: Arc<App>) -> Router {
-    let api = Router::new()
+    Router::new()
         .merge(root::routes())
         .merge(nodes::routes())
         .merge(chassis::routes())
@@ -207,8 +207,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn(plumbing::close_after_refused_body))
         .layer(middleware::from_fn(plumbing::json_errors))
         .layer(TraceLayer::new_for_http().on_failure(plumbing::log_failure))
-        .with_state(app);
-    // Around the routes, not inside them: the path is rewritten before it is routed.
-    let paths = middleware::from_fn(plumbing::ironic_paths);
-    Router::new().fallback_service(tower::Layer::layer(&paths, api))
+        .with_state(app)
+    // Ironic's paths are rewritten before routing, by the listener
+    // (`plumbing::ironic_path`): a layer here would run after routing.
 }

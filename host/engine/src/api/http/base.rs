@@ -51,10 +51,11 @@ pub async fn from_host(State(app): State<Arc<App>>, request: Request, next: Next
     if app.public_url_fixed {
         return next.run(request).await;
     }
-    let Some(host) = host_of(&request) else {
+    let (scheme, default) = app.public_url.split_once("://").unwrap_or(("http", ""));
+    // The usual request names the engine as its default does: nothing to set.
+    let Some(host) = host_of(&request).filter(|h| *h != default) else {
         return next.run(request).await;
     };
-    let scheme = app.public_url.split("://").next().unwrap_or("http");
     let base: Arc<str> = Arc::from(format!("{scheme}://{host}"));
     BASE.scope(base, next.run(request)).await
 }

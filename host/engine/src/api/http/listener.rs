@@ -165,6 +165,7 @@ fn service(
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
+        super::plumbing::ironic_path(&mut request);
         let in_flight = InFlight::new(connection.clone());
         let router = router.clone();
         async move {

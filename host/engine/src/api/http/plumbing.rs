@@ -40,8 +40,9 @@ pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Resp
 /// The first microversion at which a `.json` suffix is part of the identifier it ends.
 const JSON_SUFFIX_REFUSED: Version = Version(91);
 
-/// The first path segments deployd serves outside `/v1` besides the root document.
-const OWN_ROOTS: &[&str] = &["metrics", "store"];
+/// The first path segments deployd serves outside `/v1` besides the root document: its
+/// metrics, its store's backup, the image and boot file servers. Never rewritten.
+const OWN_ROOTS: &[&str] = &["metrics", "store", "images", "boot"];
 
 /// Rewrites a path as Ironic routes it, before routing, so every resource sees it so:
 /// - a path without the version (`/nodes/{id}`: what every `bookmark` link names) is
@@ -49,7 +50,10 @@ const OWN_ROOTS: &[&str] = &["metrics", "store"];
 /// - before 1.91, a trailing `.json` is stripped (`/v1/nodes/{id}.json`, a leftover of
 ///   Ironic's old content-type guessing) when the request names its version; from 1.91 on
 ///   the suffix is part of the identifier.
-pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
+///
+/// The listener calls it on each request before the router sees it (a middleware of the
+/// router would run after routing, and a router around it routed every request twice).
+pub fn ironic_path<B>(request: &mut axum::http::Request<B>) {
     if let Some(path) = rewritten(request.uri(), request.headers()) {
         let rewritten = match request.uri().query() {
             Some(query) => format!("{path}?{query}"),
@@ -59,14 +63,16 @@ pub async fn ironic_paths(mut request: Request, next: Next) -> Response {
             *request.uri_mut() = uri;
         }
     }
-    next.run(request).await
 }
 
 /// The path Ironic would route `uri` to, if not its own (most requests: no allocation).
 fn rewritten(uri: &axum::http::Uri, headers: &axum::http::HeaderMap) -> Option<String> {
     let path = uri.path().trim_end_matches('/');
     let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    let unversioned = !path.is_empty() && first != "v1" && !OWN_ROOTS.contains(&first);
+    if OWN_ROOTS.contains(&first) {
+        return None;
+    }
+    let unversioned = !path.is_empty() && first != "v1";
     let suffixed = path.ends_with(".json")
         && super::version::named(headers).is_some_and(|v| v < JSON_SUFFIX_REFUSED);
     let trailing = path.len() != uri.path().len() && !path.is_empty();
