@@ -138,34 +138,12 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
         .collect();
 
     // Load while it happens: a writer enrolling nodes, and a probe of `GET /v1`.
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let refusals = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
-    let writer = {
-        let (url, stop, acked, refusals) = (
-            engine.url.clone(),
-            stop.clone(),
-            acked.clone(),
-            refusals.clone(),
-        );
-        std::thread::spawn(move || {
-            for i in 0.. {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let name = format!("load-{i}");
-                let body =
-                    json!({"driver": "fake", "name": name, "extra": {"pad": "x".repeat(1500)}});
-                match call("POST", &format!("{url}/v1/nodes"), Some(body)) {
-                    (201, _) => acked.lock().unwrap().push(name),
-                    refused => {
-                        refusals.lock().unwrap().push(refused);
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-        })
-    };
+    let writer = Writer::start(&engine.url, "load", Duration::from_millis(50));
+    let (stop, acked, refusals) = (
+        writer.stop.clone(),
+        writer.acked.clone(),
+        writer.refusals.clone(),
+    );
     let prober = {
         let (url, stop) = (engine.url.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -259,8 +237,7 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
     for n in &nodes {
         wait_active(&engine, n, &[]);
     }
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.finish();
     let (slowest, probes) = prober.join().unwrap();
     assert!(
         slowest < Duration::from_secs(1),
@@ -290,9 +267,67 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
     let acked = acked.lock().unwrap().clone();
     engine.stop();
     let engine = Engine::start(&data, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_none_lost(&engine.url, &acked);
+    eprintln!(
+        "full disk: {} acked writes, {} refused (503), 0 lost; {reads} reads served while full; GET /v1 at worst {slowest:?} over {probes} probes; writes back {recovered_in:?} after space returned",
+        acked.len(),
+        refusals.len()
+    );
+    engine.stop();
+}
+
+/// A thread enrolling nodes (`{prefix}-{i}`, 1.5 KB each) as fast as they are taken: the
+/// acknowledged names, and the refusals (after each it waits `pause`).
+struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+    refusals: Arc<Mutex<Vec<(u16, Value)>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(url: &str, prefix: &str, pause: Duration) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+        let refusals = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
+        let (url, prefix) = (url.to_owned(), prefix.to_owned());
+        let (s, a, r) = (stop.clone(), acked.clone(), refusals.clone());
+        let thread = std::thread::spawn(move || {
+            for i in 0.. {
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("{prefix}-{i}");
+                let body =
+                    json!({"driver": "fake", "name": name, "extra": {"pad": "x".repeat(1500)}});
+                match call("POST", &format!("{url}/v1/nodes"), Some(body)) {
+                    (201, _) => a.lock().unwrap().push(name),
+                    refused => {
+                        r.lock().unwrap().push(refused);
+                        std::thread::sleep(pause);
+                    }
+                }
+            }
+        });
+        Writer {
+            stop,
+            acked,
+            refusals,
+            thread,
+        }
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
+/// Every acknowledged node is there (after a restart).
+fn assert_none_lost(url: &str, acked: &[String]) {
     let lost: Vec<_> = acked
         .iter()
-        .filter(|n| call("GET", &format!("{}/v1/nodes/{n}", engine.url), None).0 != 200)
+        .filter(|n| call("GET", &format!("{url}/v1/nodes/{n}"), None).0 != 200)
         .collect();
     assert!(
         lost.is_empty(),
@@ -300,12 +335,6 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
         lost.len(),
         acked.len()
     );
-    eprintln!(
-        "full disk: {} acked writes, {} refused (503), 0 lost; {reads} reads served while full; GET /v1 at worst {slowest:?} over {probes} probes; writes back {recovered_in:?} after space returned",
-        acked.len(),
-        refusals.len()
-    );
-    engine.stop();
 }
 
 /// Fills the filesystem holding `dir` until `keep` bytes are left free.
@@ -339,34 +368,8 @@ fn at_its_watermark_the_store_stops_writing_serves_reads_and_writes_again_with_r
     std::fs::write(&config, "[store]\nmin_free_mb = 16\nresume_free_mb = 24\n").unwrap();
     let flags = ["--config", config.to_str().unwrap()];
     let engine = Engine::start(&data, &flags);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let refusals = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
-    let writer = {
-        let (url, stop, acked, refusals) = (
-            engine.url.clone(),
-            stop.clone(),
-            acked.clone(),
-            refusals.clone(),
-        );
-        std::thread::spawn(move || {
-            for i in 0.. {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let name = format!("w-{i}");
-                let body =
-                    json!({"driver": "fake", "name": name, "extra": {"pad": "x".repeat(1500)}});
-                match call("POST", &format!("{url}/v1/nodes"), Some(body)) {
-                    (201, _) => acked.lock().unwrap().push(name),
-                    refused => {
-                        refusals.lock().unwrap().push(refused);
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
-        })
-    };
+    let writer = Writer::start(&engine.url, "w", Duration::from_millis(20));
+    let (acked, refusals) = (writer.acked.clone(), writer.refusals.clone());
     let mut probes = Vec::new();
     for round in 0..20 {
         let filler = fill_to(&data, 8 << 20);
@@ -389,8 +392,7 @@ fn at_its_watermark_the_store_stops_writing_serves_reads_and_writes_again_with_r
             acked.lock().unwrap().len() > acked_now
         });
     }
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.finish();
     for (status, body) in refusals.lock().unwrap().iter() {
         assert_eq!(*status, 503, "{body}");
         let fault = body["error_message"].as_str().unwrap_or_default();
@@ -411,16 +413,7 @@ fn at_its_watermark_the_store_stops_writing_serves_reads_and_writes_again_with_r
     let acked = acked.lock().unwrap().clone();
     engine.stop();
     let engine = Engine::start(&data, &flags);
-    let lost: Vec<_> = acked
-        .iter()
-        .filter(|n| call("GET", &format!("{}/v1/nodes/{n}", engine.url), None).0 != 200)
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acked nodes lost: {lost:?}",
-        lost.len(),
-        acked.len()
-    );
+    assert_none_lost(&engine.url, &acked);
     eprintln!(
         "watermark: 20 rounds, {} acked writes, {} refused (503), 0 lost; GET /v1 while refusing: p99 {p99:?} over {} probes",
         acked.len(),

@@ -431,23 +431,17 @@ async fn an_allocation_backfills_a_deployed_node_that_fits_it() {
         serde_json::Value::Null
     );
 
-    let a = s
-        .at(
+    let backfill = |version: &'static str| {
+        s.at(
             Method::POST,
             "/v1/allocations",
-            "1.57",
+            version,
             Some(json!({"node": node})),
         )
-        .await;
+    };
+    let a = backfill("1.57").await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST, "'node' came with 1.58");
-    let a = s
-        .at(
-            Method::POST,
-            "/v1/allocations",
-            "1.58",
-            Some(json!({"node": node})),
-        )
-        .await;
+    let a = backfill("1.58").await;
     assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
     assert_eq!(
         (&a.body["state"], &a.body["resource_class"]),
@@ -467,14 +461,7 @@ async fn an_allocation_backfills_a_deployed_node_that_fits_it() {
     assert_eq!(held.body["uuid"], uuid);
 
     // A second backfill of the same node is refused: the node keeps the first.
-    let a = s
-        .at(
-            Method::POST,
-            "/v1/allocations",
-            "1.58",
-            Some(json!({"node": node})),
-        )
-        .await;
+    let a = backfill("1.58").await;
     assert_eq!(a.body["state"], "error", "{:?}", a.body);
     assert_eq!(s.get(&path).await.body["allocation_uuid"], uuid);
     let a = s
