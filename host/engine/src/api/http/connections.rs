@@ -23,6 +23,8 @@ pub struct Connections {
     next: AtomicU64,
     /// What `idle_since` counts from.
     epoch: Instant,
+    /// Set at shutdown: a connection registered later is asked to close at once.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 struct Entry {
@@ -57,6 +59,7 @@ impl Default for Connections {
             open: Mutex::default(),
             next: AtomicU64::new(0),
             epoch: Instant::now(),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -74,6 +77,9 @@ impl Connections {
             close: close.clone(),
         };
         self.lock().insert(id, entry);
+        if self.closing.load(Ordering::Acquire) {
+            close.notify_one();
+        }
         Connection {
             id,
             registry: self.clone(),
@@ -104,6 +110,14 @@ impl Connections {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Asks every connection to close once nothing is in flight (the engine stops).
+    pub fn close_all(&self) {
+        self.closing.store(true, Ordering::Release);
+        for e in self.lock().values() {
+            e.close.notify_one();
         }
     }
 

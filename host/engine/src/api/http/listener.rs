@@ -82,7 +82,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let registry = Arc::new(Connections::default());
-    let (stopping, stop) = tokio::sync::watch::channel(false);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -108,7 +107,7 @@ pub async fn serve(
             registry: registry.clone(),
             limits,
         };
-        let (router, http, mut stop) = (router.clone(), http.clone(), stop.clone());
+        let (router, http) = (router.clone(), http.clone());
         tokio::spawn(async move {
             let Some(permit) = admission.admit(peer.ip()).await else {
                 return refuse(stream, &admission.refusal(peer.ip())).await;
@@ -117,14 +116,12 @@ pub async fn serve(
             let service = service(router, connection.clone(), peer);
             let serving = http.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(serving);
-            // Closed for a new client, or at shutdown: once nothing is in flight.
+            // Closed for a new client, or at shutdown, once nothing is in flight. Only the
+            // connection's own signal is polled with it (a channel shared by every
+            // connection, polled at each of their wake-ups, was a contended lock).
             tokio::select! {
                 _ = &mut serving => {}
                 () = connection.close.notified() => {
-                    serving.as_mut().graceful_shutdown();
-                    let _ = serving.await;
-                }
-                _ = stop.changed() => {
                     serving.as_mut().graceful_shutdown();
                     let _ = serving.await;
                 }
@@ -134,7 +131,7 @@ pub async fn serve(
     }
     drop(listener);
     // Requests in flight finish; idle connections close now.
-    let _ = stopping.send(true);
+    registry.close_all();
     let all_closed = async {
         while permits.available_permits() < limits.max_connections {
             tokio::time::sleep(Duration::from_millis(20)).await;
