@@ -595,6 +595,18 @@ async fn a_body_declared_as_other_than_json_is_refused() {
         .unwrap();
     assert_eq!(sent.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(s.get("/v1/nodes/plain").await.status, StatusCode::NOT_FOUND);
+    // JSON however it is spelled is taken.
+    let body = json!({"driver": "fake-hardware", "name": "spelled"}).to_string();
+    let sent = s
+        .http
+        .post(format!("{}/v1/nodes", s.base))
+        .header("Content-Type", "Application/JSON; charset=utf-8")
+        .header("X-OpenStack-Ironic-API-Version", "1.115")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::CREATED);
     let charset = s
         .http
         .get(format!("{}/v1/nodes", s.base))
