@@ -267,6 +267,60 @@ fn images_that_cannot_be_deployed_fail_before_the_machine_boots_naming_why() {
     }
 }
 
+/// An image the engine downloads into its cache (a qcow2 from a url) is refused where it
+/// would take the images directory's disk below the floor it keeps free: the deploy fails
+/// before the machine boots, naming the free space, and nothing is left in the cache.
+#[test]
+fn a_downloaded_image_that_would_fill_the_images_disk_is_refused_before_it_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("data/images");
+    let _tmpfs = crate::storage_faults::Tmpfs::mount(&images, 64);
+    let engine = engine(dir.path());
+    let lab = Lab::start_with(&dir.path().join("lab"), 1, &engine.url, &[]);
+    // 40 MiB that do not compress, as a qcow2 the engine serves at /images/big.qcow2: a
+    // copy of it would fit in the 24 MiB left, but not beside the 6.4 MiB kept free.
+    let raw = dir.path().join("big.raw");
+    std::fs::write(&raw, noise(40 << 20, 3)).unwrap();
+    let qcow2 = images.join("big.qcow2");
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        raw.to_str().unwrap(),
+        qcow2.to_str().unwrap(),
+    ]);
+    let checksum = sha256(&std::fs::read(&qcow2).unwrap());
+    let node = enroll(&engine.url, &lab.machines[0], "agent_redfish");
+    let url = format!("{}/images/big.qcow2", engine.url);
+    set_instance_info(
+        &engine.url,
+        &node,
+        json!({"image_source": url, "image_checksum": checksum}),
+    );
+    provision(&engine.url, &node, "active");
+    let n = wait_node(&engine.url, &node, 60, |n| {
+        matches!(state(n), "active" | "deploy failed")
+    });
+    assert_eq!(state(&n), "deploy failed", "{n}");
+    let error = n["last_error"].as_str().unwrap_or_default();
+    for part in [
+        "the images directory's disk",
+        "keeps 6 MiB free",
+        "nothing was left",
+    ] {
+        assert!(error.contains(part), "{error:?} lacks {part:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&images)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["big.qcow2"], "the cache keeps nothing");
+    let machine = lab.machine(lab.machines[0]["name"].as_str().unwrap());
+    assert_eq!(machine["agent_boots"], 0, "the machine booted");
+}
+
 /// A whole-disk image of `mib` MiB with a `label` (gpt or msdos) table made by the real
 /// parted, and data in its partition.
 fn partitioned(path: &Path, label: &str, mib: usize) -> Vec<u8> {

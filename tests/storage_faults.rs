@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use crate::seed_end_to_end::{enroll, flags, wait_active};
 
 /// A tmpfs of `mib` MiB at `path`, unmounted when dropped.
-struct Tmpfs(PathBuf);
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(path: &Path, mib: u64) -> Tmpfs {
+    pub(crate) fn mount(path: &Path, mib: u64) -> Tmpfs {
         std::fs::create_dir_all(path).unwrap();
         support::run(std::process::Command::new("mount").args([
             "-t",
@@ -94,14 +94,19 @@ fn store_state(url: &str) -> Value {
 }
 
 fn degraded_gauge(url: &str) -> String {
+    metric(url, "deployd_store_degraded")
+}
+
+/// The line of `/metrics` for the unlabelled metric `name`.
+fn metric(url: &str, name: &str) -> String {
     let out = std::process::Command::new("curl")
         .args(["-s", &format!("{url}/metrics")])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.lines()
-        .find(|l| l.starts_with("deployd_store_degraded "))
-        .unwrap_or_else(|| panic!("no gauge in {text}"))
+        .find(|l| l.split_once(' ').is_some_and(|(n, _)| n == name))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
         .to_owned()
 }
 
@@ -220,6 +225,11 @@ fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_los
         reads += 3;
         std::thread::sleep(Duration::from_millis(200));
     }
+
+    // The agents' heartbeats were acknowledged from memory meanwhile, not refused.
+    let remembered = metric(&engine.url, "deployd_touches_remembered_total");
+    let count: u64 = remembered.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(count > 0, "{remembered}");
 
     std::fs::remove_file(&filler).unwrap();
     let freed = Instant::now();

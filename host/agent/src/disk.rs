@@ -217,10 +217,11 @@ impl DiskWriter {
     }
 
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
-        if self.offset == 0 && !chunk.is_empty() {
-            if let Some(began) = &self.began {
-                began.notify_one();
-            }
+        if self.offset == 0
+            && !chunk.is_empty()
+            && let Some(began) = &self.began
+        {
+            began.notify_one();
         }
         self.pending.extend_from_slice(chunk);
         // Whole blocks only, the rest kept for the next: every block but the last then

@@ -25,7 +25,7 @@
 //! cache_capacity_mb = 256            # sled page cache
 //! min_free_mb = 64                   # below this much free space writes are refused
 //!                                    # (503) and reads go on; 0: off; at most 1/10 of
-//!                                    # the filesystem
+//!                                    # the filesystem; the images directory keeps it too
 //! resume_free_mb = 128               # writes are taken again above this much
 //!
 //! [api]
@@ -210,7 +210,8 @@ pub struct Store {
     pub flush_every_ms: u64,
     pub cache_capacity_mb: u64,
     /// Free space the store's filesystem keeps (MiB): below it writes are refused with a
-    /// 503 and reads go on; 0 turns it off. At most a tenth of the filesystem.
+    /// 503 and reads go on; 0 turns it off. At most a tenth of the filesystem. The images
+    /// directory's filesystem keeps the same floor against images the engine downloads.
     pub min_free_mb: u64,
     /// Free space (MiB) above which writes are taken again.
     pub resume_free_mb: u64,

@@ -145,6 +145,8 @@ impl Engine {
         )
         .map_err(anyhow::Error::msg)?;
         images.allow_md5 = config.api.allow_md5_checksum;
+        images.keep_free =
+            crate::disk_space::floor(config.store.min_free_mb << 20, &config.images_dir());
         let conductor = Conductor::new(
             store.clone(),
             registry,

@@ -38,6 +38,10 @@ pub struct Images {
     allowed: Vec<PathBuf>,
     /// Whether an MD5 image checksum is accepted (`allow_md5_checksum`; off, as Ironic).
     pub allow_md5: bool,
+    /// Bytes the images directory's filesystem keeps free: an image the engine downloads
+    /// into its cache is refused rather than fill it (`[store] min_free_mb`, at most a
+    /// tenth of the filesystem).
+    pub keep_free: u64,
 }
 
 /// The local path an `image_source` names, if it names one.
@@ -66,6 +70,7 @@ impl Images {
             base_url,
             allowed,
             allow_md5: false,
+            keep_free: 0,
         })
     }
 

@@ -7,6 +7,8 @@
 //! - [`node`]: what a node and a port are.
 //! - [`store`]: where the nodes live: one handle over the embedded sled store and the shared
 //!   store on PostgreSQL, the deadline index, touches and transitions.
+//! - [`disk_space`]: the free space of the disks the engine writes to, and the floor each
+//!   keeps free.
 //! - [`metrics`]: counters and driver-call latencies for `GET /metrics`.
 //! - [`sweeper`]: the task that fails nodes whose agent went silent.
 //! - [`agent_sessions`]: what the engine knows of each node's running agent (its url, its
@@ -44,6 +46,7 @@ pub mod conductor;
 pub mod config;
 pub mod config_drive;
 pub mod deploy_image;
+pub mod disk_space;
 pub mod driver_host;
 pub mod engine;
 pub mod hardware;

@@ -23,6 +23,9 @@ const BUCKETS: [f64; 14] = [
 pub struct Metrics {
     /// Touches of a waiting node's clock (heartbeats, driver touches, image writes).
     pub touches: AtomicU64,
+    /// Touches acknowledged while the store could not write them, kept in memory until it
+    /// could (see `store::sled::health`).
+    pub touches_remembered: AtomicU64,
     /// Passes of the sweeper over the deadline index.
     pub sweeps: AtomicU64,
     timeouts_callback: AtomicU64,
@@ -108,6 +111,11 @@ impl Metrics {
             "deployd_touches_total",
             "Touches of a waiting node's clock.",
             get(&self.touches),
+        );
+        counter(
+            "deployd_touches_remembered_total",
+            "Touches acknowledged while the store could not write, written once it could.",
+            get(&self.touches_remembered),
         );
         counter(
             "deployd_sweeps_total",

@@ -113,7 +113,8 @@ async fn a_touch_and_two_sweeps_at_the_same_deadline_never_lose_a_live_node_or_f
     }
     let index: Vec<_> = store.deadline_index().await.unwrap();
     let (mut survived, mut timed_out) = (0, 0);
-    for (uuid, touch) in touches.lock().unwrap().iter() {
+    let touches = std::mem::take(&mut *touches.lock().unwrap());
+    for (uuid, touch) in touches.iter() {
         let node = store.node(*uuid).await.unwrap();
         let entries: Vec<_> = index
             .iter()

@@ -172,7 +172,7 @@ async fn check(
     }
     if let Some(ident) = backfill {
         // Backfilling: the allocation records a node already deployed (1.58).
-        let node = named_node(&app, &ident).await?;
+        let node = named_node(app, &ident).await?;
         doc.insert("node".into(), json!(node.uuid()));
         if doc.get("resource_class").is_none_or(Value::is_null) {
             let class = node.body.attrs.get("resource_class").cloned();

@@ -43,6 +43,9 @@ pub type Check = for<'a> fn(
 /// Refuses a delete, or undoes what the document did.
 pub type OnDelete = for<'a> fn(&'a App, Uuid, &'a Doc) -> BoxFuture<'a, Result<(), ApiError>>;
 
+/// Work a new document starts, given the app and the document's uuid.
+pub type OnCreate = fn(Arc<App>, Uuid) -> BoxFuture<'static, ()>;
+
 pub struct Resource {
     /// The kind in the store and in messages (`Chassis`, `Portgroup`).
     pub kind: &'static str,
@@ -65,7 +68,7 @@ pub struct Resource {
     pub sublinks: &'static [&'static str],
     pub check: Check,
     /// Work a new document starts (an allocation looks for a node).
-    pub on_create: Option<fn(Arc<App>, Uuid) -> BoxFuture<'static, ()>>,
+    pub on_create: Option<OnCreate>,
     /// Refuses a delete, or undoes what the document did (an allocation frees its node).
     pub on_delete: Option<OnDelete>,
     /// Hides what a document keeps from view (a sensitive inspection rule's conditions).
@@ -205,7 +208,6 @@ async fn create(
         .fields
         .iter()
         .any(|f| f.access == super::schema::Access::Input && doc.contains_key(f.name));
-    let mut doc = doc;
     if let Some(start) = r.on_create {
         start(app.0.clone(), uuid).await;
         if done_at_once {

@@ -416,6 +416,10 @@ impl Conductor {
         // deploy started its image write twice that way).
         let claim = self.claim(node, "heartbeat");
         let touched = match self.store.touch(node, report.fingerprint()).await {
+            // The store cannot write, and remembers the touch until it can: acknowledged,
+            // and nothing else of it is acted on (no write would be taken). The agent's
+            // next heartbeat after that brings its news again.
+            Ok(p) if !p.recorded => return Ok(()),
             Ok(p) => Some(p),
             // Heartbeats in other states are only recorded (Ironic's record-only states).
             Err(StoreError::NotWaiting { .. }) => None,

@@ -153,7 +153,14 @@ impl Preparer {
                     "a qcow2 image from a url needs the engine's images directory to convert it",
                 )?;
                 let cache = images.cache_path(node.uuid());
-                self.download(&url, &cache, &expected).await?;
+                let room = Room {
+                    dir: &images.dir,
+                    keep_free: images.keep_free,
+                };
+                if let Err(e) = self.download(&url, &cache, &expected, room).await {
+                    let _ = tokio::fs::remove_file(&cache).await;
+                    return Err(e);
+                }
                 let image = blocking(move || qcow2_view(&cache)).await?;
                 let token = Images::new_token();
                 Ok(Preparation {
@@ -191,8 +198,17 @@ impl Preparer {
         Ok(head)
     }
 
-    /// Downloads an image into the engine's cache, checking the operator's checksum.
-    async fn download(&self, url: &str, to: &Path, expected: &Expected) -> Result<(), String> {
+    /// Downloads an image into the engine's cache, checking the operator's checksum, and
+    /// that the cache's disk keeps its free space (before: by the image's announced size;
+    /// while writing: every [`Room::EVERY`] bytes). The caller removes what is left of a
+    /// failed download.
+    async fn download(
+        &self,
+        url: &str,
+        to: &Path,
+        expected: &Expected,
+        room: Room<'_>,
+    ) -> Result<(), String> {
         use tokio::io::AsyncWriteExt;
         let failed = |e: String| format!("downloading the image {url}: {e}");
         let mut response = self
@@ -202,12 +218,20 @@ impl Preparer {
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|e| failed(e.to_string()))?;
+        room.check(response.content_length().unwrap_or(0))
+            .map_err(failed)?;
         let mut file = tokio::fs::File::create(to)
             .await
             .map_err(|e| failed(format!("{}: {e}", to.display())))?;
         let mut hasher = Hasher::new(&expected.algo)?;
+        let mut unchecked = 0;
         while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
             hasher.update(&chunk);
+            unchecked += chunk.len() as u64;
+            if unchecked >= Room::EVERY {
+                room.check(unchecked).map_err(failed)?;
+                unchecked = 0;
+            }
             file.write_all(&chunk)
                 .await
                 .map_err(|e| failed(format!("{}: {e}", to.display())))?;
@@ -215,10 +239,39 @@ impl Preparer {
         file.flush().await.map_err(|e| failed(e.to_string()))?;
         let actual = hasher.hex();
         if actual != expected.value {
-            let _ = tokio::fs::remove_file(to).await;
             return Err(mismatch(expected, &actual));
         }
         Ok(())
+    }
+}
+
+/// The free space the images directory keeps while an image is written into it.
+#[derive(Clone, Copy)]
+struct Room<'a> {
+    dir: &'a Path,
+    keep_free: u64,
+}
+
+impl Room<'_> {
+    /// How many bytes are written between two readings of the free space.
+    const EVERY: u64 = 8 << 20;
+
+    /// Refuses when writing `bytes` more would leave less than the floor free.
+    fn check(&self, bytes: u64) -> Result<(), String> {
+        let Some(free) = crate::disk_space::free(self.dir) else {
+            return Ok(());
+        };
+        if free.saturating_sub(bytes) >= self.keep_free {
+            return Ok(());
+        }
+        use crate::disk_space::mib;
+        Err(format!(
+            "the images directory's disk ({}) has {} MiB free and keeps {} MiB free: {} MiB more of the image do not fit; nothing was left in its cache",
+            self.dir.display(),
+            mib(free),
+            mib(self.keep_free),
+            mib(bytes).max(1)
+        ))
     }
 }
 
@@ -289,4 +342,29 @@ pub fn served_file(images: &Images, node: &Node) -> Option<(PathBuf, bool)> {
     let source = text(node, "image_source")?;
     let path = images.resolve(source)?.ok()?;
     Some((path, qcow2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_fits_only_where_the_disk_keeps_its_floor_free_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = crate::disk_space::free(dir.path()).unwrap();
+        let room = |keep_free| Room {
+            dir: dir.path(),
+            keep_free,
+        };
+        assert_eq!(room(0).check(1 << 20), Ok(()));
+        // A floor just inside what is free takes nothing that fills it.
+        let floor = free.saturating_sub(64 << 20);
+        assert_eq!(room(floor).check(1 << 20), Ok(()));
+        let refused = room(floor).check(128 << 20).unwrap_err();
+        assert!(refused.contains("keeps"), "{refused}");
+        assert!(
+            refused.contains("128 MiB more of the image do not fit"),
+            "{refused}"
+        );
+    }
 }

@@ -38,7 +38,8 @@ pub struct Store {
     timeouts: Timeouts,
 }
 
-/// Where the nodes are.
+/// Where the nodes are. One per engine, so the sled arm's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     /// The embedded default: sled, one engine.
     Sled(SledStore),
@@ -342,7 +343,8 @@ impl Store {
         on_sled!(self, "apply events", |s| s.apply_events(events))
     }
 
-    /// A live agent's heartbeat: moves a waiting node's clock and deadline to now.
+    /// A live agent's heartbeat: moves a waiting node's clock and deadline to now (or,
+    /// while the store cannot write, remembers it: see [`Touched::recorded`]).
     pub async fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
         self.touch(uuid, None).await
     }
@@ -350,15 +352,16 @@ impl Store {
     /// A touch that also reports the agent's progress (see
     /// [`super::progress_fingerprint`]).
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
-        let (provision, read) = match &self.backend {
+        let (provision, recorded, read) = match &self.backend {
             Backend::Sled(s) => {
                 let touched = s.touch(uuid, progress)?;
-                (touched.provision, Some(touched))
+                (touched.provision, touched.recorded, Some(touched))
             }
-            Backend::Shared(s, _) => (s.touch(uuid, progress).await?, None),
+            Backend::Shared(s, _) => (s.touch(uuid, progress).await?, true, None),
         };
         Ok(Touched {
             provision,
+            recorded,
             uuid,
             read,
         })
@@ -574,6 +577,9 @@ impl Store {
 /// it; see [`Store::touched_node`]).
 pub struct Touched {
     pub provision: Provision,
+    /// False for a touch the store could not write and remembers until it can (a full
+    /// disk on sled): the heartbeat is acknowledged, and nothing else of it is acted on.
+    pub recorded: bool,
     uuid: Uuid,
     read: Option<sled::Touched>,
 }

@@ -232,7 +232,7 @@ impl Admission {
 
 /// Tells a connection over the limit why it is closed, in Ironic's error shape.
 async fn refuse(mut stream: TcpStream, fault: &str) {
-    let body = super::error::error_body(&fault);
+    let body = super::error::error_body(fault);
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
         body.len()

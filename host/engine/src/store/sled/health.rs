@@ -145,11 +145,12 @@ impl Health {
         self.degraded.store(false, Ordering::Release);
     }
 
-    /// Remembers a heartbeat the store could not record.
-    pub(super) fn missed(&self, node: Uuid, at: Timestamp, progress: Option<u64>) {
+    /// Remembers a heartbeat the store could not record; false when it cannot (too many
+    /// nodes are remembered already).
+    pub(super) fn missed(&self, node: Uuid, at: Timestamp, progress: Option<u64>) -> bool {
         let mut missed = lock(&self.missed);
         if missed.len() >= MAX_MISSED && !missed.contains_key(&node) {
-            return;
+            return false;
         }
         let entry = missed.entry(node).or_insert(Missed { at, progress });
         if at >= entry.at {
@@ -158,6 +159,7 @@ impl Health {
         } else {
             entry.progress = entry.progress.or(progress);
         }
+        true
     }
 
     /// The heartbeats to record now, each node's latest.

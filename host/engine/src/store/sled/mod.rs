@@ -201,14 +201,17 @@ impl SledStore {
         waker: Arc<SweeperWaker>,
     ) -> Result<(SledStore, Recovery), StoreError> {
         let trees = Trees::open(path, config)?;
-        // At most a tenth of the filesystem, so a small one is not refused at once.
-        let tenth = watermark::size(path).map_or(u64::MAX, |size| size / 10);
-        let floor = config.min_free.min(tenth);
+        let dir = path.parent().unwrap_or(path);
+        let tenth = crate::disk_space::floor(u64::MAX, dir);
+        let floor = crate::disk_space::floor(config.min_free, dir);
         let store = SledStore {
             open: arc_swap::ArcSwapOption::from_pointee(trees),
             path: path.to_owned(),
             config: config.clone(),
-            watermark: watermark::Watermark::new(floor, config.resume_free.min(tenth * 2)),
+            watermark: watermark::Watermark::new(
+                floor,
+                config.resume_free.min(tenth.saturating_mul(2)),
+            ),
             health,
             locks: locks::NodeLocks::new(),
             timeouts,
@@ -248,9 +251,9 @@ impl SledStore {
             let (floor, resume) = (self.watermark.floor, self.watermark.resume);
             let cause = format!(
                 "the store's disk has {} MiB free, below the {} MiB it keeps free; writes resume above {} MiB",
-                watermark::mib(free),
-                watermark::mib(floor),
-                watermark::mib(resume)
+                crate::disk_space::mib(free),
+                crate::disk_space::mib(floor),
+                crate::disk_space::mib(resume)
             );
             return Err(self.health.flooded(&cause, self.clock.now(), resume));
         }

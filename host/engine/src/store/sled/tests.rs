@@ -1023,6 +1023,7 @@ async fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_re
         .unwrap()
         .uuid();
     to_wait_call_back(&store, waiting).await;
+    let idle = store.create_node(new_node(None)).await.unwrap().uuid();
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Writable);
 
     store.health().failed("disk full", clock.now());
@@ -1047,14 +1048,29 @@ async fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_re
     writes(&store).await;
     clock.advance(Duration::from_secs(30));
     let heartbeat = clock.now();
-    refused(store.touch(waiting, Some(9)).await.map(drop));
+    // A waiting node's heartbeat is acknowledged from memory, not written; a node that
+    // does not wait gets the refusal.
+    let remembered = store.touch(waiting, Some(9)).await.unwrap();
+    assert!(!remembered.recorded);
+    assert_eq!(remembered.provision.updated_at, heartbeat);
+    assert_eq!(store.node(waiting).await.unwrap().provision.updated_at, T0);
+    assert!(matches!(
+        store.touch(idle, None).await,
+        Err(StoreError::NotWaiting { .. })
+    ));
+    assert!(matches!(
+        store.touch(Uuid::new_v4(), None).await,
+        Err(StoreError::NodeNotFound(_))
+    ));
+    let touches = &store.metrics().touches_remembered;
+    assert_eq!(touches.load(std::sync::atomic::Ordering::Relaxed), 1);
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Reopened);
     assert!(!reserve.exists(), "the reserve made room for the reopen");
     assert!(store.health().degraded().unwrap().reopened);
     // Reads are served by the database opened again; writes are still refused.
     assert_eq!(store.find_node("waiting").await.unwrap().uuid(), waiting);
-    assert_eq!(store.node_count(), 1);
+    assert_eq!(store.node_count(), 2);
     writes(&store).await;
     assert_eq!(store.node(waiting).await.unwrap().provision.updated_at, T0);
 
@@ -1068,7 +1084,7 @@ async fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_re
     );
     assert_eq!(node.provision.progress, 9);
     store.create_node(new_node(Some("new"))).await.unwrap();
-    assert_eq!(store.node_count(), 2);
+    assert_eq!(store.node_count(), 3);
 }
 
 /// A store call made on a thread of a test's own: sled answers at once, without waiting on

@@ -30,20 +30,11 @@ impl SledStore {
     /// the stall timeout; the same one again only proves the agent alive.
     pub fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
         let now = self.clock.now();
-        // A heartbeat the store cannot record is remembered for when it can (`health`).
-        let missed = |e: StoreError| {
-            if let StoreError::Unavailable(_) = e {
-                self.health.missed(uuid, now, progress);
-            }
-            self.refused(e)
+        let t = match self.w() {
+            Ok(t) => t,
+            Err(refused) => return self.remember(uuid, now, progress, refused),
         };
-        let t = self.w().map_err(|e| {
-            if let StoreError::Unavailable(_) = e {
-                self.health.missed(uuid, now, progress);
-            }
-            e
-        })?;
-        let _owner = self.locks.lock(uuid);
+        let owner = self.locks.lock(uuid);
         let value = self.value_in(&t, uuid)?;
         let (old, json) = record::split(uuid, &value)?;
         if !old.state.accepts_touch() {
@@ -53,14 +44,56 @@ impl SledStore {
             });
         }
         let new = touched(&self.timeouts, &old, now, progress);
-        t.nodes
-            .insert(uuid.as_bytes(), record::join(&new, json))
-            .map_err(|e| missed(e.into()))?;
+        if let Err(e) = t.nodes.insert(uuid.as_bytes(), record::join(&new, json)) {
+            drop(owner);
+            return self.remember(uuid, now, progress, self.refused(e.into()));
+        }
         Metrics::count(&self.metrics.touches, 1);
         Ok(Touched {
             provision: new,
             uuid,
             value,
+            recorded: true,
+        })
+    }
+
+    /// A touch the store cannot write now (`refused`): remembered, and written when the
+    /// store writes again ([`SledStore::leave_fault`]) before its sweeper may fail anyone,
+    /// so a waiting node's heartbeat is acknowledged from memory and loses nothing. Any
+    /// other refusal, or a node that is not waiting, is answered as it is.
+    fn remember(
+        &self,
+        uuid: Uuid,
+        now: crate::clock::Timestamp,
+        progress: Option<u64>,
+        refused: StoreError,
+    ) -> Result<Touched, StoreError> {
+        if !matches!(refused, StoreError::Unavailable(_)) {
+            return Err(refused);
+        }
+        // Reads go on while writes are refused; while the database is being opened again
+        // they do not, and the heartbeat is kept in case it was a waiting node's.
+        let Ok(t) = self.t() else {
+            self.health.missed(uuid, now, progress);
+            return Err(refused);
+        };
+        let value = self.value_in(&t, uuid)?;
+        let (old, _) = record::split(uuid, &value)?;
+        if !old.state.accepts_touch() {
+            return Err(StoreError::NotWaiting {
+                node: uuid,
+                state: old.state,
+            });
+        }
+        if !self.health.missed(uuid, now, progress) {
+            return Err(refused);
+        }
+        Metrics::count(&self.metrics.touches_remembered, 1);
+        Ok(Touched {
+            provision: touched(&self.timeouts, &old, now, progress),
+            uuid,
+            value,
+            recorded: false,
         })
     }
 
@@ -136,6 +169,9 @@ pub struct Touched {
     pub provision: Provision,
     uuid: Uuid,
     value: sled::IVec,
+    /// False when the store could not write it and remembers it instead (see
+    /// [`SledStore::touch`]).
+    pub recorded: bool,
 }
 
 impl Touched {

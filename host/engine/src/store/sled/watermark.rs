@@ -11,6 +11,8 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::disk_space::free;
+
 use tokio::time::{Duration, Instant};
 
 /// How long a reading of the free space is trusted.
@@ -63,35 +65,17 @@ impl Watermark {
         {
             return Room::Enough;
         }
-        match free(store) {
+        match free(store.parent().unwrap_or(store)) {
             Some(free) if free < self.floor => Room::Below(free),
             _ => Room::Enough,
         }
     }
 }
 
-/// Free bytes (for an unprivileged writer) on the filesystem holding `store`.
-pub(super) fn free(store: &Path) -> Option<u64> {
-    let dir = store.parent().unwrap_or(store);
-    let s = rustix::fs::statvfs(dir).ok()?;
-    Some(s.f_bavail.saturating_mul(s.f_frsize))
-}
-
-/// Bytes of the filesystem holding `store`.
-pub(super) fn size(store: &Path) -> Option<u64> {
-    let dir = store.parent().unwrap_or(store);
-    let s = rustix::fs::statvfs(dir).ok()?;
-    Some(s.f_blocks.saturating_mul(s.f_frsize))
-}
-
-/// Bytes as MiB, for messages.
-pub(super) fn mib(bytes: u64) -> u64 {
-    bytes >> 20
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disk_space::free;
 
     #[tokio::test(start_paused = true)]
     async fn the_free_space_is_read_once_per_interval_and_compared_with_the_floor() {
