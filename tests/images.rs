@@ -274,7 +274,7 @@ fn images_that_cannot_be_deployed_fail_before_the_machine_boots_naming_why() {
 fn a_downloaded_image_that_would_fill_the_images_disk_is_refused_before_it_does() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("data/images");
-    let _tmpfs = crate::storage_faults::Tmpfs::mount(&images, 64);
+    let _tmpfs = crate::storage_faults::SmallFs::tmpfs(&images, 64);
     let engine = engine(dir.path());
     let lab = Lab::start_with(&dir.path().join("lab"), 1, &engine.url, &[]);
     // 40 MiB that do not compress, as a qcow2 the engine serves at /images/big.qcow2: a

@@ -19,11 +19,12 @@ use tokio::time::Instant;
 
 use crate::seed_end_to_end::{enroll, flags, wait_active};
 
-/// A tmpfs of `mib` MiB at `path`, unmounted when dropped.
-pub(crate) struct Tmpfs(PathBuf);
+/// A small filesystem of `mib` MiB mounted at `path`, unmounted when dropped: a tmpfs, or
+/// an ext4 on a loop device (where sled once wedged at a full disk).
+pub(crate) struct SmallFs(PathBuf);
 
-impl Tmpfs {
-    pub(crate) fn mount(path: &Path, mib: u64) -> Tmpfs {
+impl SmallFs {
+    pub(crate) fn tmpfs(path: &Path, mib: u64) -> SmallFs {
         std::fs::create_dir_all(path).unwrap();
         support::run(std::process::Command::new("mount").args([
             "-t",
@@ -33,11 +34,34 @@ impl Tmpfs {
             "tmpfs",
             path.to_str().unwrap(),
         ]));
-        Tmpfs(path.to_owned())
+        SmallFs(path.to_owned())
+    }
+
+    /// An ext4 in a file beside `path` (no blocks kept for root: the engine runs as root
+    /// in CI, and would write into them).
+    pub(crate) fn ext4(path: &Path, mib: u64) -> SmallFs {
+        std::fs::create_dir_all(path).unwrap();
+        let image = path.with_extension("ext4");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        support::run(
+            std::process::Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-m", "0"])
+                .arg(&image),
+        );
+        support::run(
+            std::process::Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(path),
+        );
+        SmallFs(path.to_owned())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for SmallFs {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount")
             .arg("-l")
@@ -123,9 +147,19 @@ fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_disk_filled_mid_deploy_degrades_the_store_without_a_hang_a_timeout_or_a_lost_write() {
+    filled_mid_deploy(SmallFs::tmpfs);
+}
+
+/// The same on ext4, where sled's flusher and writers once waited on each other for good.
+#[test]
+fn an_ext4_disk_filled_mid_deploy_degrades_the_store_the_same_way() {
+    filled_mid_deploy(SmallFs::ext4);
+}
+
+fn filled_mid_deploy(mount: fn(&Path, u64) -> SmallFs) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let _tmpfs = Tmpfs::mount(&data, 48);
+    let _fs = mount(&data, 48);
     // A deploy timeout of 4 s, and the disk kept full for 8 s: only heartbeats recorded
     // after the fault can keep the deploys alive. The watermark is off: this is the disk
     // filled by someone else to its last byte, under sled (the watermark's own test is
@@ -373,7 +407,7 @@ fn fill_to(dir: &Path, keep: u64) -> PathBuf {
 fn at_its_watermark_the_store_stops_writing_serves_reads_and_writes_again_with_room() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let _tmpfs = Tmpfs::mount(&data, 200);
+    let _tmpfs = SmallFs::tmpfs(&data, 200);
     let config = dir.path().join("watermark.toml");
     std::fs::write(&config, "[store]\nmin_free_mb = 16\nresume_free_mb = 24\n").unwrap();
     let flags = ["--config", config.to_str().unwrap()];

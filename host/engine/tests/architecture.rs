@@ -390,6 +390,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("enrolled", &["sled", "postgres"]),
     ("new_port", &["sled", "postgres"]),
     ("changed", &["sled", "postgres"]),
+    ("edited", &["sled", "postgres"]),
+    ("deletable", &["sled", "postgres"]),
+    ("initially_available", &["sled", "postgres"]),
 ];
 
 #[test]
@@ -398,7 +401,10 @@ fn every_rule_of_the_store_is_written_once_and_called_by_its_backends() {
     for (rule, callers) in RULES {
         let defined: Vec<_> = rust_files(&src())
             .into_iter()
-            .filter(|f| code(f).contains(&format!("fn {rule}(")))
+            .filter(|f| {
+                let code = code(f);
+                code.contains(&format!("fn {rule}(")) || code.contains(&format!("fn {rule}<"))
+            })
             .collect();
         assert_eq!(defined.len(), 1, "{rule} is defined in {defined:?}");
         assert_eq!(

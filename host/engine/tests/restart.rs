@@ -53,7 +53,7 @@ async fn nodes_in_every_state_survive_a_restart_and_busy_ones_are_failed() {
     let (store, recovery) = open(&dir, Timeouts::uniform(TIMEOUT), &clock);
 
     assert_eq!(recovery.nodes, ProvisionState::ALL.len());
-    assert_eq!(store.node_count(), ProvisionState::ALL.len());
+    assert_eq!(store.node_count().await.unwrap(), ProvisionState::ALL.len());
     let busy = ProvisionState::ALL.iter().filter(|s| s.is_busy()).count();
     assert_eq!(recovery.failed.len(), busy);
     assert_eq!(

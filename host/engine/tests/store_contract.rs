@@ -346,6 +346,162 @@ async fn a_config_drive_is_kept_replaced_and_dropped<F: Fixture>() {
     store.set_config_drive(node, None).await.unwrap();
 }
 
+/// An edit sees the node as it is and may refuse (then nothing is written); a name is one
+/// node's across the fleet and freed by a rename; the uuid never changes; a node is
+/// found by its uuid or its name.
+async fn edits_keep_names_unique_and_a_refused_edit_changes_nothing<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let named = |name: &str| NewNode {
+        name: Some(name.into()),
+        ..fake_node()
+    };
+    let a = store.create_node(named("a-1")).await.unwrap().uuid();
+    let b = store.create_node(fake_node()).await.unwrap().uuid();
+    let rename = |name: &'static str| {
+        move |_: &deployd_engine::node::Provision, body: &mut deployd_engine::node::NodeBody| {
+            body.name = Some(name.into());
+            Ok::<(), StoreError>(())
+        }
+    };
+    let Err(StoreError::NameTaken(name)) = store.edit_node(b, rename("a-1")).await else {
+        panic!("a second node took the name");
+    };
+    assert_eq!(name, "a-1");
+    let Err(StoreError::Invalid(_)) = store.edit_node(b, rename("not a name")).await else {
+        panic!("an invalid name was taken");
+    };
+    assert_eq!(store.node(b).await.unwrap().body.name, None);
+    let edited = store
+        .edit_node(a, |p, body| {
+            assert_eq!(p.state, ProvisionState::Enroll);
+            body.name = Some("a-2".into());
+            body.attrs.insert("description".into(), "rack 1".into());
+            body.uuid = b;
+            Ok::<(), StoreError>(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(edited.uuid(), a, "the uuid is the node's own");
+    assert!(edited.body.updated_at.is_some());
+    let found = store.find_node("a-2").await.unwrap();
+    assert_eq!(
+        (found.uuid(), &found.body.attrs["description"]),
+        (a, &serde_json::json!("rack 1"))
+    );
+    assert_eq!(store.find_node(&a.to_string()).await.unwrap().uuid(), a);
+    let Err(StoreError::NodeNotFound(ident)) = store.find_node("a-1").await else {
+        panic!("the old name still finds the node");
+    };
+    assert_eq!(ident, "a-1");
+    store.create_node(named("a-1")).await.unwrap();
+    // A refusal of the caller's own kind, after the change was made: nothing is written.
+    #[derive(Debug)]
+    struct Refused;
+    impl From<StoreError> for Refused {
+        fn from(_: StoreError) -> Refused {
+            Refused
+        }
+    }
+    let refused = store
+        .edit_node(a, |_, body| {
+            body.attrs.insert("description".into(), "changed".into());
+            Err(Refused)
+        })
+        .await;
+    assert!(refused.is_err());
+    let kept = store.node(a).await.unwrap();
+    assert_eq!(kept.body.attrs["description"], "rack 1");
+    assert_eq!(store.provision(a).await.unwrap(), kept.provision);
+    let Err(StoreError::NodeNotFound(_)) = store.edit_node(Uuid::new_v4(), rename("x")).await
+    else {
+        panic!("an unknown node was edited");
+    };
+    let updated = store
+        .update_node(b, |body| {
+            body.attrs.insert("description".into(), "updated".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(updated.body.attrs["description"], "updated");
+}
+
+/// The node list is every node in uuid order, in pages after a marker.
+async fn nodes_are_listed_in_uuid_order_page_by_page<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let mut all = Vec::new();
+    for _ in 0..5 {
+        all.push(store.create_node(fake_node()).await.unwrap().uuid());
+    }
+    all.sort();
+    assert_eq!(store.node_count().await.unwrap(), 5);
+    let mut listed = Vec::new();
+    let mut marker = None;
+    loop {
+        let page = store.list_nodes(marker, 2).await.unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        marker = Some(last.uuid());
+        listed.extend(page.iter().map(|n| n.uuid()));
+    }
+    assert_eq!(listed, all);
+    let after_first = store.list_nodes(Some(all[0]), 100).await.unwrap();
+    assert_eq!(after_first.len(), 4);
+    assert_eq!(after_first[0].uuid(), all[1]);
+}
+
+/// A node is deleted, with its ports and config drive, where Ironic allows it: in a stable
+/// state or in maintenance; a node just enrolled may go straight to available.
+async fn a_node_goes_with_its_ports_only_where_ironic_allows_it<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let waiting = walked(store, &TO_WAIT_CALL_BACK).await;
+    let port = store
+        .create_port(waiting, "52:54:00:00:01:01", Default::default())
+        .await
+        .unwrap();
+    let drive = ConfigDrive::Image(vec![0x1f, 0x8b, 9]);
+    store.set_config_drive(waiting, Some(&drive)).await.unwrap();
+    let Err(StoreError::DeleteRefused { state, .. }) = store.delete_node(waiting).await else {
+        panic!("a deploying node was deleted");
+    };
+    assert_eq!(state, ProvisionState::WaitCallBack);
+    assert_eq!(store.port(port.uuid).await.unwrap().node_uuid, waiting);
+    store
+        .update_node(waiting, |body| {
+            body.maintenance = true;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    store.delete_node(waiting).await.unwrap();
+    let Err(StoreError::NodeNotFound(_)) = store.node(waiting).await else {
+        panic!("the deleted node is still there");
+    };
+    let Err(StoreError::PortNotFound(_)) = store.port(port.uuid).await else {
+        panic!("the deleted node's port is still there");
+    };
+    assert_eq!(store.config_drive(waiting).await.unwrap(), None);
+    assert_eq!(store.next_deadline().await.unwrap(), None);
+    // Its MAC is free for another node.
+    let fresh = store.create_node(fake_node()).await.unwrap().uuid();
+    store
+        .create_port(fresh, "52:54:00:00:01:01", Default::default())
+        .await
+        .unwrap();
+    let available = store.set_initial_available(fresh).await.unwrap();
+    assert_eq!(available.provision.state, ProvisionState::Available);
+    let Err(StoreError::StateChanged { actual, .. }) = store.set_initial_available(fresh).await
+    else {
+        panic!("an available node was made available again");
+    };
+    assert_eq!(actual, ProvisionState::Available);
+    store.delete_node(fresh).await.unwrap();
+    assert_eq!(store.node_count().await.unwrap(), 0);
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -369,4 +525,7 @@ on_both_backends!(
     refusals_name_their_reason_and_change_nothing,
     ports_keep_their_macs_and_names_unique,
     a_config_drive_is_kept_replaced_and_dropped,
+    edits_keep_names_unique_and_a_refused_edit_changes_nothing,
+    nodes_are_listed_in_uuid_order_page_by_page,
+    a_node_goes_with_its_ports_only_where_ironic_allows_it,
 );

@@ -168,6 +168,15 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failed test shows what the engine said last.
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<_> = log.lines().rev().take(150).collect();
+            eprintln!("--- the engine's log, last {} lines ---", tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 

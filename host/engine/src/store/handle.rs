@@ -231,12 +231,18 @@ impl Store {
 
     /// Only a node's provision record (state, clock, deadline).
     pub async fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
-        on_sled!(self, "read a provision record", |s| s.provision(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.provision(uuid),
+            Backend::Shared(s, _) => s.provision(uuid).await,
+        }
     }
 
     /// A node by uuid or by name, as `GET /v1/nodes/{ident}` resolves it.
     pub async fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
-        on_sled!(self, "find a node", |s| s.find_node(ident))
+        match &self.backend {
+            Backend::Sled(s) => s.find_node(ident),
+            Backend::Shared(s, _) => s.find_node(ident).await,
+        }
     }
 
     /// Up to `limit` nodes in uuid order, starting after `marker`.
@@ -245,7 +251,10 @@ impl Store {
         marker: Option<Uuid>,
         limit: usize,
     ) -> Result<Vec<Node>, StoreError> {
-        on_sled!(self, "list nodes", |s| s.list_nodes(marker, limit))
+        match &self.backend {
+            Backend::Sled(s) => s.list_nodes(marker, limit),
+            Backend::Shared(s, _) => s.list_nodes(marker, limit).await,
+        }
     }
 
     /// Every node in uuid order after `marker`, read and parsed one at a time.
@@ -263,10 +272,10 @@ impl Store {
     }
 
     /// How many nodes are enrolled.
-    pub fn node_count(&self) -> usize {
+    pub async fn node_count(&self) -> Result<usize, StoreError> {
         match &self.backend {
-            Backend::Sled(s) => s.node_count(),
-            Backend::Shared(..) => 0,
+            Backend::Sled(s) => Ok(s.node_count()),
+            Backend::Shared(s, _) => s.node_count().await,
         }
     }
 
@@ -276,7 +285,7 @@ impl Store {
         uuid: Uuid,
         change: impl Fn(&mut NodeBody) -> Result<(), StoreError>,
     ) -> Result<Node, StoreError> {
-        on_sled!(self, "update a node", |s| s.update_node(uuid, change))
+        self.edit_node(uuid, |_, body| change(body)).await
     }
 
     /// [`Store::update_node`] where `change` also sees the node's provision state and may
@@ -286,12 +295,18 @@ impl Store {
         uuid: Uuid,
         change: impl Fn(&Provision, &mut NodeBody) -> Result<(), E>,
     ) -> Result<Node, E> {
-        on_sled!(self, "edit a node", |s| s.edit_node(uuid, change))
+        match &self.backend {
+            Backend::Sled(s) => s.edit_node(uuid, change),
+            Backend::Shared(s, _) => s.edit_node(uuid, change, None).await,
+        }
     }
 
     /// Deletes a node and its ports, in the states where Ironic allows it.
     pub async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
-        on_sled!(self, "delete a node", |s| s.delete_node(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.delete_node(uuid),
+            Backend::Shared(s, _) => s.delete_node(uuid, None).await,
+        }
     }
 
     /// Deletes a node, its ports and the documents that go with it, all or none.
@@ -301,8 +316,10 @@ impl Store {
 
     /// Puts a node just enrolled straight into `available` (clients older than API 1.11).
     pub async fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
-        on_sled!(self, "make a node available", |s| s
-            .set_initial_available(uuid))
+        match &self.backend {
+            Backend::Sled(s) => s.set_initial_available(uuid),
+            Backend::Shared(s, _) => s.set_initial_available(uuid).await,
+        }
     }
 
     /// Applies `event` to a node, durable when it returns; `last_error` replaces the node's.

@@ -7,8 +7,9 @@
 //! names a backend's type. The rules both backends apply (a transition's record, a touch,
 //! the sweeper's verdict and its `last_error` words, an enrolled node, a port) live here,
 //! once, above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`],
-//! [`ports`]).
+//! [`ports`], [`edits`]).
 
+mod edits;
 mod expiry;
 mod handle;
 mod last_error;

@@ -26,11 +26,14 @@
 //!   (`ports`).
 //! - **A deploy's config drive** is a row beside its node's, read only by the agent's
 //!   download (`config_drives`).
+//! - **Edits and deletions** lock the node's row and apply the rules above the backends
+//!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.
 
 mod config_drives;
+mod edits;
 mod leases;
 mod listener;
 mod membership;
