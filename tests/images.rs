@@ -29,6 +29,19 @@ fn qemu_img(args: &[&str]) {
     support::run(Command::new("qemu-img").args(args));
 }
 
+/// `raw` converted by the real `qemu-img` into the qcow2 `out`.
+fn to_qcow2(raw: &Path, out: &Path) {
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        raw.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+}
+
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
@@ -112,15 +125,7 @@ fn qcow2_images_deploy_as_their_raw_disks_in_both_families_without_writing_their
     let raw = raw_disk(&dir.path().join("os.raw"));
     let (plain, packed) = (dir.path().join("os.qcow2"), dir.path().join("os-c.qcow2"));
     let raw_path = dir.path().join("os.raw").display().to_string();
-    qemu_img(&[
-        "convert",
-        "-f",
-        "raw",
-        "-O",
-        "qcow2",
-        &raw_path,
-        &plain.display().to_string(),
-    ]);
+    to_qcow2(Path::new(&raw_path), &plain);
     qemu_img(&[
         "convert",
         "-c",
@@ -186,15 +191,7 @@ fn images_that_cannot_be_deployed_fail_before_the_machine_boots_naming_why() {
     let engine = engine(dir.path());
     let lab = Lab::start_with(&dir.path().join("lab"), 1, &engine.url, &[]);
     raw_disk(&dir.path().join("os.raw"));
-    qemu_img(&[
-        "convert",
-        "-f",
-        "raw",
-        "-O",
-        "qcow2",
-        &d("os.raw"),
-        &d("os.qcow2"),
-    ]);
+    to_qcow2(&dir.path().join("os.raw"), &dir.path().join("os.qcow2"));
     qemu_img(&[
         "create",
         "-f",
@@ -282,15 +279,7 @@ fn a_downloaded_image_that_would_fill_the_images_disk_is_refused_before_it_does(
     let raw = dir.path().join("big.raw");
     std::fs::write(&raw, noise(40 << 20, 3)).unwrap();
     let qcow2 = images.join("big.qcow2");
-    qemu_img(&[
-        "convert",
-        "-f",
-        "raw",
-        "-O",
-        "qcow2",
-        raw.to_str().unwrap(),
-        qcow2.to_str().unwrap(),
-    ]);
+    to_qcow2(&raw, &qcow2);
     let checksum = sha256(&std::fs::read(&qcow2).unwrap());
     let node = enroll(&engine.url, &lab.machines[0], "agent_redfish");
     let url = format!("{}/images/big.qcow2", engine.url);

@@ -320,6 +320,45 @@ fn filled_mid_deploy(mount: fn(&Path, u64) -> SmallFs) {
     engine.stop();
 }
 
+/// A disk that filled while the engine was stopped: the engine opens its store on the
+/// space reserve it keeps beside it, serves what it holds, and takes writes once there is
+/// room.
+#[test]
+fn an_engine_whose_disk_filled_while_it_was_stopped_opens_on_its_reserve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _fs = SmallFs::ext4(&data, 48);
+    let flags = no_watermark(dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine = Engine::start(&data, &flags);
+    let (status, node) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": "fake", "name": "kept"})),
+    );
+    assert_eq!(status, 201, "{node}");
+    engine.stop();
+    let filler = fill(&data);
+    let engine = Engine::start(&data, &flags);
+    let (status, node) = call("GET", &format!("{}/v1/nodes/kept", engine.url), None);
+    assert_eq!(status, 200, "{node}");
+    assert!(
+        engine
+            .log_text()
+            .contains("its space reserve was released to open it"),
+        "{}",
+        engine.log_text()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let (status, body) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"driver": "fake", "name": "after"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    engine.stop();
+}
+
 /// A thread enrolling nodes (`{prefix}-{i}`, 1.5 KB each) as fast as they are taken: the
 /// acknowledged names, and the refusals (after each it waits `pause`).
 struct Writer {

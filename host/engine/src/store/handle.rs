@@ -72,6 +72,26 @@ impl Store {
         timeouts: Timeouts,
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
+        match Store::open_sled(path, config, timeouts, clock.clone()) {
+            // A disk that filled while the engine was stopped: the reserve is there for
+            // this (see `sled::reserve`). The store goes without one until a start or a
+            // storage fault finds room to make it again.
+            Err(StoreError::Unavailable(cause)) if sled::reserve::release(path) => {
+                tracing::warn!(
+                    "the store could not be opened on its full disk ({cause}): its space reserve was released to open it"
+                );
+                Store::open_sled(path, config, timeouts, clock)
+            }
+            opened => opened,
+        }
+    }
+
+    fn open_sled(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
         let metrics = Arc::<Metrics>::default();
         let health = Arc::<health::Health>::default();
         let waker = Arc::<SweeperWaker>::default();

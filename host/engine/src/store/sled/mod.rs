@@ -39,7 +39,7 @@ pub mod manifest;
 mod ports;
 pub(crate) mod record;
 mod recovery;
-mod reserve;
+pub(super) mod reserve;
 mod touches;
 mod transitions;
 pub mod verify;

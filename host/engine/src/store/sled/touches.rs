@@ -37,12 +37,7 @@ impl SledStore {
         let owner = self.locks.lock(uuid);
         let value = self.value_in(&t, uuid)?;
         let (old, json) = record::split(uuid, &value)?;
-        if !old.state.accepts_touch() {
-            return Err(StoreError::NotWaiting {
-                node: uuid,
-                state: old.state,
-            });
-        }
+        waiting(uuid, &old)?;
         let new = touched(&self.timeouts, &old, now, progress);
         if let Err(e) = t.nodes.insert(uuid.as_bytes(), record::join(&new, json)) {
             drop(owner);
@@ -79,12 +74,7 @@ impl SledStore {
         };
         let value = self.value_in(&t, uuid)?;
         let (old, _) = record::split(uuid, &value)?;
-        if !old.state.accepts_touch() {
-            return Err(StoreError::NotWaiting {
-                node: uuid,
-                state: old.state,
-            });
-        }
+        waiting(uuid, &old)?;
         if !self.health.missed(uuid, now, progress) {
             return Err(refused);
         }
@@ -184,4 +174,15 @@ impl Touched {
             provision: self.provision,
         })
     }
+}
+
+/// Refuses a touch of a node that is not waiting for its agent.
+fn waiting(uuid: Uuid, old: &Provision) -> Result<(), StoreError> {
+    if old.state.accepts_touch() {
+        return Ok(());
+    }
+    Err(StoreError::NotWaiting {
+        node: uuid,
+        state: old.state,
+    })
 }
