@@ -158,6 +158,8 @@ const STORE_READS: &[&str] = &[
     "count",
     "docs",
     "history",
+    "history_of",
+    "history_event",
     "health",
     "is_degraded",
     "degraded",
@@ -195,6 +197,7 @@ const STORE_READS: &[&str] = &[
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
 const STORE_WRITES: &[&str] = &[
+    "in_place",
     "set_config_drive",
     "open",
     "flush",
@@ -393,6 +396,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("edited", &["sled", "postgres"]),
     ("deletable", &["sled", "postgres"]),
     ("initially_available", &["sled", "postgres"]),
+    ("shown", &["sled", "postgres"]),
 ];
 
 #[test]

@@ -502,6 +502,116 @@ async fn a_node_goes_with_its_ports_only_where_ironic_allows_it<F: Fixture>() {
     assert_eq!(store.node_count().await.unwrap(), 0);
 }
 
+/// A node's history: each transition in Ironic's words, milestones and failures in the
+/// state the node is in, each found again by its uuid; the last 300 shown, oldest first;
+/// gone with the node.
+async fn a_node_s_history_tells_each_change_in_ironic_s_words<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let node = store.create_node(fake_node()).await.unwrap().uuid();
+    let mut expected = Vec::new();
+    let mut state = ProvisionState::Enroll;
+    for event in TO_WAIT_CALL_BACK {
+        let to = store.apply_event(node, event, None).await.unwrap().state();
+        expected.push((
+            format!(
+                "Provision state changed from \"{state}\" to \"{to}\" ({})",
+                event.as_str()
+            ),
+            "INFO",
+            to.to_string(),
+        ));
+        state = to;
+    }
+    store.milestone(node, "Power on".into()).await.unwrap();
+    store.failure(node, "the BMC refused".into()).await.unwrap();
+    expected.push(("Power on".into(), "INFO", state.to_string()));
+    expected.push(("the BMC refused".into(), "ERROR", state.to_string()));
+    let events = store.history_of(node).await.unwrap();
+    let told: Vec<_> = events
+        .iter()
+        .map(|e| (e.event.clone(), e.severity, e.state.clone()))
+        .collect();
+    assert_eq!(told, expected);
+    for event in &events {
+        assert_eq!(&store.history_event(node, event.uuid).await.unwrap(), event);
+    }
+    let Err(StoreError::DocumentNotFound { .. }) =
+        store.history_event(node, Uuid::from_u64_pair(1, 1)).await
+    else {
+        panic!("an event that never was was found");
+    };
+    let Err(StoreError::NodeNotFound(_)) = store.milestone(Uuid::new_v4(), "x".into()).await else {
+        panic!("a milestone of an unknown node was recorded");
+    };
+    for i in 0..310 {
+        store.milestone(node, format!("m{i}")).await.unwrap();
+    }
+    let events = store.history_of(node).await.unwrap();
+    assert_eq!(events.len(), 300);
+    assert_eq!(events[0].event, "m10");
+    assert_eq!(events[299].event, "m309");
+    store
+        .update_node(node, |body| {
+            body.maintenance = true;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    store.delete_node(node).await.unwrap();
+    assert!(store.history_of(node).await.unwrap().is_empty());
+}
+
+/// Batches: each node enrolled and each event applied on its own, all or nothing, with
+/// its own answer; the deadline index holds each waiting node at its deadline.
+async fn batches_answer_for_each_item_and_the_index_holds_each_deadline<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let named = NewNode {
+        name: Some("batch-1".into()),
+        ..fake_node()
+    };
+    let created = store
+        .create_nodes(vec![named.clone(), named, fake_node()])
+        .await
+        .unwrap();
+    assert!(created[0].is_ok() && created[2].is_ok(), "{created:?}");
+    let Err(StoreError::NameTaken(_)) = &created[1] else {
+        panic!("a second node took the name: {created:?}");
+    };
+    let (a, b) = (
+        created[0].as_ref().unwrap().uuid(),
+        created[2].as_ref().unwrap().uuid(),
+    );
+    let applied = store
+        .apply_events([
+            (a, Event::Manage),
+            (b, Event::Wait),
+            (Uuid::new_v4(), Event::Manage),
+        ])
+        .await
+        .unwrap();
+    assert_ne!(applied[0].as_ref().unwrap().state(), ProvisionState::Enroll);
+    assert!(matches!(
+        applied[1],
+        Err(StoreError::IllegalTransition { .. })
+    ));
+    assert!(matches!(applied[2], Err(StoreError::NodeNotFound(_))));
+    assert_eq!(store.node(b).await.unwrap().state(), ProvisionState::Enroll);
+    assert!(store.deadline_index().await.unwrap().is_empty());
+    let waiting = [
+        walked(store, &TO_WAIT_CALL_BACK).await,
+        walked(store, &TO_WAIT_CALL_BACK).await,
+    ];
+    let mut expected = Vec::new();
+    for node in waiting {
+        let p = store.node(node).await.unwrap().provision;
+        expected.push((p.indexed.unwrap(), node));
+    }
+    expected.sort();
+    assert_eq!(store.deadline_index().await.unwrap(), expected);
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -528,4 +638,6 @@ on_both_backends!(
     edits_keep_names_unique_and_a_refused_edit_changes_nothing,
     nodes_are_listed_in_uuid_order_page_by_page,
     a_node_goes_with_its_ports_only_where_ironic_allows_it,
+    a_node_s_history_tells_each_change_in_ironic_s_words,
+    batches_answer_for_each_item_and_the_index_holds_each_deadline,
 );

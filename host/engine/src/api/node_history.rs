@@ -89,7 +89,7 @@ async fn list(
         .fields
         .as_deref()
         .map(|f| f.split(',').map(|s| s.trim().to_owned()).collect());
-    let events = app.conductor.store().history()?.list(node.uuid())?;
+    let events = app.conductor.store().history_of(node.uuid()).await?;
     let after = q
         .marker
         .and_then(|m| events.iter().position(|e| e.uuid == m))
@@ -118,6 +118,10 @@ async fn show(
     let node = find(&app, &ident).await?;
     let event = Uuid::parse_str(&event)
         .map_err(|_| ApiError::bad_request(format!("Expected UUID for event: {event}")))?;
-    let found = app.conductor.store().history()?.get(node.uuid(), event)?;
+    let found = app
+        .conductor
+        .store()
+        .history_event(node.uuid(), event)
+        .await?;
     Ok(Json(Value::Object(document(&app, node.uuid(), &found, v))))
 }

@@ -210,19 +210,40 @@ impl Store {
         on_sled!(self, "write documents", |s| s.docs_to_write())
     }
 
-    /// The nodes' history.
-    pub fn history(&self) -> Result<Part<history::History>, StoreError> {
-        on_sled!(self, "read history", |s| s.history())
+    /// A node's last [`history::MAX_EVENTS`] history events, oldest first.
+    pub async fn history_of(&self, node: Uuid) -> Result<Vec<history::Event>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.history()?.list(node),
+            Backend::Shared(s, _) => s.history_of(node).await,
+        }
     }
 
-    /// Records an engine's note in a node's history.
+    /// One of a node's history events, by its uuid.
+    pub async fn history_event(
+        &self,
+        node: Uuid,
+        event: Uuid,
+    ) -> Result<history::Event, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.history()?.get(node, event),
+            Backend::Shared(s, _) => s.history_event(node, event).await,
+        }
+    }
+
+    /// Records an engine's note in a node's history, in the state the node is in.
     pub async fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
-        on_sled!(self, "record a milestone", |s| s.milestone(uuid, note))
+        match &self.backend {
+            Backend::Sled(s) => s.milestone(uuid, note),
+            Backend::Shared(s, _) => s.in_place(uuid, None, Some(&note)).await,
+        }
     }
 
-    /// Records a failure in a node's history.
+    /// Records a failure in a node's history (an operation that failed outside any flow).
     pub async fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
-        on_sled!(self, "record a failure", |s| s.failure(uuid, error))
+        match &self.backend {
+            Backend::Sled(s) => s.failure(uuid, error),
+            Backend::Shared(s, _) => s.in_place(uuid, Some(&error), None).await,
+        }
     }
 
     /// Enrolls a node (in `enroll`, as Ironic does from API 1.11 on), durable when it returns.
@@ -238,7 +259,17 @@ impl Store {
         &self,
         new: Vec<NewNode>,
     ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
-        on_sled!(self, "enroll nodes", |s| s.create_nodes(new))
+        match &self.backend {
+            Backend::Sled(s) => s.create_nodes(new),
+            // Each row commits on its own (sled's one flush has no cost to save here).
+            Backend::Shared(s, _) => {
+                let mut created = Vec::with_capacity(new.len());
+                for node in new {
+                    created.push(s.create_node(node).await);
+                }
+                Ok(created)
+            }
+        }
     }
 
     /// A node by uuid.
@@ -377,7 +408,16 @@ impl Store {
         &self,
         events: impl IntoIterator<Item = (Uuid, Event)>,
     ) -> Result<Vec<Result<Node, StoreError>>, StoreError> {
-        on_sled!(self, "apply events", |s| s.apply_events(events))
+        match &self.backend {
+            Backend::Sled(s) => s.apply_events(events),
+            Backend::Shared(s, _) => {
+                let mut applied = Vec::new();
+                for (uuid, event) in events {
+                    applied.push(s.apply_event(uuid, None, event, None, None).await);
+                }
+                Ok(applied)
+            }
+        }
     }
 
     /// A live agent's heartbeat: moves a waiting node's clock and deadline to now (or,
@@ -449,7 +489,10 @@ impl Store {
 
     /// Every entry of the deadline index, in deadline order (diagnostics and tests).
     pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
-        on_sled!(self, "list deadlines", |s| s.deadline_index())
+        match &self.backend {
+            Backend::Sled(s) => s.deadline_index(),
+            Backend::Shared(s, _) => s.deadline_index().await,
+        }
     }
 
     /// The sweeper's step: fails up to `limit` waiting nodes whose deadline has passed on

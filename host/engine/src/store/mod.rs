@@ -7,11 +7,12 @@
 //! names a backend's type. The rules both backends apply (a transition's record, a touch,
 //! the sweeper's verdict and its `last_error` words, an enrolled node, a port) live here,
 //! once, above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`],
-//! [`ports`], [`edits`]).
+//! [`ports`], [`edits`], the words of [`history`]).
 
 mod edits;
 mod expiry;
 mod handle;
+pub mod history;
 mod last_error;
 mod ports;
 pub mod postgres;
@@ -26,7 +27,7 @@ use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState};
 
 pub use self::sled::{Cascade, FaultStep, Part, Recovery};
-pub use self::sled::{backup, documents, health, history, manifest, verify};
+pub use self::sled::{backup, documents, health, manifest, verify};
 pub use expiry::{SweeperWaker, TimedOut};
 pub use handle::{Filed, Store, Touched};
 

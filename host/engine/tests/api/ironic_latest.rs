@@ -696,13 +696,7 @@ async fn history_records_each_state_change_with_its_duration() {
     .await;
     let uuid = looping.parse().unwrap();
     assert_eq!(
-        s.engine
-            .conductor
-            .store()
-            .history()
-            .unwrap()
-            .list(uuid)
-            .unwrap(),
+        s.engine.conductor.store().history_of(uuid).await.unwrap(),
         vec![]
     );
 }

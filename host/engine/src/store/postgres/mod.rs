@@ -26,6 +26,8 @@
 //!   (`ports`).
 //! - **A deploy's config drive** is a row beside its node's, read only by the agent's
 //!   download (`config_drives`).
+//! - **History** is a table of rows, one per transition (in its transaction) and per
+//!   milestone, shown in the words of `store::history` (`history`).
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
@@ -34,6 +36,7 @@
 
 mod config_drives;
 mod edits;
+mod history;
 mod leases;
 mod listener;
 mod membership;

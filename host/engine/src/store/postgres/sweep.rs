@@ -20,6 +20,20 @@ use crate::store::expiry::{Verdict, judge};
 use crate::store::{StoreError, TimedOut, parse_body};
 
 impl SharedStore {
+    /// Every node's place in the sweeper's index (`due`), in that order (diagnostics and
+    /// tests).
+    pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT due, uuid FROM nodes WHERE due IS NOT NULL ORDER BY due, uuid",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows.iter().map(|r| (stamp(r.get(0)), r.get(1))).collect())
+    }
+
     /// Fails up to `limit` waiting nodes whose deadline has passed on the database's
     /// clock, and re-files the due entries that touches moved on. `engine` is recorded as
     /// the sweeper in each failure's history.

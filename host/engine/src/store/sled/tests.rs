@@ -889,7 +889,7 @@ async fn a_format_2_store_is_read_as_it_is_and_marked_current() {
     assert_eq!(node.body.name.as_deref(), Some("old"));
     assert_eq!(node.state(), ProvisionState::WaitCallBack);
     assert_eq!(node.provision.progress_at, node.provision.updated_at);
-    let events = store.history().unwrap().list(uuid).unwrap();
+    let events = store.history_of(uuid).await.unwrap();
     let old = &events[0];
     assert_eq!(
         (old.event.as_str(), old.severity, old.state.as_str()),

@@ -9,8 +9,6 @@
 //! sequence (u64, big-endian) ‖ the record's length (u32, little-endian) ‖ the record`.
 //! Stored bytes outlive versions: the golden tests pin them.
 
-use serde::Deserialize;
-
 use super::super::record::{state_code, state_from_code};
 use crate::state_machine::ProvisionState;
 
@@ -33,17 +31,7 @@ pub struct Change<'a> {
 }
 
 /// A change as read back, from either form.
-#[derive(Debug, PartialEq, Deserialize)]
-pub(super) struct Stored {
-    pub from: ProvisionState,
-    pub to: ProvisionState,
-    pub event: String,
-    pub target: Option<ProvisionState>,
-    pub error: Option<String>,
-    pub seconds: f64,
-    #[serde(default)]
-    pub note: Option<String>,
-}
+pub(super) use crate::store::history::Recorded as Stored;
 
 /// One event of a chunk: when, its sequence number, what.
 pub(super) struct Entry {

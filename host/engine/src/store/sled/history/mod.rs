@@ -24,40 +24,21 @@
 
 mod encoding;
 
-use serde::Serialize;
 use uuid::Uuid;
 
 use super::{StoreError, record};
 use crate::clock::Timestamp;
+use crate::store::history::{Event, MAX_EVENTS};
+use crate::store::history::{MILESTONE, no_event, shown};
 pub use encoding::Change;
-use encoding::{Entry, Stored};
+use encoding::Entry;
 
-/// Events shown per node; older ones are dropped.
-pub const MAX_EVENTS: usize = 300;
 /// How often (in events, engine-wide) a node's old events are dropped.
 const PRUNE_EVERY: u64 = 32;
 /// A chunk takes events until it is this long; then the next chunk starts.
 const CHUNK_BYTES: usize = 480;
 /// The byte after the node's uuid in a chunk's key.
 const CHUNK_MARK: u8 = 0xff;
-
-/// One history event, as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Event {
-    pub uuid: Uuid,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-    /// `INFO`, or `ERROR` when the change failed the node.
-    pub severity: &'static str,
-    pub event_type: &'static str,
-    pub event: String,
-    pub conductor: &'static str,
-    pub user: Option<String>,
-    /// The provision state the node entered (1.115).
-    pub state: String,
-    pub target_provision_state: Option<String>,
-    /// How long the node was in the state it left (1.115).
-    pub duration_seconds: f64,
-}
 
 pub struct History {
     db: sled::Db,
@@ -112,40 +93,7 @@ fn entries_of(node: Uuid, key: &[u8], value: &[u8]) -> Result<Vec<Entry>, StoreE
 }
 
 fn event(node: Uuid, entry: Entry) -> Result<Event, StoreError> {
-    let Entry {
-        micros,
-        sequence,
-        change,
-    } = entry;
-    let Stored {
-        from,
-        to,
-        event,
-        target,
-        error,
-        seconds,
-        note,
-    } = change;
-    let created_at = chrono::DateTime::from_timestamp_micros(micros as i64)
-        .ok_or_else(|| corrupt(format!("{node}: time {micros}")))?;
-    Ok(Event {
-        uuid: Uuid::from_u64_pair(micros, sequence),
-        created_at,
-        severity: if error.is_some() { "ERROR" } else { "INFO" },
-        event_type: "provisioning",
-        event: match (error, note) {
-            (Some(error), _) => error,
-            (None, Some(note)) => note,
-            (None, None) => {
-                format!("Provision state changed from \"{from}\" to \"{to}\" ({event})")
-            }
-        },
-        conductor: crate::node::CONDUCTOR,
-        user: None,
-        state: to.to_string(),
-        target_provision_state: target.map(|t| t.to_string()),
-        duration_seconds: seconds,
-    })
+    shown(node, entry.micros, entry.sequence, entry.change)
 }
 
 impl super::SledStore {
@@ -173,7 +121,7 @@ impl super::SledStore {
         let change = Change {
             from: p.state,
             to: p.state,
-            event: "milestone",
+            event: MILESTONE,
             target: p.target,
             error,
             seconds: 0.0,
@@ -287,10 +235,7 @@ impl History {
             .find(|e| (e.micros, e.sequence) == (micros, sequence))
         {
             Some(entry) => event(node, entry),
-            None => Err(StoreError::DocumentNotFound {
-                kind: "Node history event",
-                ident: uuid.to_string(),
-            }),
+            None => Err(no_event(uuid)),
         }
     }
 

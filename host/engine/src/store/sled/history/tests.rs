@@ -15,7 +15,7 @@ async fn a_node_keeps_its_last_events_in_a_few_chunks() {
         clock.advance(Duration::from_millis(1));
         store.milestone(node, format!("m{i}")).await.unwrap();
     }
-    let history = store.history().unwrap();
+    let history = store.sled().history().unwrap();
     let events = history.list(node).unwrap();
     assert_eq!(events.len(), MAX_EVENTS);
     assert_eq!(events[0].event, "m700");
@@ -63,6 +63,7 @@ async fn events_recorded_at_once_on_one_node_all_land() {
             }
         });
         let mut seen: Vec<String> = store
+            .sled()
             .history()
             .unwrap()
             .list(node)
@@ -85,7 +86,7 @@ async fn a_damaged_chunk_is_an_error_not_a_panic() {
     let (store, _) = open(&dir, 60);
     let node = store.create_node(new_node(None)).await.unwrap().uuid();
     store.milestone(node, "kept".into()).await.unwrap();
-    let history = store.history().unwrap();
+    let history = store.sled().history().unwrap();
     history
         .tree
         .insert(chunk_key(node, 0), &b"\x00\x01short"[..])
