@@ -108,23 +108,24 @@ impl AgentSession {
                 let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
                 Some(format!("Image transfer started{of}"))
             }
-            Some(started) if complete && !self.transfer_ended => {
-                self.transfer_ended = true;
-                let seconds = now.since(started).as_secs_f64();
-                let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
-                // Heartbeats come a second or more apart: a shorter span is no rate.
-                Some(if seconds < 1.0 {
-                    format!(
-                        "Image transfer ended: {written} bytes, within a heartbeat of its start"
-                    )
-                } else {
-                    format!(
-                        "Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)"
-                    )
-                })
-            }
+            Some(_) if complete => self.transfer_end(written, now),
             _ => None,
         }
+    }
+
+    /// The transfer's end at `now`, after `written` bytes: its milestone, once, and only
+    /// after its start was seen.
+    fn transfer_end(&mut self, written: u64, now: Timestamp) -> Option<String> {
+        let started = self.transfer_started.filter(|_| !self.transfer_ended)?;
+        self.transfer_ended = true;
+        let seconds = now.since(started).as_secs_f64();
+        let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
+        // Heartbeats come a second or more apart: a shorter span is no rate.
+        Some(if seconds < 1.0 {
+            format!("Image transfer ended: {written} bytes, within a heartbeat of its start")
+        } else {
+            format!("Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)")
+        })
     }
 }
 
@@ -369,6 +370,13 @@ impl AgentSessions {
         }
     }
 
+    /// The image write's end as the agent's command list told a driver (`bytes`: the
+    /// image's length): the milestone to record, if no heartbeat has (with heartbeats a
+    /// minute apart, the deploy may go on before the next one reports it).
+    pub fn image_written(&self, node: Uuid, bytes: u64, at: Timestamp) -> Option<String> {
+        self.lock().get_mut(&node)?.transfer_end(bytes, at)
+    }
+
     /// Forgets a node's agent (its flow ended, or the node is gone).
     pub fn forget(&self, node: Uuid) {
         self.lock().remove(&node);
@@ -382,6 +390,48 @@ impl AgentSessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With heartbeats far apart, the command list may tell of the image's end first: its
+    /// milestone is recorded once, from whichever source comes first, and only after the
+    /// transfer's start.
+    #[test]
+    fn an_image_transfer_ends_once_from_the_heartbeats_or_the_command_list() {
+        let sessions = AgentSessions::default();
+        let node = Uuid::new_v4();
+        let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
+        let at = |s: i64| Timestamp::from_micros(s * 1_000_000);
+        assert_eq!(
+            sessions.image_written(node, 8 << 20, at(1)),
+            None,
+            "no agent"
+        );
+        sessions.heartbeat(node, "t", &url, "1", None, Default::default(), at(1));
+        assert_eq!(
+            sessions.image_written(node, 8 << 20, at(2)),
+            None,
+            "no start"
+        );
+        let report = AgentReport {
+            status: None,
+            message: Some("prepare_image: running, 1048576 of 8388608 bytes written".into()),
+        };
+        let heard = sessions.heartbeat(node, "t", &url, "1", None, report, at(3));
+        assert!(heard.transfer.is_some());
+        assert_eq!(
+            sessions.image_written(node, 8 << 20, at(7)).as_deref(),
+            Some("Image transfer ended: 8388608 bytes in 4.0 s (2.0 MiB/s)")
+        );
+        assert_eq!(sessions.image_written(node, 8 << 20, at(9)), None, "once");
+        let done = AgentReport {
+            status: None,
+            message: Some("prepare_image: succeeded, 8388608 of 8388608 bytes written".into()),
+        };
+        let heard = sessions.heartbeat(node, "t", &url, "1", None, done, at(60));
+        assert_eq!(
+            heard.transfer, None,
+            "the heartbeat after it records no second end"
+        );
+    }
 
     #[test]
     fn a_heartbeat_s_url_is_the_registered_one_only_when_it_is_exactly_it() {

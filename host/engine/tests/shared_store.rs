@@ -432,3 +432,31 @@ async fn sweepers_on_two_engines_fail_an_expired_node_once_woken_by_the_deadline
         sweeper.shutdown().await;
     }
 }
+
+/// A streamed answer (the node list) reads the fleet on a blocking thread, as the engine's
+/// list does: each page is queried on the runtime meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_thread_reads_the_fleet_page_by_page() {
+    let url = CLUSTER.database();
+    let shared = std::sync::Arc::new(engine(&url).await);
+    let timeouts = Timeouts::uniform(CALLBACK);
+    let store = std::sync::Arc::new(Store::shared(shared, None, timeouts, Clock::new()));
+    let mut all: Vec<Uuid> = store
+        .create_nodes((0..600).map(|_| fake_node()).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.unwrap().uuid())
+        .collect();
+    all.sort();
+    let reader = store.clone();
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut nodes = reader.nodes_after(None);
+        std::iter::from_fn(|| nodes.next_blocking())
+            .map(|n| n.unwrap().uuid())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, all);
+}

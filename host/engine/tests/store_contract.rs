@@ -612,6 +612,33 @@ async fn batches_answer_for_each_item_and_the_index_holds_each_deadline<F: Fixtu
     assert_eq!(store.deadline_index().await.unwrap(), expected);
 }
 
+/// A pass over the fleet reads every node once, in uuid order, after its marker, across
+/// the shared store's pages.
+async fn a_pass_over_the_fleet_reads_every_node_once_in_order<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let mut all: Vec<Uuid> = store
+        .create_nodes((0..300).map(|_| fake_node()).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.unwrap().uuid())
+        .collect();
+    all.sort();
+    let mut seen = Vec::new();
+    let mut nodes = store.nodes_after(None);
+    while let Some(node) = nodes.next().await {
+        seen.push(node.unwrap().uuid());
+    }
+    assert_eq!(seen, all);
+    let mut rest = Vec::new();
+    let mut nodes = store.nodes_after(Some(all[149]));
+    while let Some(node) = nodes.next().await {
+        rest.push(node.unwrap().uuid());
+    }
+    assert_eq!(rest, all[150..]);
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -640,4 +667,5 @@ on_both_backends!(
     a_node_goes_with_its_ports_only_where_ironic_allows_it,
     a_node_s_history_tells_each_change_in_ironic_s_words,
     batches_answer_for_each_item_and_the_index_holds_each_deadline,
+    a_pass_over_the_fleet_reads_every_node_once_in_order,
 );

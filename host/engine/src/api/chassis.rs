@@ -75,7 +75,8 @@ async fn nodes(
 
 async fn may_go(app: &App, uuid: Uuid, _: &Doc) -> Result<(), ApiError> {
     let wanted = json!(uuid.to_string());
-    for node in app.conductor.store().nodes_after(None) {
+    let mut nodes = app.conductor.store().nodes_after(None);
+    while let Some(node) = nodes.next().await {
         if node?.body.attrs.get("chassis_uuid") == Some(&wanted) {
             return Err(ApiError::bad_request(format!(
                 "Chassis {uuid} contains nodes; remove them from the chassis first."

@@ -345,13 +345,14 @@ pub fn check_resource_class(rc: &str) -> Result<(), ApiError> {
 pub const NODE_FILTERS: &[&str] = &["conductor_group", "shard"];
 
 /// The nodes whose `field` (one of [`NODE_FILTERS`]) is `value`.
-pub fn nodes_where(
+pub async fn nodes_where(
     app: &super::App,
     field: &str,
     value: &str,
 ) -> Result<std::collections::HashSet<Uuid>, ApiError> {
     let mut found = std::collections::HashSet::new();
-    for node in app.conductor.store().nodes_after(None) {
+    let mut nodes = app.conductor.store().nodes_after(None);
+    while let Some(node) = nodes.next().await {
         let node = node?;
         let default = attr_default(field).unwrap_or(Value::Null);
         let actual = node.body.attrs.get(field).unwrap_or(&default);

@@ -25,7 +25,8 @@ pub fn routes() -> Router<Arc<App>> {
 /// Each shard in use and how many nodes it holds.
 async fn shards(app: State) -> Result<Json<Value>, ApiError> {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for node in app.conductor.store().nodes_after(None) {
+    let mut nodes = app.conductor.store().nodes_after(None);
+    while let Some(node) = nodes.next().await {
         if let Some(shard) = node?.body.attrs.get("shard").and_then(Value::as_str) {
             *counts.entry(shard.to_owned()).or_default() += 1;
         }
@@ -41,7 +42,8 @@ async fn shards(app: State) -> Result<Json<Value>, ApiError> {
 async fn children(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let parent = json!(find(&app, &ident).await?.uuid());
     let mut list = Vec::new();
-    for node in app.conductor.store().nodes_after(None) {
+    let mut nodes = app.conductor.store().nodes_after(None);
+    while let Some(node) = nodes.next().await {
         let node = node?;
         if node.body.attrs.get("parent_node") == Some(&parent) {
             list.push(json!(node.uuid()));

@@ -356,7 +356,8 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
         return Ok(());
     }
     let (mut count, mut last) = (0, None);
-    for node in app.conductor.store().nodes_after(q.marker) {
+    let mut nodes = app.conductor.store().nodes_after(q.marker);
+    while let Some(node) = nodes.next_blocking() {
         let node = node?;
         if !q.shows_child(&node) {
             continue;

@@ -307,7 +307,7 @@ async fn respond(
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
     for field in super::node_doc::NODE_FILTERS {
         if let Some(value) = params.filter(field) {
-            let these = super::node_doc::nodes_where(app, field, value)?;
+            let these = super::node_doc::nodes_where(app, field, value).await?;
             of_nodes = Some(match of_nodes {
                 Some(before) => before.intersection(&these).copied().collect(),
                 None => these,

@@ -243,7 +243,7 @@ async fn list(
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
     for (k, v) in &params.filters {
         if super::node_doc::NODE_FILTERS.contains(&k.as_str()) {
-            let these = super::node_doc::nodes_where(&app, k, v)?;
+            let these = super::node_doc::nodes_where(&app, k, v).await?;
             of_nodes = Some(match of_nodes {
                 Some(before) => before.intersection(&these).copied().collect(),
                 None => these,

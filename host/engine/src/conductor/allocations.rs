@@ -258,8 +258,8 @@ impl Conductor {
         // The fleet is read off the async workers: it is the one pass that reads every node.
         let (me, wanted) = (self.clone(), want.clone());
         let available: Vec<(bool, Uuid, bool)> = tokio::task::spawn_blocking(move || {
-            me.store
-                .nodes_after(None)
+            let mut nodes = me.store.nodes_after(None);
+            std::iter::from_fn(|| nodes.next_blocking())
                 .filter_map(Result::ok)
                 .filter(|n| available(n.state(), &n.body, &wanted))
                 .map(|n| {

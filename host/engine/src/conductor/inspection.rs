@@ -115,7 +115,9 @@ impl Conductor {
         if bmc.is_empty() {
             return Ok(None);
         }
-        for n in self.store.nodes_after(None).filter_map(Result::ok) {
+        let mut nodes = self.store.nodes_after(None);
+        while let Some(n) = nodes.next().await {
+            let Ok(n) = n else { continue };
             if n.state() != ProvisionState::InspectWait {
                 continue;
             }

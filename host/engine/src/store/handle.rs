@@ -18,8 +18,8 @@ use super::postgres::{DeadlineListener, Membership, SharedStore};
 use super::sled;
 use super::sled::SledStore;
 use super::{
-    Cascade, FaultStep, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut, backup,
-    documents, health, history,
+    Cascade, FaultStep, NodePages, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut,
+    backup, documents, health, history,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::config_drive::ConfigDrive;
@@ -308,17 +308,11 @@ impl Store {
         }
     }
 
-    /// Every node in uuid order after `marker`, read and parsed one at a time.
-    pub fn nodes_after(
-        &self,
-        marker: Option<Uuid>,
-    ) -> Box<dyn Iterator<Item = Result<Node, StoreError>> + '_> {
+    /// Every node in uuid order after `marker`, a node at a time (see [`NodePages`]).
+    pub fn nodes_after(&self, marker: Option<Uuid>) -> NodePages<'_> {
         match &self.backend {
-            Backend::Sled(s) => Box::new(s.nodes_after(marker)),
-            Backend::Shared(..) => Box::new(std::iter::once(Err(StoreError::Unsupported {
-                backend: "shared",
-                operation: "list nodes",
-            }))),
+            Backend::Sled(s) => NodePages::sled(s.nodes_after(marker)),
+            Backend::Shared(s, _) => NodePages::shared(s, marker),
         }
     }
 

@@ -14,6 +14,7 @@ mod expiry;
 mod handle;
 pub mod history;
 mod last_error;
+mod pages;
 mod ports;
 pub mod postgres;
 pub mod sled;
@@ -30,6 +31,7 @@ pub use self::sled::{Cascade, FaultStep, Part, Recovery};
 pub use self::sled::{backup, documents, health, manifest, verify};
 pub use expiry::{SweeperWaker, TimedOut};
 pub use handle::{Filed, Store, Touched};
+pub use pages::NodePages;
 
 pub use touches::progress_fingerprint;
 

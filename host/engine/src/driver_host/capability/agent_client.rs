@@ -60,11 +60,41 @@ impl Host for HostState {
     async fn commands(&mut self) -> Result<String, CapabilityError> {
         let commands = list_commands(self.agent_endpoint()?).await?;
         self.command_progress(&commands).await?;
+        self.image_written(&commands).await?;
         Ok(Value::Array(commands).to_string())
     }
 }
 
+/// The image's length, when the agent's image write succeeded and said what it wrote
+/// (deployd's agent: `bytes_written` and `bytes_zeroed`).
+fn image_written(listed: &[Value]) -> Option<u64> {
+    let done = listed
+        .iter()
+        .find(|c| c["command_name"] == "prepare_image" && c["command_status"] == "SUCCEEDED")?;
+    let result = &done["command_result"];
+    Some(result["bytes_written"].as_u64()? + result["bytes_zeroed"].as_u64().unwrap_or(0))
+}
+
 impl HostState {
+    /// Records the image transfer's end in the node's history when the command list is
+    /// where the engine learns of it first.
+    fn image_written(
+        &self,
+        listed: &[Value],
+    ) -> impl Future<Output = Result<(), CapabilityError>> + Send + 'static {
+        let (store, node) = (self.services.store.clone(), self.node);
+        let note = image_written(listed).and_then(|bytes| {
+            let now = store.clock().now();
+            self.services.agents.image_written(node, bytes, now)
+        });
+        async move {
+            if let Some(note) = note {
+                store.milestone(node, note).await?;
+            }
+            Ok(())
+        }
+    }
+
     /// The command list is the only progress the real ironic-python-agent shows: a
     /// command that starts or ends is progress for the stall timeout. An agent that
     /// reports its progress in its heartbeats (deployd's) is judged by those alone: two
