@@ -202,10 +202,93 @@ impl VmLab {
     }
 }
 
+/// The node's clock as each heartbeat moved it, while it waits for its agent: a thread
+/// polling the node until dropped.
+struct Clocks {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Clocks {
+    fn watch(url: &str, node: &str) -> Clocks {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, node, done) = (url.to_owned(), node.to_owned(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<String> = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                let (_, n) = call("GET", &format!("{url}/v1/nodes/{node}"), None);
+                if n["provision_state"] == "wait call-back"
+                    && let Some(at) = n["provision_updated_at"].as_str()
+                    && seen.last().map(String::as_str) != Some(at)
+                {
+                    seen.push(at.to_owned());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            seen
+        });
+        Clocks {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The longest time between two heartbeats' touches (the wait for the first one, the
+    /// ramdisk's boot, left out).
+    fn longest_gap(mut self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = self.thread.take().unwrap().join().unwrap();
+        let times: Vec<chrono::DateTime<chrono::FixedOffset>> = seen
+            .iter()
+            .map(|t| chrono::DateTime::parse_from_rfc3339(t).unwrap())
+            .collect();
+        assert!(times.len() > 3, "too few heartbeats seen: {seen:?}");
+        times[1..]
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_seconds_f64())
+            .fold(0.0, f64::max)
+    }
+}
+
+/// The bytes the agent says it wrote (`image written bytes_written=…` on its console).
+fn bytes_written(console: &str) -> u64 {
+    let line = console
+        .lines()
+        .find(|l| l.contains("image written"))
+        .unwrap_or_else(|| panic!("no image written on the console:\n{console}"));
+    // The agent's log is coloured: its escape sequences go first.
+    let mut plain = String::new();
+    let mut in_escape = false;
+    for c in line.chars() {
+        match (in_escape, c) {
+            (false, '\x1b') => in_escape = true,
+            (false, c) => plain.push(c),
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+        }
+    }
+    let after = plain.split("bytes_written=").nth(1).unwrap_or_default();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{plain}"))
+}
+
+/// Bytes of `image` in 64 KiB pieces that are not all zeros: what an agent that skips
+/// zeros must write.
+fn data_bytes(image: &[u8]) -> u64 {
+    let piece = 64 << 10;
+    image
+        .chunks(piece)
+        .filter(|c| c.iter().any(|&b| b != 0))
+        .map(|c| c.len() as u64)
+        .sum()
+}
+
 #[test]
 fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_them_and_is_cleaned() {
     let vm = VmLab::start(120, Network::User, Os::Qcow2ReadingItsConfigDrive);
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeploydTestKey test@deployd";
+    let clocks = Clocks::watch(&vm.engine.url, &vm.node);
     let active = vm.deploy_with_config_drive(json!({
         "meta_data": {"hostname": "vm-web-1", "public_keys": {"default": key}},
         "network_data": {"links": [], "networks": [], "services": []},
@@ -214,6 +297,22 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_the
     assert_eq!(
         active["provision_state"], "active",
         "{active}\nconsole:\n{booted}"
+    );
+    // Heartbeats came all along (every 1.2 to 2.4 s: a timeout of 4 s), none stalled.
+    let gap = clocks.longest_gap();
+    assert!(
+        gap <= 4.0 + 5.0,
+        "a heartbeat came {gap:.1} s after the one before"
+    );
+    // The agent wrote the image's data, not its zeros, to the virtio disk.
+    let data = data_bytes(&std::fs::read(&vm.image).unwrap());
+    let written = bytes_written(&booted);
+    assert!(
+        written as f64 <= data as f64 * 1.05,
+        "{written} bytes written for {data} bytes of data"
+    );
+    eprintln!(
+        "sparse deploy: {written} bytes written for {data} bytes of data in a 64 MiB image; heartbeats at most {gap:.1} s apart"
     );
     assert!(
         booted.contains("deployd ramdisk: starting the agent"),

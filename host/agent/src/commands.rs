@@ -398,6 +398,11 @@ impl CommandApi {
                 (Err(e), _) => Err(e),
             };
             let outcome = outcome.map(|(done, placed)| {
+                tracing::info!(
+                    bytes_written = done.written,
+                    bytes_zeroed = done.zeroed,
+                    "image written"
+                );
                 let mut result = json!({
                     "result": format!("prepare_image: image ({image_id}) written to device {}", me.disk.path().display()),
                     "bytes_written": done.written,
