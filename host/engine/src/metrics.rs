@@ -1,16 +1,21 @@
-//! The engine's counters and driver-call latencies, rendered in Prometheus' text format at
-//! `GET /metrics`.
+//! The engine's counters and driver-call latencies, rendered in the OpenMetrics text
+//! format at `GET /metrics` by `prometheus-client`.
 //!
 //! One [`Metrics`] per store (so every engine, and every test's engine, counts its own),
 //! reached through [`crate::store::Store::metrics`] by everything that holds the store.
 //! Counters are atomics; the labelled families (flows by driver and outcome, call latency
-//! by driver and export) are small maps behind a mutex, touched once per flow step.
+//! by driver and export) are maps behind a lock, touched once per flow step. The heartbeat
+//! count (kept by the agents' sessions) and whether the store is degraded are read when
+//! the metrics are rendered.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::state_machine::Expiry;
 
@@ -19,167 +24,150 @@ const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
 ];
 
-#[derive(Default)]
+/// The text's content type.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TimeoutLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    driver: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    driver: String,
+    export: &'static str,
+}
+
+type Calls = Family<CallLabels, Histogram, fn() -> Histogram>;
+
 pub struct Metrics {
     /// Touches of a waiting node's clock (heartbeats, driver touches, image writes).
-    pub touches: AtomicU64,
+    pub touches: Counter,
     /// Touches acknowledged while the store could not write them, kept in memory until it
     /// could (see `store::sled::health`).
-    pub touches_remembered: AtomicU64,
+    pub touches_remembered: Counter,
     /// Passes of the sweeper over the deadline index.
-    pub sweeps: AtomicU64,
-    timeouts_callback: AtomicU64,
-    timeouts_stall: AtomicU64,
+    pub sweeps: Counter,
     /// Bytes the engine wrote onto agents' disks (the pxe family).
-    pub image_bytes: AtomicU64,
-    flows: Mutex<BTreeMap<(String, &'static str), u64>>,
-    /// By driver, then export: looked up by `&str`, so a call allocates nothing.
-    calls: Mutex<BTreeMap<String, BTreeMap<&'static str, Histogram>>>,
+    pub image_bytes: Counter,
+    timeouts: Family<TimeoutLabels, Counter>,
+    flows: Family<FlowLabels, Counter>,
+    calls: Calls,
 }
 
-#[derive(Default)]
-struct Histogram {
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+impl Default for Metrics {
+    fn default() -> Self {
+        let timeouts = Family::<TimeoutLabels, Counter>::default();
+        // Both checks are shown from the start, at 0.
+        for kind in ["callback", "stall"] {
+            timeouts.get_or_create(&TimeoutLabels { kind }).get();
+        }
+        Metrics {
+            touches: Counter::default(),
+            touches_remembered: Counter::default(),
+            sweeps: Counter::default(),
+            image_bytes: Counter::default(),
+            timeouts,
+            flows: Family::default(),
+            calls: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+        }
+    }
 }
 
 impl Metrics {
-    pub fn count(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
     pub fn timed_out(&self, expiry: Expiry) {
-        let counter = match expiry {
-            Expiry::Callback => &self.timeouts_callback,
-            Expiry::Stall => &self.timeouts_stall,
+        let kind = match expiry {
+            Expiry::Callback => "callback",
+            Expiry::Stall => "stall",
         };
-        Metrics::count(counter, 1);
+        self.timeouts.get_or_create(&TimeoutLabels { kind }).inc();
     }
 
     /// A flow step that ended in `outcome` (the state it left the node in).
     pub fn flow(&self, driver: &str, outcome: &'static str) {
-        *lock(&self.flows)
-            .entry((driver.to_owned(), outcome))
-            .or_default() += 1;
+        let labels = FlowLabels {
+            driver: driver.to_owned(),
+            outcome,
+        };
+        self.flows.get_or_create(&labels).inc();
     }
 
     /// One driver call and how long it took.
     pub fn call(&self, driver: &str, export: &'static str, took: Duration) {
-        let seconds = took.as_secs_f64();
-        let mut calls = lock(&self.calls);
-        if !calls.contains_key(driver) {
-            calls.insert(driver.to_owned(), BTreeMap::new());
-        }
-        let by_export = calls.get_mut(driver).expect("just inserted");
-        let h = by_export.entry(export).or_default();
-        for (bucket, bound) in h.buckets.iter_mut().zip(BUCKETS) {
-            if seconds <= bound {
-                *bucket += 1;
-            }
-        }
-        h.count += 1;
-        h.sum += seconds;
+        let labels = CallLabels {
+            driver: driver.to_owned(),
+            export,
+        };
+        self.calls
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 
-    /// The text format, with `heartbeats` (counted by the agents' sessions) and whether
-    /// the store is degraded (see [`crate::store::health`]) beside ours.
+    /// The text, with `heartbeats` (counted by the agents' sessions) and whether the store
+    /// is degraded (see [`crate::store::health`]) beside ours.
     pub fn render(&self, heartbeats: u64, store_degraded: bool) -> String {
+        let mut registry = Registry::default();
+        registry.register(
+            "deployd_store_degraded",
+            "1 while the store cannot write (a full or failing disk)",
+            ConstGauge::new(i64::from(store_degraded)),
+        );
+        registry.register(
+            "deployd_heartbeats",
+            "Agent heartbeats accepted",
+            ConstCounter::new(heartbeats),
+        );
+        let counters = [
+            (
+                "deployd_touches",
+                "Touches of a waiting node's clock",
+                &self.touches,
+            ),
+            (
+                "deployd_touches_remembered",
+                "Touches acknowledged while the store could not write, written once it could",
+                &self.touches_remembered,
+            ),
+            (
+                "deployd_sweeps",
+                "Passes of the timeout sweeper",
+                &self.sweeps,
+            ),
+            (
+                "deployd_image_bytes_written",
+                "Bytes the engine wrote onto agents' disks",
+                &self.image_bytes,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "deployd_timeouts",
+            "Nodes failed by the sweeper, by check",
+            self.timeouts.clone(),
+        );
+        registry.register(
+            "deployd_flows",
+            "Flow steps by driver and the state they ended in",
+            self.flows.clone(),
+        );
+        registry.register(
+            "deployd_driver_call_seconds",
+            "Driver calls by driver and export, and how long they took",
+            self.calls.clone(),
+        );
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP deployd_store_degraded 1 while the store cannot write (a full or failing disk).\n# TYPE deployd_store_degraded gauge\ndeployd_store_degraded {}",
-            u8::from(store_degraded)
-        );
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        counter(
-            "deployd_heartbeats_total",
-            "Agent heartbeats accepted.",
-            heartbeats,
-        );
-        counter(
-            "deployd_touches_total",
-            "Touches of a waiting node's clock.",
-            get(&self.touches),
-        );
-        counter(
-            "deployd_touches_remembered_total",
-            "Touches acknowledged while the store could not write, written once it could.",
-            get(&self.touches_remembered),
-        );
-        counter(
-            "deployd_sweeps_total",
-            "Passes of the timeout sweeper.",
-            get(&self.sweeps),
-        );
-        counter(
-            "deployd_image_bytes_written_total",
-            "Bytes the engine wrote onto agents' disks.",
-            get(&self.image_bytes),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP deployd_timeouts_total Nodes failed by the sweeper, by check.\n# TYPE deployd_timeouts_total counter"
-        );
-        let _ = writeln!(
-            out,
-            "deployd_timeouts_total{{kind=\"callback\"}} {}",
-            get(&self.timeouts_callback)
-        );
-        let _ = writeln!(
-            out,
-            "deployd_timeouts_total{{kind=\"stall\"}} {}",
-            get(&self.timeouts_stall)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP deployd_flows_total Flow steps by driver and the state they ended in.\n# TYPE deployd_flows_total counter"
-        );
-        for ((driver, outcome), n) in lock(&self.flows).iter() {
-            let _ = writeln!(
-                out,
-                "deployd_flows_total{{driver=\"{}\",outcome=\"{outcome}\"}} {n}",
-                escape(driver)
-            );
-        }
-        let name = "deployd_driver_call_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Driver calls by driver and export, and how long they took.\n# TYPE {name} histogram"
-        );
-        let calls = lock(&self.calls);
-        let flat = calls
-            .iter()
-            .flat_map(|(driver, by_export)| by_export.iter().map(move |(e, h)| (driver, e, h)));
-        for (driver, export, h) in flat {
-            let labels = format!("driver=\"{}\",export=\"{export}\"", escape(driver));
-            for (bound, n) in BUCKETS.iter().zip(h.buckets) {
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
-            }
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-            let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
-        }
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("writing into a String does not fail");
         out
     }
-}
-
-/// A label value as the text format needs it.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -187,7 +175,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histograms_are_cumulative_and_labels_escaped() {
+    fn histograms_are_cumulative_labels_escaped_and_the_text_is_openmetrics() {
         let m = Metrics::default();
         m.call("fake", "deploy", Duration::from_micros(300));
         m.call("fake", "deploy", Duration::from_millis(40));
@@ -196,13 +184,18 @@ mod tests {
         let text = m.render(3, false);
         assert!(text.contains("deployd_heartbeats_total 3\n"), "{text}");
         assert!(
+            text.contains("# TYPE deployd_heartbeats counter\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(
             text.contains("deployd_timeouts_total{kind=\"stall\"} 1\n"),
             "{text}"
         );
         assert!(text.contains("deployd_flows_total{driver=\"we\\\"ird\",outcome=\"active\"} 1\n"));
         let bucket = |le: &str| {
             format!(
-                "deployd_driver_call_seconds_bucket{{driver=\"fake\",export=\"deploy\",le=\"{le}\"}}"
+                "deployd_driver_call_seconds_bucket{{le=\"{le}\",driver=\"fake\",export=\"deploy\"}}"
             )
         };
         assert!(

@@ -116,7 +116,7 @@ async fn run(
                 _ = stopped.changed() => return,
             }
         }
-        crate::metrics::Metrics::count(&store.metrics().sweeps, 1);
+        store.metrics().sweeps.inc();
         // The pass is short: it stops at the first future deadline and fails at most
         // `batch` nodes.
         let describe = |node| hook.progress(node);

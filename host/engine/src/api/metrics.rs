@@ -1,4 +1,4 @@
-//! `GET /metrics`: the engine's counters in Prometheus' text format (see
+//! `GET /metrics`: the engine's counters in the OpenMetrics text format (see
 //! [`crate::metrics`]). Behind the API's authentication, like every operator route.
 
 use axum::Router;
@@ -19,5 +19,5 @@ async fn metrics(app: State) -> impl IntoResponse {
     let text = store
         .metrics()
         .render(heartbeats, store.health().is_degraded());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text)
 }

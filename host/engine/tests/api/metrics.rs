@@ -52,7 +52,7 @@ async fn a_scrape_counts_flows_timeouts_touches_sweeps_and_driver_calls() {
     assert_eq!(scrape.status(), 200);
     assert_eq!(
         scrape.headers()["content-type"],
-        "text/plain; version=0.0.4"
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
     let text = scrape.text().await.unwrap();
     let m = samples(&text);
@@ -72,6 +72,6 @@ async fn a_scrape_counts_flows_timeouts_touches_sweeps_and_driver_calls() {
     assert_eq!(at("deployd_heartbeats_total"), 0.0);
     let calls = r#"deployd_driver_call_seconds_count{driver="fake",export="deploy"}"#;
     assert_eq!(at(calls), 1.0);
-    let all = r#"deployd_driver_call_seconds_bucket{driver="fake",export="deploy",le="+Inf"}"#;
+    let all = r#"deployd_driver_call_seconds_bucket{le="+Inf",driver="fake",export="deploy"}"#;
     assert_eq!(at(all), 1.0);
 }

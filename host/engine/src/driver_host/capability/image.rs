@@ -17,7 +17,6 @@ use uuid::Uuid;
 
 use super::bindings::deployd::driver::image::{Host, WriteProgress};
 use super::{CapabilityError, HostState, Services};
-use crate::metrics::Metrics;
 use deployd_wire::checksum::Hasher;
 
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
@@ -132,7 +131,7 @@ async fn write(
             let chunk = chunk.map_err(|e| format!("reading the image: {e}"))?;
             h.lock().unwrap_or_else(|p| p.into_inner()).update(&chunk);
             w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            Metrics::count(&store.metrics().image_bytes, chunk.len() as u64);
+            store.metrics().image_bytes.inc_by(chunk.len() as u64);
             if due {
                 match store.touch_provisioning(node).await {
                     // A store that cannot write remembers the touch for when it can

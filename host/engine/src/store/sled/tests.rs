@@ -1062,8 +1062,7 @@ async fn a_degraded_store_reopens_for_reads_refuses_writes_and_heals_with_its_re
         store.touch(Uuid::new_v4(), None).await,
         Err(StoreError::NodeNotFound(_))
     ));
-    let touches = &store.metrics().touches_remembered;
-    assert_eq!(touches.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(store.metrics().touches_remembered.get(), 1);
 
     assert_eq!(store.leave_fault().unwrap(), FaultStep::Reopened);
     assert!(!reserve.exists(), "the reserve made room for the reopen");

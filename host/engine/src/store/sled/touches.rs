@@ -11,7 +11,6 @@ use uuid::Uuid;
 
 use super::health::Missed;
 use super::{SledStore, Trees, parse_body, record};
-use crate::metrics::Metrics;
 use crate::node::{Node, Provision};
 use crate::store::StoreError;
 use crate::store::touches::touched;
@@ -43,7 +42,7 @@ impl SledStore {
             drop(owner);
             return self.remember(uuid, now, progress, self.refused(e.into()));
         }
-        Metrics::count(&self.metrics.touches, 1);
+        self.metrics.touches.inc();
         Ok(Touched {
             provision: new,
             uuid,
@@ -78,7 +77,7 @@ impl SledStore {
         if !self.health.missed(uuid, now, progress) {
             return Err(refused);
         }
-        Metrics::count(&self.metrics.touches_remembered, 1);
+        self.metrics.touches_remembered.inc();
         Ok(Touched {
             provision: touched(&self.timeouts, &old, now, progress),
             uuid,
