@@ -441,14 +441,7 @@ async fn a_blocking_thread_reads_the_fleet_page_by_page() {
     let shared = std::sync::Arc::new(engine(&url).await);
     let timeouts = Timeouts::uniform(CALLBACK);
     let store = std::sync::Arc::new(Store::shared(shared, None, timeouts, Clock::new()));
-    let mut all: Vec<Uuid> = store
-        .create_nodes((0..600).map(|_| fake_node()).collect())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|n| n.unwrap().uuid())
-        .collect();
-    all.sort();
+    let all = common::store::enrolled(&store, 600).await;
     let reader = store.clone();
     let seen = tokio::task::spawn_blocking(move || {
         let mut nodes = reader.nodes_after(None);

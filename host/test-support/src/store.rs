@@ -33,6 +33,19 @@ pub fn fake_node() -> NewNode {
 
 pub use deployd_engine::state_machine::ENROLL_TO_WAIT_CALL_BACK as TO_WAIT_CALL_BACK;
 
+/// `n` nodes enrolled in one batch; their uuids in the store's order (sorted).
+pub async fn enrolled(store: &Store, n: usize) -> Vec<Uuid> {
+    let mut all: Vec<Uuid> = store
+        .create_nodes((0..n).map(|_| fake_node()).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|node| node.unwrap().uuid())
+        .collect();
+    all.sort();
+    all
+}
+
 pub async fn node_in_wait_call_back(store: &Store) -> Uuid {
     let uuid = store.create_node(fake_node()).await.unwrap().uuid();
     for e in TO_WAIT_CALL_BACK {
