@@ -617,7 +617,7 @@ async fn batches_answer_for_each_item_and_the_index_holds_each_deadline<F: Fixtu
 async fn a_pass_over_the_fleet_reads_every_node_once_in_order<F: Fixture>() {
     let f = F::open(Timeouts::uniform(CALLBACK)).await;
     let store = f.store();
-    let all = common::store::enrolled(&store, 300).await;
+    let all = common::store::enrolled(store, 300).await;
     let mut seen = Vec::new();
     let mut nodes = store.nodes_after(None);
     while let Some(node) = nodes.next().await {

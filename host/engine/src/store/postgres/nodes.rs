@@ -106,15 +106,7 @@ impl SharedStore {
                 actual: locked.provision.state,
             });
         }
-        let mine = engine.map(|l| (l.id, l.epoch));
-        if let Some(owner) = locked.claim.live_owner.as_ref()
-            && locked.claim.owner != mine
-        {
-            return Err(StoreError::NotOwner {
-                node: uuid,
-                owner: owner.clone(),
-            });
-        }
+        owned(uuid, &locked, engine)?;
         let node = self
             .transition(
                 &tx,
@@ -188,6 +180,18 @@ impl SharedStore {
             body,
             provision: new,
         })
+    }
+}
+
+/// Refuses a write to a node another engine holds under a lease that lives.
+pub(super) fn owned(uuid: Uuid, locked: &Locked, engine: Option<&Lease>) -> Result<(), StoreError> {
+    let mine = engine.map(|l| (l.id, l.epoch));
+    match &locked.claim.live_owner {
+        Some(owner) if locked.claim.owner != mine => Err(StoreError::NotOwner {
+            node: uuid,
+            owner: owner.clone(),
+        }),
+        _ => Ok(()),
     }
 }
 
