@@ -193,6 +193,10 @@ const STORE_READS: &[&str] = &[
     "lease_times",
     "listen_deadlines",
     "next_due",
+    "document",
+    "find_document",
+    "documents_after",
+    "documents",
 ];
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
@@ -216,6 +220,9 @@ const STORE_WRITES: &[&str] = &[
     "insert",
     "update",
     "delete",
+    "insert_document",
+    "update_document",
+    "delete_document",
     "milestone",
     "failure",
     "record",

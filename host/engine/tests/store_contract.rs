@@ -662,3 +662,5 @@ on_both_backends!(
     batches_answer_for_each_item_and_the_index_holds_each_deadline,
     a_pass_over_the_fleet_reads_every_node_once_in_order,
 );
+
+mod documents;

@@ -96,9 +96,10 @@ pub fn routes() -> Router<Arc<App>> {
 }
 
 /// The allocation that holds a node, if one does.
-fn holding(app: &App, node: Uuid) -> Result<Option<(Uuid, Doc)>, ApiError> {
+async fn holding(app: &App, node: Uuid) -> Result<Option<(Uuid, Doc)>, ApiError> {
     let wanted = json!(node);
-    for item in app.conductor.store().docs()?.after(ALLOCATION.kind, None) {
+    let mut allocations = app.conductor.store().documents_after(ALLOCATION.kind, None);
+    while let Some(item) = allocations.next().await {
         let (uuid, doc) = item?;
         if doc.get("node_uuid") == Some(&wanted) {
             return Ok(Some((uuid, doc)));
@@ -133,7 +134,9 @@ async fn of_node(
     Path(ident): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let node = named_node(&app, &ident).await?;
-    let (uuid, doc) = holding(&app, node.uuid())?.ok_or_else(|| none_for(&ident))?;
+    let (uuid, doc) = holding(&app, node.uuid())
+        .await?
+        .ok_or_else(|| none_for(&ident))?;
     let shown = super::resources::document(&app, &ALLOCATION, uuid, doc, version);
     Ok(Json(Value::Object(shown)))
 }
@@ -141,7 +144,9 @@ async fn of_node(
 /// `DELETE /v1/nodes/{node}/allocation`: frees the node as deleting the allocation does.
 async fn remove_of_node(app: State, Path(ident): Path<String>) -> Result<StatusCode, ApiError> {
     let node = app.conductor.store().find_node(&ident).await?;
-    let (uuid, doc) = holding(&app, node.uuid())?.ok_or_else(|| none_for(&ident))?;
+    let (uuid, doc) = holding(&app, node.uuid())
+        .await?
+        .ok_or_else(|| none_for(&ident))?;
     super::resources::delete(&ALLOCATION, &app, uuid, &doc).await
 }
 

@@ -69,7 +69,7 @@ async fn nodes(
 ) -> Result<Response, ApiError> {
     let uuid = Uuid::parse_str(&ident)
         .map_err(|_| ApiError::bad_request(format!("Expected a UUID but received {ident}.")))?;
-    app.conductor.store().docs()?.get(CHASSIS.kind, uuid)?;
+    app.conductor.store().document(CHASSIS.kind, uuid).await?;
     Ok(super::node_list::of_chassis(app, version, uuid, query, detail).await)
 }
 

@@ -315,12 +315,7 @@ async fn firmware(app: State, Path(ident): Path<String>) -> Result<Json<Value>, 
 async fn inventory(app: State, Path(ident): Path<String>) -> Result<Json<Value>, ApiError> {
     let node = find(&app, &ident).await?;
     let kind = crate::conductor::inspection::INVENTORY;
-    let docs = app
-        .conductor
-        .store()
-        .docs()
-        .map_err(crate::conductor::ConductorError::from)?;
-    match docs.get(kind, node.uuid()) {
+    match app.conductor.store().document(kind, node.uuid()).await {
         Ok(doc) => Ok(Json(json!({
             "inventory": doc.get("inventory"),
             "plugin_data": doc.get("plugin_data"),

@@ -126,10 +126,19 @@ async fn settle(
         && let Some(chassis) = attrs.get("chassis_uuid").and_then(Value::as_str)
     {
         // Ironic: a node may only name a chassis that exists (400 otherwise).
-        let docs = app.conductor.store().docs()?;
-        let found = Uuid::parse_str(chassis)
-            .ok()
-            .is_some_and(|u| docs.get(super::chassis::CHASSIS.kind, u).is_ok());
+        let found = match Uuid::parse_str(chassis) {
+            Ok(u) => match app
+                .conductor
+                .store()
+                .document(super::chassis::CHASSIS.kind, u)
+                .await
+            {
+                Ok(_) => true,
+                Err(crate::store::StoreError::DocumentNotFound { .. }) => false,
+                Err(e) => return Err(e.into()),
+            },
+            Err(_) => false,
+        };
         if !found {
             return Err(ApiError::bad_request(format!(
                 "Chassis {chassis} could not be found."
@@ -288,9 +297,16 @@ async fn update(
         _ => None,
     };
     if let Some(a) = ended {
-        let _ = app
+        let deleted = app
             .conductor
-            .delete_document(allocations::KIND, a, allocations::UNIQUE);
+            .delete_document(allocations::KIND, a, allocations::UNIQUE)
+            .await;
+        match deleted {
+            Ok(()) | Err(crate::store::StoreError::DocumentNotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(node = %updated.uuid(), allocation = %a, "the allocation the node left stays: {e}")
+            }
+        }
     }
     let agent = app.conductor.agents().get(updated.uuid());
     Ok(Json(NodeView {
@@ -502,7 +518,7 @@ async fn provision(
         T::Abort => Verb::Abort,
         T::Clean => {
             let from_runbook = match &request.runbook {
-                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
+                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body).await?),
                 None => None,
             };
             let steps = from_runbook.as_ref().or(request.clean_steps.as_ref());
@@ -519,7 +535,7 @@ async fn provision(
         T::Unhold => return Err(illegal()),
         T::Service => {
             let from_runbook = match &request.runbook {
-                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body)?),
+                Some(r) => Some(super::runbooks::steps_for(&app, r, &node.body).await?),
                 None => None,
             };
             let steps = from_runbook.as_ref().or(request.service_steps.as_ref());

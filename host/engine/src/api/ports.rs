@@ -162,8 +162,8 @@ async fn write_back(app: &App, port: &mut Port, doc: Map<String, Value>) -> Resu
         let (group_uuid, group) = app
             .conductor
             .store()
-            .docs()?
-            .find(super::portgroups::PORTGROUP.kind, "name", pg)
+            .find_document(super::portgroups::PORTGROUP.kind, "name", pg)
+            .await
             .map_err(|_| ApiError::bad_request(format!("Port group {pg} could not be found.")))?;
         if group.get("node_uuid") != Some(&json!(port.node_uuid)) {
             return Err(ApiError::bad_request(format!(
@@ -296,14 +296,13 @@ async fn respond(
         Scope::Portgroup(ident) => Some(ident.as_str()),
         _ => params.filter("portgroup"),
     };
-    let group = group_ident
-        .map(|i| {
-            store
-                .docs()?
-                .find(super::portgroups::PORTGROUP.kind, "name", i)
-        })
-        .transpose()?
-        .map(|(u, _)| json!(u));
+    let group = match group_ident {
+        Some(i) => {
+            let kind = super::portgroups::PORTGROUP.kind;
+            Some(json!(store.find_document(kind, "name", i).await?.0))
+        }
+        None => None,
+    };
     let mut of_nodes = None::<std::collections::HashSet<Uuid>>;
     for field in super::node_doc::NODE_FILTERS {
         if let Some(value) = params.filter(field) {

@@ -169,7 +169,7 @@ fn unmasked(app: &App, r: &Resource, uuid: Uuid, mut doc: Doc, version: Version)
     doc
 }
 
-fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
+async fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
     // A resource without names is only ever named by its uuid: anything else is a
     // malformed request (400, as Ironic validates it), not a missing resource.
     if !r.unique.contains(&"name") && Uuid::parse_str(ident).is_err() {
@@ -177,7 +177,11 @@ fn find(app: &App, r: &Resource, ident: &str) -> Result<(Uuid, Doc), ApiError> {
             "Expected a UUID but received {ident}."
         )));
     }
-    Ok(app.conductor.store().docs()?.find(r.kind, "name", ident)?)
+    Ok(app
+        .conductor
+        .store()
+        .find_document(r.kind, "name", ident)
+        .await?)
 }
 
 async fn create(
@@ -199,7 +203,8 @@ async fn create(
     doc.insert("created_at".into(), json!(now));
     doc.insert("updated_at".into(), Value::Null);
     app.conductor
-        .create_document(r.kind, uuid, &doc, r.unique)?;
+        .create_document(r.kind, uuid, &doc, r.unique)
+        .await?;
     // A create that asks for work done at once (an input such as a backfilled
     // allocation's node) is answered as the work left it; other work runs on after the
     // answer (a new allocation answers `allocating`).
@@ -211,7 +216,7 @@ async fn create(
     if let Some(start) = r.on_create {
         start(app.0.clone(), uuid).await;
         if done_at_once {
-            doc = app.conductor.store().docs()?.get(r.kind, uuid)?;
+            doc = app.conductor.store().document(r.kind, uuid).await?;
         }
     }
     let location = format!("{}/v1/{}/{uuid}", app.base(), r.path);
@@ -264,7 +269,8 @@ async fn list(
                         .is_some_and(|u| set.contains(&u))
                 })
             };
-            let docs = app.conductor.store().docs()?.after(r.kind, params.marker());
+            let store = app.conductor.store();
+            let docs = store.documents_after(r.kind, params.marker()).blocking();
             let shown = docs
                 .filter(|item| {
                     item.as_ref().is_err()
@@ -324,7 +330,7 @@ async fn show(
     Query(q): Query<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
     exists(r, version)?;
-    let (uuid, doc) = find(&app, r, &ident)?;
+    let (uuid, doc) = find(&app, r, &ident).await?;
     let doc = document(&app, r, uuid, doc, version);
     Ok(Json(Value::Object(match q.fields {
         Some(f) => keep(doc, r.schema.fields(&f, version)?),
@@ -350,7 +356,7 @@ async fn update(
         ));
     }
     let ops: Value = parse(&body)?;
-    let (uuid, _) = find(&app, r, &ident)?;
+    let (uuid, _) = find(&app, r, &ident).await?;
     let now = app.conductor.store().clock().now().to_datetime();
     let doc = app
         .conductor
@@ -388,7 +394,7 @@ async fn remove(
     Path(ident): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     writable(r, version)?;
-    let (uuid, doc) = find(&app, r, &ident)?;
+    let (uuid, doc) = find(&app, r, &ident).await?;
     delete(r, &app, uuid, &doc).await
 }
 
@@ -402,7 +408,9 @@ pub async fn delete(
     if let Some(hook) = r.on_delete {
         hook(app, uuid, doc).await?;
     }
-    app.conductor.delete_document(r.kind, uuid, r.unique)?;
+    app.conductor
+        .delete_document(r.kind, uuid, r.unique)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

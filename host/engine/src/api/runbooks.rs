@@ -123,12 +123,12 @@ fn runbook_traits(doc: &Doc) -> Vec<String> {
 
 /// The steps of the runbook `ident` for manual cleaning of `node`, which must have one
 /// of its traits (its name, for a runbook without traits).
-pub fn steps_for(app: &App, ident: &str, node: &NodeBody) -> Result<Value, ApiError> {
+pub async fn steps_for(app: &App, ident: &str, node: &NodeBody) -> Result<Value, ApiError> {
     let (uuid, doc) = app
         .conductor
         .store()
-        .docs()?
-        .find(RUNBOOK.kind, "name", ident)?;
+        .find_document(RUNBOOK.kind, "name", ident)
+        .await?;
     let mut wanted = runbook_traits(&doc);
     if wanted.is_empty() {
         wanted.extend(doc.get("name").and_then(Value::as_str).map(str::to_owned));
@@ -178,8 +178,8 @@ async fn edit_traits(
     let (uuid, _) = app
         .conductor
         .store()
-        .docs()?
-        .find(RUNBOOK.kind, "name", ident)?;
+        .find_document(RUNBOOK.kind, "name", ident)
+        .await?;
     let now = app.conductor.store().clock().now().to_datetime();
     app.conductor
         .update_document(RUNBOOK.kind, uuid, RUNBOOK.unique, |mut doc| {
@@ -207,8 +207,8 @@ async fn traits(
     let (_, doc) = app
         .conductor
         .store()
-        .docs()?
-        .find(RUNBOOK.kind, "name", &ident)?;
+        .find_document(RUNBOOK.kind, "name", &ident)
+        .await?;
     Ok(Json(json!({"traits": runbook_traits(&doc)})))
 }
 

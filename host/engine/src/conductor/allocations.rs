@@ -101,7 +101,7 @@ impl Conductor {
     /// Starts looking for a node for allocation `uuid` in the background; the outcome is
     /// written into the allocation (`active` with its node, or `error` with the reason).
     pub async fn allocate(self: &Arc<Self>, uuid: Uuid) {
-        let asked = self.store.docs().and_then(|d| d.get(KIND, uuid));
+        let asked = self.store.document(KIND, uuid).await;
         let backfill = asked.ok().and_then(|d| {
             d.get("node")
                 .and_then(Value::as_str)
@@ -109,11 +109,13 @@ impl Conductor {
         });
         if let Some(node) = backfill {
             if let Err(e) = self.backfill(uuid, node).await {
-                let _ = self.record(uuid, |doc| {
-                    doc.remove("node");
-                    doc.insert("state".into(), json!("error"));
-                    doc.insert("last_error".into(), json!(e.to_string()));
-                });
+                let _ = self
+                    .record(uuid, |doc| {
+                        doc.remove("node");
+                        doc.insert("state".into(), json!("error"));
+                        doc.insert("last_error".into(), json!(e.to_string()));
+                    })
+                    .await;
             }
             return;
         }
@@ -123,25 +125,27 @@ impl Conductor {
             if let Err(reason) = conductor.find_node_for(uuid).await {
                 let mut searching = conductor.allocating.lock().await;
                 if searching.remove(&uuid) {
-                    let _ = conductor.record(uuid, |doc| {
-                        doc.insert("state".into(), json!("error"));
-                        doc.insert("last_error".into(), json!(reason));
-                    });
+                    let _ = conductor
+                        .record(uuid, |doc| {
+                            doc.insert("state".into(), json!("error"));
+                            doc.insert("last_error".into(), json!(reason));
+                        })
+                        .await;
                 }
             }
         });
     }
 
     /// Writes the outcome of allocation `uuid`'s search into it.
-    fn record(&self, uuid: Uuid, outcome: impl FnOnce(&mut Doc)) -> Result<Doc, StoreError> {
+    async fn record(&self, uuid: Uuid, outcome: impl FnOnce(&mut Doc)) -> Result<Doc, StoreError> {
         let now = self.store.clock().now().to_datetime();
         self.store
-            .docs_to_write()?
-            .update(KIND, uuid, UNIQUE, |doc| {
+            .update_document(KIND, uuid, UNIQUE, |doc| {
                 outcome(doc);
                 doc.insert("updated_at".into(), json!(now));
                 Ok::<(), StoreError>(())
             })
+            .await
     }
 
     /// Takes `node` for allocation `uuid` if it fits `want` and the allocation is still
@@ -168,11 +172,13 @@ impl Conductor {
     /// the allocation cannot say so, the node is freed again, so it is never held by an
     /// allocation that does not name it.
     async fn holds(&self, uuid: Uuid, node: Uuid) -> Result<(), AllocationError> {
-        let recorded = self.record(uuid, |doc| {
-            doc.remove("node");
-            doc.insert("state".into(), json!("active"));
-            doc.insert("node_uuid".into(), json!(node));
-        });
+        let recorded = self
+            .record(uuid, |doc| {
+                doc.remove("node");
+                doc.insert("state".into(), json!("active"));
+                doc.insert("node_uuid".into(), json!(node));
+            })
+            .await;
         if let Err(e) = recorded {
             self.edit::<AllocationError>(node, |_, b| {
                 free(b, uuid);
@@ -188,7 +194,7 @@ impl Conductor {
     /// under the node's claim, only if it fits what the allocation asks and no other
     /// allocation or instance holds it.
     async fn backfill(&self, uuid: Uuid, node: Uuid) -> Result<(), AllocationError> {
-        let want = self.store.docs()?.get(KIND, uuid)?;
+        let want = self.store.document(KIND, uuid).await?;
         self.edit::<AllocationError>(node, |provision, b| {
             let attr = |k: &str| b.attrs.get(k).cloned().unwrap_or(Value::Null);
             let mut errors = Vec::new();
@@ -245,8 +251,8 @@ impl Conductor {
     async fn find_node_for(self: &Arc<Self>, uuid: Uuid) -> Result<(), String> {
         let store = &self.store;
         let want = store
-            .docs()
-            .and_then(|d| d.get(KIND, uuid))
+            .document(KIND, uuid)
+            .await
             .map_err(|e| e.to_string())?;
         let name = want.get("name").and_then(Value::as_str).map(str::to_owned);
         let class = want
@@ -318,7 +324,7 @@ impl Conductor {
         // From here on the search takes nothing.
         searching.remove(&uuid);
         // Read again under the lock: the search may have recorded a node since `doc`.
-        let doc = match self.store.docs()?.get(KIND, uuid) {
+        let doc = match self.store.document(KIND, uuid).await {
             Ok(now) => now,
             Err(_) => doc.clone(),
         };
@@ -375,7 +381,7 @@ impl Conductor {
             .and_then(Value::as_str)
             .and_then(|a| Uuid::parse_str(a).ok());
         if let Some(allocation) = allocation {
-            match self.store.docs_to_write()?.delete(KIND, allocation, UNIQUE) {
+            match self.store.delete_document(KIND, allocation, UNIQUE).await {
                 Ok(()) | Err(StoreError::DocumentNotFound { .. }) => {}
                 Err(e) => return Err(e),
             }

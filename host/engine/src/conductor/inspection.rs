@@ -229,8 +229,8 @@ impl Conductor {
         }
         let rules: Vec<Doc> = self
             .store
-            .docs()
-            .and_then(|d| d.list(RULES))
+            .documents(RULES)
+            .await
             .map_err(|e| e.to_string())?
             .into_iter()
             .map(|(_, rule)| rule)
@@ -240,7 +240,8 @@ impl Conductor {
             plugin_data: &mut plugin_data,
         };
         let ruled = crate::inspection_rules::apply(&rules, &mut body, &mut cx);
-        self.store_inventory(node, inventory.clone(), plugin_data)?;
+        self.store_inventory(node, inventory.clone(), plugin_data)
+            .await?;
         ruled?;
         let missing: Vec<&str> = ["memory_mb", "local_gb", "cpu_arch"]
             .into_iter()
@@ -266,7 +267,7 @@ impl Conductor {
         Ok(())
     }
 
-    fn store_inventory(
+    async fn store_inventory(
         &self,
         node: Uuid,
         inventory: Value,
@@ -276,18 +277,22 @@ impl Conductor {
         doc.insert("node_uuid".into(), json!(node));
         doc.insert("inventory".into(), inventory);
         doc.insert("plugin_data".into(), plugin_data);
-        let docs = self.store.docs_to_write().map_err(|e| e.to_string())?;
-        let replaced = docs.update(
-            INVENTORY,
-            node,
-            &[],
-            |d: &mut Doc| -> Result<(), StoreError> {
-                *d = doc.clone();
-                Ok(())
-            },
-        );
+        let replaced = self
+            .store
+            .update_document(
+                INVENTORY,
+                node,
+                &[],
+                |d: &mut Doc| -> Result<(), StoreError> {
+                    *d = doc.clone();
+                    Ok(())
+                },
+            )
+            .await;
         match replaced {
-            Err(StoreError::DocumentNotFound { .. }) => docs.insert(INVENTORY, node, &doc, &[]),
+            Err(StoreError::DocumentNotFound { .. }) => {
+                self.store.insert_document(INVENTORY, node, &doc, &[]).await
+            }
             other => other.map(drop),
         }
         .map_err(|e| e.to_string())

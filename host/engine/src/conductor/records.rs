@@ -143,14 +143,14 @@ impl Conductor {
     }
 
     /// Adds a stored-only document (chassis, port group, allocation, …).
-    pub fn create_document(
+    pub async fn create_document(
         &self,
         kind: &'static str,
         uuid: Uuid,
         doc: &Doc,
         unique: &[&'static str],
     ) -> Result<(), StoreError> {
-        self.store.docs_to_write()?.insert(kind, uuid, doc, unique)
+        self.store.insert_document(kind, uuid, doc, unique).await
     }
 
     /// Changes a stored-only document: `compute` makes the new document from a copy,
@@ -164,18 +164,18 @@ impl Conductor {
         compute: impl Fn(Doc) -> F,
     ) -> Result<Doc, E> {
         for _ in 0..super::RECOMPUTE {
-            let read = self.store.docs()?.get(kind, uuid)?;
+            let read = self.store.document(kind, uuid).await?;
             let doc = compute(read.clone()).await?;
             let written = self
                 .store
-                .docs_to_write()?
-                .update(kind, uuid, unique, |current| {
+                .update_document(kind, uuid, unique, |current| {
                     if *current != read {
                         return Err(StoreError::Changed(format!("{kind} {uuid}")));
                     }
                     *current = doc.clone();
                     Ok(())
-                });
+                })
+                .await;
             match written {
                 Err(StoreError::Changed(_)) => continue,
                 written => return Ok(written?),
@@ -184,12 +184,12 @@ impl Conductor {
         Err(StoreError::Changed(format!("{kind} {uuid}")).into())
     }
 
-    pub fn delete_document(
+    pub async fn delete_document(
         &self,
         kind: &'static str,
         uuid: Uuid,
         unique: &[&'static str],
     ) -> Result<(), StoreError> {
-        self.store.docs_to_write()?.delete(kind, uuid, unique)
+        self.store.delete_document(kind, uuid, unique).await
     }
 }

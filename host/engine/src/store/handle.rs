@@ -14,12 +14,13 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::documents::Doc;
 use super::postgres::{DeadlineListener, Membership, SharedStore};
 use super::sled;
 use super::sled::SledStore;
 use super::{
-    Cascade, FaultStep, NodePages, Part, Recovery, StoreConfig, StoreError, SweeperWaker, TimedOut,
-    backup, documents, health, history,
+    Cascade, DocumentPages, FaultStep, NodePages, Recovery, StoreConfig, StoreError, SweeperWaker,
+    TimedOut, backup, health, history,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::config_drive::ConfigDrive;
@@ -200,14 +201,87 @@ impl Store {
         on_sled!(self, "write a backup", |s| s.backup(out))
     }
 
-    /// The chassis, port groups, allocations and other stored-only resources.
-    pub fn docs(&self) -> Result<Part<documents::Documents>, StoreError> {
-        on_sled!(self, "read documents", |s| s.docs())
+    /// A document (a chassis, a port group, an allocation, …) by kind and uuid.
+    pub async fn document(&self, kind: &'static str, uuid: Uuid) -> Result<Doc, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.docs()?.get(kind, uuid),
+            Backend::Shared(s, _) => s.document(kind, uuid).await,
+        }
     }
 
-    /// [`Store::docs`], to write: refused while the store is degraded.
-    pub fn docs_to_write(&self) -> Result<Part<documents::Documents>, StoreError> {
-        on_sled!(self, "write documents", |s| s.docs_to_write())
+    /// A document by uuid, or by the value of its unique `field` (a name).
+    pub async fn find_document(
+        &self,
+        kind: &'static str,
+        field: &str,
+        ident: &str,
+    ) -> Result<(Uuid, Doc), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.docs()?.find(kind, field, ident),
+            Backend::Shared(s, _) => s.find_document(kind, field, ident).await,
+        }
+    }
+
+    /// The documents of a kind after `marker` (all, if none), in uuid order.
+    pub fn documents_after(&self, kind: &'static str, marker: Option<Uuid>) -> DocumentPages<'_> {
+        match &self.backend {
+            Backend::Sled(s) => match s.docs() {
+                Ok(docs) => DocumentPages::sled(docs.after(kind, marker)),
+                Err(e) => DocumentPages::sled(std::iter::once(Err(e))),
+            },
+            Backend::Shared(s, _) => DocumentPages::shared(s, kind, marker),
+        }
+    }
+
+    /// Every document of a kind, in uuid order (kinds an operator keeps a few of).
+    pub async fn documents(&self, kind: &'static str) -> Result<Vec<(Uuid, Doc)>, StoreError> {
+        let mut pages = self.documents_after(kind, None);
+        let mut all = Vec::new();
+        while let Some(doc) = pages.next().await {
+            all.push(doc?);
+        }
+        Ok(all)
+    }
+
+    /// Adds a document; its uuid and the values of its `unique` fields must be free.
+    pub async fn insert_document(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        doc: &Doc,
+        unique: &[&'static str],
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.docs_to_write()?.insert(kind, uuid, doc, unique),
+            Backend::Shared(s, _) => s.insert_document(kind, uuid, doc, unique).await,
+        }
+    }
+
+    /// Changes a document; `change` may refuse, and then nothing is written.
+    pub async fn update_document<E: From<StoreError>>(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        unique: &[&'static str],
+        change: impl FnOnce(&mut Doc) -> Result<(), E>,
+    ) -> Result<Doc, E> {
+        match &self.backend {
+            Backend::Sled(s) => s.docs_to_write()?.update(kind, uuid, unique, change),
+            Backend::Shared(s, _) => s.update_document(kind, uuid, unique, change).await,
+        }
+    }
+
+    /// Deletes a document and frees its unique values.
+    pub async fn delete_document(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        unique: &[&'static str],
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.docs_to_write()?.delete(kind, uuid, unique),
+            Backend::Shared(s, _) => s.delete_document(kind, uuid).await,
+        }
     }
 
     /// A node's last [`history::MAX_EVENTS`] history events, oldest first.
@@ -348,15 +422,15 @@ impl Store {
 
     /// Deletes a node and its ports, in the states where Ironic allows it.
     pub async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Sled(s) => s.delete_node(uuid),
-            Backend::Shared(s, _) => s.delete_node(uuid, None).await,
-        }
+        self.delete_node_with(uuid, &Cascade::default()).await
     }
 
     /// Deletes a node, its ports and the documents that go with it, all or none.
     pub async fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
-        on_sled!(self, "delete a node", |s| s.delete_node_with(uuid, cascade))
+        match &self.backend {
+            Backend::Sled(s) => s.delete_node_with(uuid, cascade),
+            Backend::Shared(s, _) => s.delete_node(uuid, cascade, None).await,
+        }
     }
 
     /// Puts a node just enrolled straight into `available` (clients older than API 1.11).

@@ -7,8 +7,9 @@
 //! names a backend's type. The rules both backends apply (a transition's record, a touch,
 //! the sweeper's verdict and its `last_error` words, an enrolled node, a port) live here,
 //! once, above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`],
-//! [`ports`], [`edits`], the words of [`history`]).
+//! [`ports`], [`edits`], [`documents`], the words of [`history`]).
 
+pub mod documents;
 mod edits;
 mod expiry;
 mod handle;
@@ -27,11 +28,12 @@ use crate::clock::Timestamp;
 use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState};
 
-pub use self::sled::{Cascade, FaultStep, Part, Recovery};
-pub use self::sled::{backup, documents, health, manifest, verify};
+pub use self::sled::{FaultStep, Part, Recovery};
+pub use self::sled::{backup, health, manifest, verify};
+pub use documents::Cascade;
 pub use expiry::{SweeperWaker, TimedOut};
 pub use handle::{Filed, Store, Touched};
-pub use pages::NodePages;
+pub use pages::{DocumentPages, NodePages, Pages};
 
 pub use touches::progress_fingerprint;
 

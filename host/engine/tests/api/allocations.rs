@@ -95,6 +95,45 @@ async fn allocations_take_a_matching_node_once() {
     );
 }
 
+/// Ironic: a node whose `instance_uuid` is removed leaves its allocation, which is
+/// deleted with it (its name free for another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_node_s_instance_deletes_its_allocation() {
+    let s = start(|_| {}).await;
+    gold_nodes(&s, 1).await;
+    let a = s
+        .send(
+            Method::POST,
+            "/v1/allocations",
+            json!({"resource_class": "gold", "name": "kept"}),
+        )
+        .await;
+    let a = settled(&s, a.body["uuid"].as_str().unwrap()).await;
+    assert_eq!(a["state"], "active", "{a}");
+    let node = a["node_uuid"].as_str().unwrap();
+    let patched = s
+        .send(
+            Method::PATCH,
+            &format!("/v1/nodes/{node}"),
+            json!([{"op": "remove", "path": "/instance_uuid"}]),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{:?}", patched.body);
+    assert_eq!(allocation_of(&s, node).await, (Value::Null, Value::Null));
+    let gone = s
+        .get(&format!("/v1/allocations/{}", a["uuid"].as_str().unwrap()))
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{:?}", gone.body);
+    let again = s
+        .send(
+            Method::POST,
+            "/v1/allocations",
+            json!({"resource_class": "gold", "name": "kept"}),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+}
+
 async fn settled(s: &Server, uuid: &str) -> Value {
     for _ in 0..200 {
         let a = s.get(&format!("/v1/allocations/{uuid}")).await.body;

@@ -289,9 +289,8 @@ async fn inspection_rules_are_validated_and_sensitive_ones_stay_hidden() {
         .engine
         .conductor
         .store()
-        .docs()
-        .unwrap()
-        .get("InspectionRule", secret_uuid.parse().unwrap())
+        .document("InspectionRule", secret_uuid.parse().unwrap())
+        .await
         .unwrap();
     assert_eq!(stored["actions"], actions, "hidden, not lost, by a PATCH");
     let unset = s

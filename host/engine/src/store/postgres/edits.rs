@@ -11,6 +11,7 @@ use super::nodes::{lock, owned};
 use super::rows::{self, PROVISION, code};
 use super::{Lease, SharedStore, db_error};
 use crate::node::{Node, NodeBody, Provision};
+use crate::store::documents::Cascade;
 use crate::store::edits::{deletable, edited, initially_available};
 use crate::store::{StoreError, parse_body};
 
@@ -111,13 +112,19 @@ impl SharedStore {
 
     /// Deletes a node, with its ports, config drive and history, where
     /// [`deletable`] allows it.
-    pub async fn delete_node(&self, uuid: Uuid, engine: Option<&Lease>) -> Result<(), StoreError> {
+    pub async fn delete_node(
+        &self,
+        uuid: Uuid,
+        cascade: &Cascade,
+        engine: Option<&Lease>,
+    ) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let locked = lock(&tx, uuid).await?;
         owned(uuid, &locked, engine)?;
         deletable(uuid, &locked.provision, &locked.body)?;
         // Ports and the config drive go with the row (their foreign keys cascade).
+        super::documents::delete_attached(&tx, uuid, &locked.body, cascade).await?;
         tx.execute("DELETE FROM history WHERE node = $1", &[&uuid])
             .await
             .map_err(db_error)?;

@@ -28,6 +28,8 @@
 //!   download (`config_drives`).
 //! - **History** is a table of rows, one per transition (in its transaction) and per
 //!   milestone, shown in the words of `store::history` (`history`).
+//! - **Documents** (chassis, port groups, allocations, …) are rows by kind and uuid, each
+//!   unique value a row of its own, taken by its insert (`documents`).
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
@@ -35,6 +37,7 @@
 //! refuses a newer one, as the sled store's format check does.
 
 mod config_drives;
+mod documents;
 mod edits;
 mod history;
 mod leases;

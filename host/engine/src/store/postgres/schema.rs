@@ -74,6 +74,27 @@ const MIGRATIONS: &[&str] = &[
         body bytea NOT NULL
     );
     "#,
+    // 4: documents by kind and uuid, their unique values a row each; the node a document
+    // names, to find what goes with a deleted node.
+    r#"
+    CREATE TABLE documents (
+        kind text NOT NULL,
+        uuid uuid NOT NULL,
+        node uuid,
+        body jsonb NOT NULL,
+        PRIMARY KEY (kind, uuid)
+    );
+    CREATE INDEX documents_node ON documents (node) WHERE node IS NOT NULL;
+    CREATE TABLE document_names (
+        kind text NOT NULL,
+        field text NOT NULL,
+        value text NOT NULL,
+        uuid uuid NOT NULL,
+        PRIMARY KEY (kind, field, value),
+        FOREIGN KEY (kind, uuid) REFERENCES documents (kind, uuid) ON DELETE CASCADE
+    );
+    CREATE INDEX document_names_of ON document_names (kind, uuid);
+    "#,
 ];
 
 /// The version this deployd writes.

@@ -304,13 +304,13 @@ fn rebuild_indexes(
         let kind = String::from_utf8_lossy(&key[..split]);
         let uuid = Uuid::from_slice(&key[split + 1..])
             .map_err(|_| StoreError::Corrupt(format!("document key {key:02x?}")))?;
-        let doc: super::documents::Doc = super::parse_json("document", &json)?;
+        let doc: crate::store::documents::Doc = super::parse_json("document", &json)?;
         let unique: Vec<&str> = fields
             .iter()
             .filter(|(k, _)| *k == kind)
             .map(|(_, f)| f.as_str())
             .collect();
-        for (field, value) in super::documents::unique_values(&doc, &unique) {
+        for (field, value) in crate::store::documents::unique_values(&doc, &unique) {
             index.insert(format!("{kind}\0{field}\0{value}"), uuid.as_bytes())?;
         }
     }

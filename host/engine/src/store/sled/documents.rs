@@ -10,13 +10,12 @@
 
 use std::sync::Mutex;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sled::Transactional;
 use uuid::Uuid;
 
 use super::{StoreError, TxResult, abort};
-
-pub type Doc = Map<String, Value>;
+use crate::store::documents::{Cascade, Doc, check_sizes, unique_values};
 
 pub struct Documents {
     db: sled::Db,
@@ -35,34 +34,6 @@ fn doc_key(kind: &str, uuid: Uuid) -> Vec<u8> {
 
 fn index_key(kind: &str, field: &str, value: &str) -> Vec<u8> {
     format!("{kind}\0{field}\0{value}").into_bytes()
-}
-
-/// The indexed values of a document: for `"type+connector_id"`, the two values joined.
-pub(super) fn unique_values<'a>(doc: &Doc, unique: &[&'a str]) -> Vec<(&'a str, String)> {
-    unique
-        .iter()
-        .filter_map(|spec| {
-            let parts: Option<Vec<String>> = spec
-                .split('+')
-                .map(|f| match doc.get(f) {
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(Value::Null) | None => None,
-                    Some(other) => Some(other.to_string()),
-                })
-                .collect();
-            parts.map(|p| (*spec, p.join("\0")))
-        })
-        .collect()
-}
-
-/// What goes with a node when it is deleted.
-#[derive(Clone, Debug, Default)]
-pub struct Cascade {
-    /// Kinds (with their unique fields) whose documents naming the node in `node_uuid` go.
-    pub of_node: Vec<(&'static str, &'static [&'static str])>,
-    /// Documents the node's body names by uuid in an attribute (attribute, kind, unique
-    /// fields): its allocation (`allocation_uuid`). Read under the node's lock.
-    pub named_by: Vec<(&'static str, &'static str, &'static [&'static str])>,
 }
 
 /// A document found for a [`Cascade`].
@@ -307,36 +278,4 @@ impl Documents {
         })?;
         super::flush(&self.db)
     }
-}
-
-/// Each field of a document is held to what a node's maps are ([`MAX_FIELD_BYTES`]): every
-/// list reads whole documents, and 150 chassis with a 900 KiB `extra` each took a list to
-/// 1.47 GB. `encoded` is the document's size: under the limit nothing is measured. A field
-/// unchanged from `old` is not checked, so a document stored before the limit can still
-/// be changed elsewhere or deleted.
-fn check_sizes(
-    kind: &'static str,
-    doc: &Doc,
-    encoded: usize,
-    old: Option<&Doc>,
-) -> Result<(), StoreError> {
-    use crate::node::{InvalidField, MAX_FIELD_BYTES};
-    if encoded <= MAX_FIELD_BYTES {
-        return Ok(());
-    }
-    for (field, value) in doc {
-        if old.and_then(|o| o.get(field)) == Some(value) {
-            continue;
-        }
-        let size = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
-        if size > MAX_FIELD_BYTES {
-            return Err(InvalidField::DocumentFieldTooLarge {
-                kind,
-                field: field.clone(),
-                size,
-            }
-            .into());
-        }
-    }
-    Ok(())
 }

@@ -30,7 +30,7 @@
 
 pub mod backup;
 mod config_drives;
-pub mod documents;
+mod documents;
 mod expiry;
 pub mod health;
 pub mod history;
@@ -58,7 +58,7 @@ use crate::node::{NewNode, Node, NodeBody, Provision};
 use crate::state_machine::Timeouts;
 use crate::store::expiry::SweeperWaker;
 
-pub use documents::Cascade;
+use crate::store::documents::Cascade;
 pub use recovery::Recovery;
 pub use touches::Touched;
 
