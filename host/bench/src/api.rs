@@ -93,19 +93,26 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
     runtime.block_on(async {
         for (i, uuid) in uuids.iter().enumerate() {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
-            let _ = engine.conductor.heartbeat(
-                *uuid,
-                &token,
-                &callback,
-                "13.0.0",
-                None,
-                Default::default(),
-            );
+            let answered = engine
+                .conductor
+                .heartbeat(
+                    *uuid,
+                    &token,
+                    &callback,
+                    "13.0.0",
+                    None,
+                    Default::default(),
+                )
+                .await;
+            if let Err(e) = answered {
+                anyhow::bail!("the warm-up heartbeat of node {uuid} was refused: {e}");
+            }
         }
         while uuids.iter().any(|u| engine.conductor.is_busy(*u)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    });
+        anyhow::Ok(())
+    })?;
     println!(
         "warm-up: one heartbeat per node in {:.1} s",
         warm.elapsed().as_secs_f64()

@@ -87,7 +87,7 @@ async fn core(args: &CoreBench) -> anyhow::Result<()> {
         rss as f64 / args.nodes as f64,
         mib(disk),
         disk as f64 / args.nodes as f64,
-        mib(store.size_on_disk()?),
+        mib(store.size_on_disk().await?),
     );
 
     // Nothing expired: the front of the index is 1 s in the future.

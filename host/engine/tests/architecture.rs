@@ -235,6 +235,7 @@ const STORE_WRITES: &[&str] = &[
     "apply_events",
     "fail_expired",
     "fail_expired_describing",
+    "fail_expired_at",
     "sweep",
     "leave_fault",
     "docs_to_write",
@@ -404,6 +405,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("deletable", &["sled", "postgres"]),
     ("initially_available", &["sled", "postgres"]),
     ("shown", &["sled", "postgres"]),
+    ("progressed", &["sled", "postgres"]),
+    ("unique_values", &["sled", "postgres"]),
+    ("check_document_sizes", &["sled", "postgres"]),
 ];
 
 #[test]

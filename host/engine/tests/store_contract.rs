@@ -664,3 +664,4 @@ on_both_backends!(
 );
 
 mod documents;
+mod sweeps;

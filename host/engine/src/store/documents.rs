@@ -43,7 +43,7 @@ pub struct Cascade {
 /// 1.47 GB. `encoded` is the document's size: under the limit nothing is measured. A field
 /// unchanged from `old` is not checked, so a document stored before the limit can still
 /// be changed elsewhere or deleted.
-pub(super) fn check_sizes(
+pub(super) fn check_document_sizes(
     kind: &'static str,
     doc: &Doc,
     encoded: usize,

@@ -178,9 +178,14 @@ impl Store {
         }
     }
 
-    /// One step out of a storage fault (see [`health`]).
+    /// One step out of a storage fault (see [`health`]). The shared store has none to
+    /// leave: a lost connection fails the calls made meanwhile, and the next call opens a
+    /// new one.
     pub fn leave_fault(&self) -> Result<FaultStep, StoreError> {
-        on_sled!(self, "leave a storage fault", |s| s.leave_fault())
+        match &self.backend {
+            Backend::Sled(s) => s.leave_fault(),
+            Backend::Shared(..) => Ok(FaultStep::Writable),
+        }
     }
 
     /// Flushes everything written so far to disk.
@@ -191,9 +196,12 @@ impl Store {
         }
     }
 
-    /// Bytes the store uses on disk.
-    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        on_sled!(self, "measure its size", |s| s.size_on_disk())
+    /// Bytes the store uses on disk (the database's, on the shared store).
+    pub async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.size_on_disk(),
+            Backend::Shared(s, _) => s.size_on_disk().await,
+        }
     }
 
     /// Writes a backup of everything the store holds to `out`.
@@ -525,8 +533,10 @@ impl Store {
 
     /// Records progress seen elsewhere than in a heartbeat; returns whether it was progress.
     pub async fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
-        on_sled!(self, "record progress", |s| s
-            .report_progress(uuid, progress))
+        match &self.backend {
+            Backend::Sled(s) => s.report_progress(uuid, progress),
+            Backend::Shared(s, _) => s.report_progress(uuid, progress).await,
+        }
     }
 
     /// The earliest deadline in the index (possibly stale; the sweep step checks).
@@ -593,8 +603,13 @@ impl Store {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<TimedOut>, StoreError> {
-        on_sled!(self, "sweep at a given time", |s| s
-            .fail_expired(now, limit))
+        match &self.backend {
+            Backend::Sled(s) => s.fail_expired(now, limit),
+            Backend::Shared(s, _) => {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                s.fail_expired_at(Some(now), limit, None).await
+            }
+        }
     }
 
     /// Creates a port on `node` with `mac`.

@@ -28,6 +28,28 @@ pub(crate) fn touched(
     }
 }
 
+/// `old` with progress `mark` seen at `at` elsewhere than in a heartbeat (a driver reading
+/// its agent's command list): the progress clock moves, `provision_updated_at` does not;
+/// `None` when the node does not wait or the mark is the last one seen.
+pub(crate) fn progressed(
+    timeouts: &Timeouts,
+    old: &Provision,
+    at: Timestamp,
+    mark: u64,
+) -> Option<Provision> {
+    if !old.state.accepts_touch() || old.progress == mark {
+        return None;
+    }
+    Some(Provision {
+        deadline: timeouts
+            .deadline(old.state, old.updated_at, at)
+            .map(|(d, _)| d),
+        progress_at: at,
+        progress: mark,
+        ..*old
+    })
+}
+
 /// A fingerprint of an agent's report of its progress, stable across restarts (FNV-1a,
 /// 64 bits) and never 0, which means "no report yet". The report is the concatenation of
 /// `parts`, hashed as they come: no report is assembled to be hashed.

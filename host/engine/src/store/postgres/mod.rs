@@ -119,6 +119,16 @@ impl SharedStore {
         &self.timeouts
     }
 
+    /// Bytes the database takes on its disks.
+    pub async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT pg_database_size(current_database())", &[])
+            .await
+            .map_err(db_error)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }

@@ -256,7 +256,9 @@ pub(super) async fn write(
     let release = new.state.is_failed() || new.state.is_stable();
     let (check, engine) = match guard {
         Guard::None => ("", None),
-        Guard::Expired => (" AND deadline <= now()", None),
+        // `$4`, the failure's time, is the sweep's: the transaction's `now()`, or the time
+        // a sweep at a chosen time was asked for.
+        Guard::Expired => (" AND deadline <= $4", None),
         Guard::Claimed(lease) => (
             " AND owner = $13 AND owner_epoch = $14 AND EXISTS (
                   SELECT 1 FROM engines e WHERE e.id = $13 AND e.epoch = $14

@@ -42,16 +42,28 @@ impl SharedStore {
         limit: i64,
         engine: Option<&Lease>,
     ) -> Result<Vec<TimedOut>, StoreError> {
+        self.fail_expired_at(None, limit, engine).await
+    }
+
+    /// [`SharedStore::fail_expired`] as if the database's clock read `at` (tests and
+    /// benchmarks that sweep at a chosen time, as on sled).
+    pub async fn fail_expired_at(
+        &self,
+        at: Option<Timestamp>,
+        limit: i64,
+        engine: Option<&Lease>,
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        let at = at.map(Timestamp::to_datetime);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let due = tx
             .query(
                 &format!(
-                    "SELECT {PROVISION}, body::text, now(), uuid FROM nodes
-                     WHERE due IS NOT NULL AND due <= now()
+                    "SELECT {PROVISION}, body::text, coalesce($2, now()), uuid FROM nodes
+                     WHERE due IS NOT NULL AND due <= coalesce($2, now())
                      ORDER BY due LIMIT $1 FOR UPDATE SKIP LOCKED"
                 ),
-                &[&limit],
+                &[&limit, &at],
             )
             .await
             .map_err(db_error)?;

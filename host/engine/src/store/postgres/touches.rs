@@ -20,6 +20,7 @@ use super::{SharedStore, db_error, pool_error};
 use crate::node::Provision;
 use crate::state_machine::ProvisionState;
 use crate::store::StoreError;
+use crate::store::touches::progressed;
 
 /// The most touches in one statement.
 const MAX_GROUP: usize = 2_000;
@@ -67,6 +68,34 @@ impl SharedStore {
         answer
             .await
             .map_err(|_| StoreError::Unavailable("the shared store is closing".into()))?
+    }
+}
+
+impl SharedStore {
+    /// Records progress seen elsewhere than in a heartbeat (see `Store::report_progress`)
+    /// under the node's row lock, on the database's clock; returns whether it was
+    /// progress. The deadline only moves later, so the node's place in the sweeper's index
+    /// stays where it is (the sweep re-files it).
+    pub async fn report_progress(&self, uuid: Uuid, mark: u64) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let locked = super::nodes::lock(&tx, uuid).await?;
+        let Some(new) = progressed(&self.timeouts, &locked.provision, locked.now, mark) else {
+            return Ok(false);
+        };
+        tx.execute(
+            "UPDATE nodes SET deadline = $2, progress_at = $3, progress = $4 WHERE uuid = $1",
+            &[
+                &uuid,
+                &new.deadline.map(crate::clock::Timestamp::to_datetime),
+                &new.progress_at.to_datetime(),
+                &(new.progress as i64),
+            ],
+        )
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
     }
 }
 

@@ -15,7 +15,7 @@ use sled::Transactional;
 use uuid::Uuid;
 
 use super::{StoreError, TxResult, abort};
-use crate::store::documents::{Cascade, Doc, check_sizes, unique_values};
+use crate::store::documents::{Cascade, Doc, check_document_sizes, unique_values};
 
 pub struct Documents {
     db: sled::Db,
@@ -239,7 +239,7 @@ impl Documents {
         let after = new.map(|d| unique_values(d, unique)).unwrap_or_default();
         let json = new.map(|d| serde_json::to_vec(d).expect("a document serialises"));
         if let (Some(doc), Some(j)) = (new, &json) {
-            check_sizes(kind, doc, j.len(), old)?;
+            check_document_sizes(kind, doc, j.len(), old)?;
         }
         let key = doc_key(kind, uuid);
         (&self.docs, &self.index).transaction(|(docs, index)| -> TxResult<()> {

@@ -13,7 +13,7 @@ use super::health::Missed;
 use super::{SledStore, Trees, parse_body, record};
 use crate::node::{Node, Provision};
 use crate::store::StoreError;
-use crate::store::touches::touched;
+use crate::store::touches::{progressed, touched};
 
 impl SledStore {
     /// Moves a waiting node's `provision_updated_at` (and so its deadline) to now, leaving
@@ -134,18 +134,8 @@ impl SledStore {
         let _owner = self.locks.lock(uuid);
         let value = self.value(uuid)?;
         let (old, json) = record::split(uuid, &value)?;
-        if !old.state.accepts_touch() || old.progress == progress {
+        let Some(new) = progressed(&self.timeouts, &old, self.clock.now(), progress) else {
             return Ok(false);
-        }
-        let now = self.clock.now();
-        let new = Provision {
-            deadline: self
-                .timeouts
-                .deadline(old.state, old.updated_at, now)
-                .map(|(d, _)| d),
-            progress_at: now,
-            progress,
-            ..old
         };
         t.nodes.insert(uuid.as_bytes(), record::join(&new, json))?;
         Ok(true)
