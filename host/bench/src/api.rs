@@ -95,14 +95,7 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
             let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
             let answered = engine
                 .conductor
-                .heartbeat(
-                    *uuid,
-                    &token,
-                    &callback,
-                    "13.0.0",
-                    None,
-                    Default::default(),
-                )
+                .heartbeat(*uuid, &token, &callback, "13.0.0", None, Default::default())
                 .await;
             if let Err(e) = answered {
                 anyhow::bail!("the warm-up heartbeat of node {uuid} was refused: {e}");

@@ -236,6 +236,7 @@ const STORE_WRITES: &[&str] = &[
     "fail_expired",
     "fail_expired_describing",
     "fail_expired_at",
+    "failed",
     "sweep",
     "leave_fault",
     "docs_to_write",

@@ -5,7 +5,6 @@
 
 use deployd_test_support as common;
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use common::postgres::{CLUSTER, database_of};
@@ -122,96 +121,6 @@ async fn a_touch_moves_the_clock_and_deadline_on_the_databases_clock_and_writes_
     let Err(StoreError::NodeNotFound(_)) = store.touch(Uuid::new_v4(), None).await else {
         panic!("an unknown node was touched");
     };
-}
-
-const RACES: usize = 4000;
-
-/// Iteration *i*: node *i* is past its deadline; engine A touches it while engine B sweeps,
-/// both at once. Whatever the interleaving, a touch acknowledged means the node was not
-/// failed, and a touch refused means it was failed exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_heartbeat_on_one_engine_and_a_sweep_on_another_never_both_win() {
-    let url = CLUSTER.database();
-    let (a, b) = (engine(&url).await, engine(&url).await);
-    let lease_b = b.register("engine-b", "", &[]).await.unwrap();
-    let template = walked(&a, &TO_WAIT_CALL_BACK).await;
-    // The fleet: copies of a node the store walked to wait call-back, each an hour past
-    // its deadline, node i a microsecond after node i - 1.
-    CLUSTER.psql(
-        database_of(&url),
-        &format!(
-            "WITH g AS (SELECT gen_random_uuid() AS u, i FROM generate_series(1, {RACES}) i)
-             INSERT INTO nodes (uuid, state, target, updated_at, deadline, due, progress_at,
-                                progress, callback_ms, stall_ms, body)
-             SELECT g.u, n.state, n.target, n.updated_at - interval '1 hour',
-                    n.deadline - interval '1 hour' + g.i * interval '1 microsecond',
-                    n.due - interval '1 hour' + g.i * interval '1 microsecond',
-                    n.progress_at - interval '1 hour', n.progress, n.callback_ms, n.stall_ms,
-                    jsonb_set(n.body, '{{uuid}}', to_jsonb(g.u::text))
-             FROM g, nodes n WHERE n.uuid = '{template}'"
-        ),
-    );
-    a.apply_event(template, None, Event::Fail, None, None)
-        .await
-        .unwrap();
-    let fleet: Vec<Uuid> = CLUSTER
-        .psql(
-            database_of(&url),
-            "SELECT uuid FROM nodes WHERE state = 5 ORDER BY due",
-        )
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(fleet.len(), RACES);
-    let mut failed: Vec<Uuid> = Vec::new();
-    let mut acked = HashSet::new();
-    let mut refused = HashSet::new();
-    for &node in &fleet {
-        // The sweep takes the earliest due node it can lock: this one, or (when the
-        // touch holds it) the next, which the next iteration's touch then finds failed.
-        let (touch, sweep) = tokio::join!(a.touch(node, None), b.fail_expired(1, Some(&lease_b)));
-        failed.extend(sweep.unwrap().into_iter().map(|t| t.node));
-        match touch {
-            Ok(p) => {
-                assert_eq!(p.state, ProvisionState::WaitCallBack);
-                acked.insert(node);
-                // Re-files this node's entry (or fails the next node), so that the next
-                // iteration's sweep meets the next node.
-                let refiled = b.fail_expired(1, Some(&lease_b)).await.unwrap();
-                failed.extend(refiled.into_iter().map(|t| t.node));
-            }
-            Err(StoreError::NotWaiting { state, .. }) => {
-                assert_eq!(state, ProvisionState::DeployFailed);
-                refused.insert(node);
-            }
-            Err(e) => panic!("{node}: {e}"),
-        }
-    }
-    let failed_once: HashSet<Uuid> = failed.iter().copied().collect();
-    assert_eq!(failed_once.len(), failed.len(), "a node was failed twice");
-    assert!(
-        acked.is_disjoint(&failed_once),
-        "a node both acknowledged and failed"
-    );
-    assert_eq!(
-        refused, failed_once,
-        "a touch refused for a node not failed"
-    );
-    // Both outcomes happened: the race was run, not one side every time.
-    assert!(
-        !acked.is_empty() && !refused.is_empty(),
-        "{} acked, {} refused",
-        acked.len(),
-        refused.len()
-    );
-    for &node in &acked {
-        let p = a.node(node).await.unwrap().provision;
-        assert_eq!(p.state, ProvisionState::WaitCallBack, "{node}");
-        assert!(
-            p.indexed.is_some() && p.indexed <= p.deadline,
-            "{node}: {p:?}"
-        );
-    }
 }
 
 #[tokio::test]

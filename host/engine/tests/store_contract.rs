@@ -16,7 +16,7 @@ use deployd_engine::config_drive::ConfigDrive;
 use deployd_engine::node::NewNode;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
 use deployd_engine::store::postgres::SharedStore;
-use deployd_engine::store::{Store, StoreError};
+use deployd_engine::store::{FaultStep, Store, StoreError};
 use uuid::Uuid;
 
 const CALLBACK: Duration = Duration::from_secs(7200);
@@ -25,12 +25,23 @@ const CALLBACK: Duration = Duration::from_secs(7200);
 trait Fixture: Sized {
     async fn open(timeouts: Timeouts) -> Self;
     fn store(&self) -> &Store;
-    /// Makes `nodes` `by` older: their clocks, deadlines and index entries.
+    /// The store, for tasks of its own.
+    fn shared(&self) -> Arc<Store>;
+    /// Makes `nodes` `by` older: their clocks, deadlines and index entries (on sled, every
+    /// node: its clock moves on).
     fn age(&self, nodes: &[Uuid], by: Duration);
+    /// Makes `node` due now: its deadline is the store's now (on sled, the clock moves on
+    /// to it).
+    async fn make_due(&self, node: Uuid);
+    /// Makes the store unable to write: a full disk (sled), a database that refuses this
+    /// engine's connections and drops the ones it has (PostgreSQL).
+    async fn break_writes(&self);
+    /// Lets it write again.
+    async fn heal(&self);
 }
 
 struct Sled {
-    store: Store,
+    store: Arc<Store>,
     clock: Clock,
     _dir: tempfile::TempDir,
 }
@@ -41,7 +52,7 @@ impl Fixture for Sled {
         let clock = Clock::manual(T0);
         let (store, _) = common::store::open(&dir, timeouts, &clock);
         Sled {
-            store,
+            store: Arc::new(store),
             clock,
             _dir: dir,
         }
@@ -49,14 +60,40 @@ impl Fixture for Sled {
     fn store(&self) -> &Store {
         &self.store
     }
+    fn shared(&self) -> Arc<Store> {
+        self.store.clone()
+    }
     fn age(&self, _: &[Uuid], by: Duration) {
         self.clock.advance(by);
+    }
+    async fn make_due(&self, node: Uuid) {
+        let deadline = self.store.node(node).await.unwrap().provision.deadline;
+        self.clock
+            .advance(deadline.unwrap().since(self.clock.now()));
+    }
+    async fn break_writes(&self) {
+        // What the store's own full-disk detection records (the end-to-end tests fill a
+        // real disk).
+        self.store
+            .health()
+            .failed("No space left on device", self.clock.now());
+    }
+    async fn heal(&self) {
+        loop {
+            match self.store.leave_fault().unwrap() {
+                FaultStep::Writable | FaultStep::Healed(_) => return,
+                FaultStep::Reopened => continue,
+                FaultStep::Waiting => panic!("a disk with room waits"),
+            }
+        }
     }
 }
 
 struct Postgres {
-    store: Store,
+    store: Arc<Store>,
     url: String,
+    /// A connection of the test's own, to move rows in time.
+    sql: tokio_postgres::Client,
 }
 
 impl Fixture for Postgres {
@@ -64,12 +101,30 @@ impl Fixture for Postgres {
         let url = CLUSTER.database();
         let shared = SharedStore::connect(&url, timeouts).await.unwrap();
         let store = Store::shared(Arc::new(shared), None, timeouts, Clock::new());
-        Postgres { store, url }
+        let (sql, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        // The test's own moves need not wait for the disk (the store's writes do).
+        sql.batch_execute("SET synchronous_commit = off")
+            .await
+            .unwrap();
+        Postgres {
+            store: Arc::new(store),
+            url,
+            sql,
+        }
     }
     fn store(&self) -> &Store {
         &self.store
     }
+    fn shared(&self) -> Arc<Store> {
+        self.store.clone()
+    }
     fn age(&self, nodes: &[Uuid], by: Duration) {
+        if nodes.is_empty() {
+            return;
+        }
         let list: Vec<String> = nodes.iter().map(|u| format!("'{u}'")).collect();
         let by = format!("interval '{} milliseconds'", by.as_millis());
         CLUSTER.psql(
@@ -81,6 +136,37 @@ impl Fixture for Postgres {
                  WHERE uuid IN ({})",
                 list.join(", ")
             ),
+        );
+    }
+    async fn make_due(&self, node: Uuid) {
+        // Every expression reads the row as it was: each column moves by one amount.
+        self.sql
+            .execute(
+                "UPDATE nodes SET updated_at = updated_at - (deadline - now()),
+                     progress_at = progress_at - (deadline - now()),
+                     due = due - (deadline - now()), deadline = now()
+                 WHERE uuid = $1",
+                &[&node],
+            )
+            .await
+            .unwrap();
+    }
+    async fn break_writes(&self) {
+        let db = database_of(&self.url);
+        CLUSTER.psql(
+            "postgres",
+            &format!(
+                "ALTER DATABASE {db} WITH ALLOW_CONNECTIONS false;
+                 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE datname = '{db}'"
+            ),
+        );
+    }
+    async fn heal(&self) {
+        let db = database_of(&self.url);
+        CLUSTER.psql(
+            "postgres",
+            &format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS true"),
         );
     }
 }
@@ -635,12 +721,12 @@ async fn a_pass_over_the_fleet_reads_every_node_once_in_order<F: Fixture>() {
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn on_sled() {
                 super::$contract::<super::Sled>().await
             }
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn on_postgres() {
                 super::$contract::<super::Postgres>().await
             }
@@ -664,4 +750,5 @@ on_both_backends!(
 );
 
 mod documents;
+mod faults;
 mod sweeps;

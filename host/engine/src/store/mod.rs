@@ -105,9 +105,10 @@ pub enum StoreError {
     },
     #[error("storage error: {0}")]
     Db(::sled::Error),
-    /// The disk refused a write (see [`health`]): a 503, with the cause.
+    /// The store cannot write now: a full disk (see [`health`]), or a shared store that does
+    /// not answer or says it will pass. A 503, with the cause.
     #[error(
-        "the store cannot write ({0}); nothing was changed. The engine goes on serving reads and writes again by itself once the disk has room"
+        "the store cannot write now ({0}); nothing was changed. The engine writes again by itself once it can: once its disk has room, or its database answers again"
     )]
     Unavailable(String),
     #[error(transparent)]

@@ -169,11 +169,22 @@ fn pool(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
         .map_err(|e| StoreError::Shared(e.to_string()))
 }
 
-/// A connection that could not be had is the database's absence: a 503, as a full disk is
-/// for sled.
+/// A connection that could not be had is the database's absence (a 503, as a full disk is
+/// for sled), whatever the server said: it is down, restarting, refusing connections to
+/// this database, or has none left. A wrong password or a database that does not exist is
+/// the configuration's fault, not a passing one.
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    use tokio_postgres::error::SqlState;
     match e {
-        deadpool_postgres::PoolError::Backend(e) => db_error(e),
+        deadpool_postgres::PoolError::Backend(e) => {
+            let code = e.as_db_error().map(|d| d.code().clone());
+            let misconfigured = code
+                .is_some_and(|c| c.code().starts_with("28") || c == SqlState::INVALID_CATALOG_NAME);
+            match misconfigured {
+                true => db_error(e),
+                false => StoreError::Unavailable(format!("the shared store: {}", described(&e))),
+            }
+        }
         e => StoreError::Unavailable(format!("the shared store: {e}")),
     }
 }
@@ -194,20 +205,55 @@ fn violated(e: &tokio_postgres::Error) -> Option<&str> {
     e.as_db_error().and_then(|d| d.constraint())
 }
 
-/// A lost connection is the database's absence (503); an error the database answered, or
-/// a statement this engine could not make, is the store's own fault.
+/// A lost connection, or an error the database says will pass (it is shutting down or
+/// failing over, out of disk, memory or connections, or it gave up a transaction in a
+/// deadlock or a serialization failure), is the database's absence: a 503, and nothing
+/// was changed. Any other error the database answered, or a statement this engine could
+/// not make, is the store's own fault.
 fn db_error(e: tokio_postgres::Error) -> StoreError {
     use std::error::Error;
     if let Some(db) = e.as_db_error() {
-        return StoreError::Shared(db.to_string());
+        return match passing(db.code()) {
+            true => StoreError::Unavailable(format!("the shared store: {db}")),
+            false => StoreError::Shared(db.to_string()),
+        };
     }
     let io = e.source().is_some_and(|s| s.is::<std::io::Error>());
     if e.is_closed() || io {
-        StoreError::Unavailable(format!("the shared store: {e}"))
+        StoreError::Unavailable(format!("the shared store: {}", described(&e)))
     } else {
-        StoreError::Shared(format!(
-            "{e}: {}",
-            e.source().map(|s| s.to_string()).unwrap_or_default()
-        ))
+        StoreError::Shared(described(&e))
+    }
+}
+
+/// Whether an error the database answered says the same call may work later. Class 08 is
+/// the connection's; 53 insufficient resources (a full disk among them); 57P01–57P03 a
+/// server shutting down or not yet up; 25006 a read-only server (a standby, mid-failover);
+/// 40001 and 40P01 a transaction the server rolled back to let another through.
+fn passing(code: &tokio_postgres::error::SqlState) -> bool {
+    use tokio_postgres::error::SqlState;
+    let class = &code.code()[..2];
+    class == "08"
+        || class == "53"
+        || [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+        ]
+        .contains(code)
+}
+
+/// An error with its cause (tokio-postgres keeps the interesting part there).
+fn described(e: &tokio_postgres::Error) -> String {
+    use std::error::Error;
+    match e.as_db_error() {
+        Some(db) => db.to_string(),
+        None => match e.source() {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
     }
 }

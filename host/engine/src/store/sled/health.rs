@@ -93,8 +93,10 @@ impl Health {
     }
 
     /// A write failed with `cause`: the store is degraded from `now` (logged the first
-    /// time only). Returns the refusal the caller answers with.
-    pub(super) fn failed(&self, cause: &str, now: Timestamp) -> super::StoreError {
+    /// time only). Returns the refusal the caller answers with. The store's writers call
+    /// it; the store contract's tests too, to act a full disk on any filesystem (the
+    /// end-to-end tests fill real ones).
+    pub fn failed(&self, cause: &str, now: Timestamp) -> super::StoreError {
         let mut state = lock(&self.state);
         let degraded = state.get_or_insert_with(|| {
             tracing::error!(
