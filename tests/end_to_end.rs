@@ -12,5 +12,6 @@ mod memory_bounds;
 mod real_ipa;
 mod seed_end_to_end;
 mod serve;
+mod shared_store;
 mod storage_faults;
 mod vm;

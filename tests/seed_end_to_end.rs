@@ -83,12 +83,12 @@ pub(crate) fn enroll(
     uuid
 }
 
-fn state(n: &Value) -> &str {
+pub(crate) fn state(n: &Value) -> &str {
     n["provision_state"].as_str().unwrap_or("?")
 }
 
 /// Bytes the agent reported in its last heartbeat.
-fn written(n: &Value) -> u64 {
+pub(crate) fn written(n: &Value) -> u64 {
     n["driver_internal_info"]["agent_status_message"]
         .as_str()
         .and_then(|m| m.parse::<deployd_wire::agent::Progress>().ok())
@@ -395,8 +395,32 @@ fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
     let flags = flags(dir.path(), 20);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let engine = Engine::start_on(port, &data, &flags);
-    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
-    let img = dir.path().join("image.raw");
+    let (lab, mid) = mid_deploy(dir.path(), &engine);
+    engine.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let engine = Engine::start_on(port, &data, &flags);
+    mid.finished(&engine, &lab);
+    let agent_log = std::fs::read_to_string(dir.path().join("lab/machine-000.agent.log")).unwrap();
+    assert!(
+        agent_log.contains("heartbeat failed"),
+        "the agent outlived the engine, retrying its heartbeats: {agent_log}"
+    );
+    let (_, list) = call("GET", &format!("{}/v1/nodes", engine.url), None);
+    assert_eq!(list["nodes"].as_array().unwrap().len(), 3);
+}
+
+/// Two lab machines mid-deploy (one of each family, 6 MiB at 1 MiB/s, each past its first
+/// MiB), and a bystander at rest: what an engine crash is tested against.
+pub(crate) struct MidDeploy {
+    nodes: [String; 2],
+    sha: String,
+    bystander: Value,
+}
+
+/// Starts [`MidDeploy`] on `engine` with a lab of its own in `dir`.
+pub(crate) fn mid_deploy(dir: &Path, engine: &Engine) -> (Lab, MidDeploy) {
+    let lab = Lab::start(&dir.join("lab"), 2, &engine.url, "1M");
+    let img = dir.join("image.raw");
     let sha = image(&img, 6 << 20);
     let nodes = [
         enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha),
@@ -414,32 +438,35 @@ fn an_engine_killed_mid_deploy_restarts_and_the_agents_finish_their_deploys() {
     wait_node(&engine.url, &bystander_uuid, 10, |n| {
         n["driver_internal_info"].get("driver_hash").is_none()
     });
-    let (_, before) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
+    let (_, bystander) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
     for n in &nodes {
         provision(&engine.url, n, "active");
     }
     for n in &nodes {
         wait_node(&engine.url, n, 30, |n| written(n) >= 1 << 20);
     }
-    engine.kill();
-    std::thread::sleep(Duration::from_secs(1));
-    let engine = Engine::start_on(port, &data, &flags);
-    for n in &nodes {
-        wait_active(&engine, n, &[]);
+    let mid = MidDeploy {
+        nodes,
+        sha,
+        bystander,
+    };
+    (lab, mid)
+}
+
+impl MidDeploy {
+    /// Both deploys end active on `engine` with their disks holding the image, and the
+    /// bystander's record is as it was.
+    pub(crate) fn finished(&self, engine: &Engine, lab: &Lab) {
+        for n in &self.nodes {
+            wait_active(engine, n, &[]);
+        }
+        for m in &lab.machines {
+            let disk = Path::new(m["disk"].as_str().unwrap());
+            assert_eq!(sha256_of(disk), self.sha, "{} holds the image", m["name"]);
+        }
+        let (_, after) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
+        assert_eq!(after, self.bystander, "the bystander's record is intact");
     }
-    for m in &lab.machines {
-        let disk = Path::new(m["disk"].as_str().unwrap());
-        assert_eq!(sha256_of(disk), sha, "{} holds the image", m["name"]);
-    }
-    let agent_log = std::fs::read_to_string(dir.path().join("lab/machine-000.agent.log")).unwrap();
-    assert!(
-        agent_log.contains("heartbeat failed"),
-        "the agent outlived the engine, retrying its heartbeats: {agent_log}"
-    );
-    let (_, after) = call("GET", &format!("{}/v1/nodes/bystander", engine.url), None);
-    assert_eq!(after, before, "the bystander's record is intact");
-    let (_, list) = call("GET", &format!("{}/v1/nodes", engine.url), None);
-    assert_eq!(list["nodes"].as_array().unwrap().len(), 3);
 }
 
 #[test]

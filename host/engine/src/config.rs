@@ -27,6 +27,8 @@
 //!                                    # (503) and reads go on; 0: off; at most 1/10 of
 //!                                    # the filesystem; the images directory keeps it too
 //! resume_free_mb = 128               # writes are taken again above this much
+//! url = "postgres://deployd@db/deployd"  # the shared store (PostgreSQL) instead of sled;
+//!                                    # one engine per database for now
 //!
 //! [api]
 //! auth_strategy = "noauth"           # or "http_basic"
@@ -215,6 +217,8 @@ pub struct Store {
     pub min_free_mb: u64,
     /// Free space (MiB) above which writes are taken again.
     pub resume_free_mb: u64,
+    /// The shared store (`postgres://user@host:port/database`) instead of sled.
+    pub url: Option<String>,
 }
 
 impl Default for Config {
@@ -257,6 +261,7 @@ impl Default for Store {
             cache_capacity_mb: 256,
             min_free_mb: 64,
             resume_free_mb: 128,
+            url: None,
         }
     }
 }
@@ -290,6 +295,10 @@ pub struct Overrides {
     /// Directory of the sled store [default: deployd-data].
     #[arg(long, env = "DEPLOYD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The shared store, PostgreSQL (`postgres://user@host:port/database`), instead of
+    /// sled in the data directory (which keeps the drivers and images either way).
+    #[arg(long, env = "DEPLOYD_STORE_URL")]
+    pub store_url: Option<String>,
     /// Seconds a node may wait in "wait call-back" without a heartbeat; 0 disables [default: 1800].
     #[arg(long, env = "DEPLOYD_DEPLOY_CALLBACK_TIMEOUT")]
     pub deploy_callback_timeout: Option<u64>,
@@ -388,6 +397,9 @@ impl Config {
         );
         set(&mut c.automated_clean, o.automated_clean);
         set(&mut config.store.flush_every_ms, o.flush_every_ms);
+        if o.store_url.is_some() {
+            config.store.url = o.store_url.clone();
+        }
         set(&mut config.api.auth_strategy, o.auth_strategy);
         if o.http_basic_auth_user_file.is_some() {
             config.api.http_basic_auth_user_file = o.http_basic_auth_user_file.clone();
@@ -569,6 +581,35 @@ mod tests {
             let config: Config = toml::from_str(&toml).unwrap();
             assert_eq!(config.conductor().lock_wait, Duration::ZERO);
         }
+    }
+
+    /// The store is sled unless a URL names the shared store; a flag (or its environment
+    /// variable) wins over the file's.
+    #[test]
+    fn the_shared_store_is_named_by_url_in_the_file_or_by_flag() {
+        assert_eq!(Config::default().store.url, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deployd.toml");
+        std::fs::write(&path, "[store]\nurl = \"postgres://deployd@db/fleet\"\n").unwrap();
+        let from_file = Overrides {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let config = Config::load(&from_file).unwrap();
+        assert_eq!(
+            config.store.url.as_deref(),
+            Some("postgres://deployd@db/fleet")
+        );
+        let flagged = Overrides {
+            config: Some(path),
+            store_url: Some("postgres://deployd@other/fleet".into()),
+            ..Default::default()
+        };
+        let config = Config::load(&flagged).unwrap();
+        assert_eq!(
+            config.store.url.as_deref(),
+            Some("postgres://deployd@other/fleet")
+        );
     }
 
     #[test]

@@ -86,21 +86,38 @@ fn keeper(store: Arc<Store>) -> JoinHandle<()> {
     })
 }
 
+/// How this engine names itself on the shared store: its host and API port.
+fn engine_name(listen: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", listen.port())
+}
+
 impl Engine {
-    /// Opens the store under `config.data_dir`, loads drivers, and starts serving.
+    /// Opens the store (sled under `config.data_dir`, or the shared store at
+    /// `config.store.url`), loads drivers, and starts serving.
     pub async fn start(config: &Config, clock: Clock) -> anyhow::Result<Engine> {
         for warning in config.timeout_warnings() {
             tracing::warn!("{warning}");
         }
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
-        let (store, recovery) = Store::open(
-            &config.data_dir.join("store"),
-            &config.store(),
-            config.timeouts(),
-            clock,
-        )
-        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        let (store, recovery) = match &config.store.url {
+            None => Store::open(
+                &config.data_dir.join("store"),
+                &config.store(),
+                config.timeouts(),
+                clock,
+            )
+            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+            Some(url) => {
+                let name = engine_name(config.listen);
+                Store::open_shared(url, &name, config.timeouts(), clock)
+                    .await
+                    .with_context(|| format!("opening the shared store as engine {name}"))?
+            }
+        };
         let store = Arc::new(store);
         let store_for_checkpoints = store.clone();
         let agents = Arc::new(AgentSessions::default());
@@ -203,6 +220,9 @@ impl Engine {
         self.stop.send_replace(true);
         let _ = self.server.await;
         self.sweeper.shutdown().await;
+        if let Err(e) = self.store.leave().await {
+            tracing::warn!("could not end this engine's lease on the shared store: {e}");
+        }
         self.keeper.abort();
         let _ = self.keeper.await;
         // A degraded store said why when it failed; what it acknowledged is on disk.

@@ -237,6 +237,10 @@ const STORE_WRITES: &[&str] = &[
     "fail_expired_describing",
     "fail_expired_at",
     "failed",
+    "leave",
+    "open_shared",
+    "wait_alone",
+    "recover",
     "sweep",
     "leave_fault",
     "docs_to_write",
@@ -409,6 +413,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("progressed", &["sled", "postgres"]),
     ("unique_values", &["sled", "postgres"]),
     ("check_document_sizes", &["sled", "postgres"]),
+    ("rederived", &["sled", "postgres"]),
+    ("restarted", &["sled", "postgres"]),
 ];
 
 #[test]

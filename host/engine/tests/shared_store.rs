@@ -35,6 +35,72 @@ async fn walked(store: &SharedStore, events: &[Event]) -> Uuid {
     uuid
 }
 
+/// What `deployd serve --store-url` opens: an engine starting alone on the database
+/// fails the nodes a dead engine left busy, in the words sled's recovery uses, and
+/// re-derives the waiting ones' deadlines for the timeouts configured now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() {
+    let url = CLUSTER.database();
+    let old = engine(&url).await;
+    let busy = walked(&old, &TO_WAIT_CALL_BACK[..5]).await;
+    let waiting = walked(&old, &TO_WAIT_CALL_BACK).await;
+    let idle = walked(&old, &[]).await;
+    assert_eq!(
+        old.node(busy).await.unwrap().state(),
+        ProvisionState::Deploying
+    );
+    let longer = Duration::from_secs(600);
+    let (store, recovery) = Store::open_shared(
+        &url,
+        "restarted:6385",
+        Timeouts::uniform(longer),
+        Clock::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(recovery.nodes, 3);
+    assert_eq!(
+        recovery.failed,
+        [(
+            busy,
+            ProvisionState::Deploying,
+            ProvisionState::DeployFailed
+        )]
+    );
+    assert_eq!((recovery.waiting, recovery.rescheduled), (1, 1));
+    let failed = store.node(busy).await.unwrap();
+    assert_eq!(failed.state(), ProvisionState::DeployFailed);
+    assert_eq!(
+        failed.body.last_error.as_deref(),
+        Some(
+            format!(
+                "deployd restarted while node {busy} was in \"deploying\"; that operation cannot be resumed, so the node was moved to \"deploy failed\""
+            )
+            .as_str()
+        )
+    );
+    let p = store.node(waiting).await.unwrap().provision;
+    assert_eq!(p.state, ProvisionState::WaitCallBack);
+    assert_eq!(p.deadline, Some(p.updated_at.plus(longer)));
+    assert!(p.indexed.is_some() && p.indexed <= p.deadline);
+    assert_eq!(
+        store.node(idle).await.unwrap().state(),
+        ProvisionState::Enroll
+    );
+    // Its lease is the one live engine's, and leaving ends it.
+    let alive: Vec<String> = old
+        .engines()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.alive)
+        .map(|e| e.hostname)
+        .collect();
+    assert_eq!(alive, ["restarted:6385"]);
+    store.leave().await.unwrap();
+    assert!(old.engines().await.unwrap().iter().all(|e| !e.alive));
+}
+
 #[tokio::test]
 async fn the_schema_is_migrated_once_and_a_newer_one_is_refused_with_its_version() {
     let url = CLUSTER.database();

@@ -3,9 +3,12 @@
 //! like every operator route; `deployd store backup` calls it.
 
 use axum::Router;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 
+use super::http::error::ApiError;
 use super::http::streamed;
 use super::{App, State};
 
@@ -17,6 +20,14 @@ pub fn routes() -> Router<std::sync::Arc<App>> {
 /// or the client goes away.
 async fn backup(app: State) -> Response {
     let store = std::sync::Arc::clone(app.conductor.store());
+    // The shared store is the database's to back up: its own tools do it online.
+    if store.path().is_none() {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this engine's store is PostgreSQL: back it up with PostgreSQL's own tools (pg_dump)",
+        )
+        .into_response();
+    }
     streamed::respond("application/x-ndjson", None, move |out| {
         store.backup(out).map(drop)
     })

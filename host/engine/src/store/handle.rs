@@ -116,6 +116,31 @@ impl Store {
         Ok((store, recovery))
     }
 
+    /// Connects to the shared store at `url` (migrating an older schema), joins it as this
+    /// engine (`name`, its lease kept from now on), waits until no other engine serves it
+    /// and recovers the fleet: what `deployd serve --store-url` opens. See
+    /// `postgres::recovery` for why alone.
+    pub async fn open_shared(
+        url: &str,
+        name: &str,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let shared = Arc::new(SharedStore::connect(url, timeouts).await?);
+        let membership = Membership::join(shared.clone(), name, "", &[]).await?;
+        let lease = membership.current().ok_or_else(|| {
+            StoreError::Fenced("this engine's lease lapsed as soon as it joined".into())
+        })?;
+        if let Err(refused) = shared.wait_alone(&lease).await {
+            // Not serving: its lease must not keep the next engine waiting.
+            let _ = membership.leave().await;
+            return Err(refused);
+        }
+        let recovery = shared.recover(&lease).await?;
+        let store = Store::shared(shared, Some(Arc::new(membership)), timeouts, clock);
+        Ok((store, recovery))
+    }
+
     /// A handle on the shared store (PostgreSQL), already connected and migrated; with
     /// `membership`, this engine's lease, which its sweeps need (without one, a sweep is
     /// a single caller's and claims nothing).
@@ -175,6 +200,15 @@ impl Store {
             Backend::Sled(s) => s.checkpoint(),
             // PostgreSQL makes every commit durable itself.
             Backend::Shared(..) => Ok(()),
+        }
+    }
+
+    /// Leaves the shared store as an engine that stops cleanly (its lease ended now, so
+    /// the next engine need not wait for it to lapse); nothing to do on sled.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.leave().await,
+            _ => Ok(()),
         }
     }
 

@@ -17,7 +17,7 @@ use super::nodes::{self, Guard};
 use super::rows::stamp;
 use super::{Lease, SharedStore, db_error};
 use crate::clock::Timestamp;
-use crate::state_machine::{Event, ProvisionState};
+use crate::state_machine::Event;
 use crate::store::StoreError;
 
 /// How long a lease lasts from its last renewal, and how often an engine renews it.
@@ -133,6 +133,22 @@ impl SharedStore {
         Ok(Renewed::Rejoined)
     }
 
+    /// Ends `me`'s lease now, as an engine that stops cleanly does: it is dead at once, so
+    /// a survivor takes over what it holds and an engine starting next need not wait for
+    /// its lease to lapse.
+    pub async fn leave(&self, me: &Lease) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE engines SET lease_until = now(), dead_at = now(), dead_by = id
+                 WHERE id = $1 AND epoch = $2 AND dead_at IS NULL",
+                &[&me.id, &me.epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
     /// Marks every engine whose lease expired dead, if `me`'s own lease lives; returns the
     /// engines this call declared dead (each to exactly one caller).
     pub async fn declare_dead(&self, me: &Lease) -> Result<Vec<DeadEngine>, StoreError> {
@@ -179,7 +195,7 @@ impl SharedStore {
                 continue;
             }
             let state = locked.provision.state;
-            if busy(state) && state.next(Event::Fail).is_ok() {
+            if state.is_busy() && state.next(Event::Fail).is_ok() {
                 let why = format!(
                     "engine {} (id {}) was working on this node in \"{state}\" and stopped: its lease on the shared store expired, and engine {} took its nodes over",
                     dead.hostname, dead.id, me.id
@@ -304,12 +320,6 @@ fn dead_engine(r: &tokio_postgres::Row) -> DeadEngine {
         epoch: r.get(1),
         hostname: r.get(2),
     }
-}
-
-/// A state in which an engine is in the middle of a step (not at rest, not waiting on an
-/// agent, not failed): only such a node is failed when its engine dies.
-fn busy(state: ProvisionState) -> bool {
-    !(state.is_stable() || state.is_failed() || state.accepts_touch())
 }
 
 fn millis(d: Duration) -> f64 {

@@ -54,6 +54,15 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// Stops renewing and ends the lease now (see `SharedStore::leave`).
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        self.task.abort();
+        let lease = self.held.lock().unwrap_or_else(|p| p.into_inner()).lease;
+        self.store.leave(&lease).await
+    }
+}
+
 impl Drop for Membership {
     fn drop(&mut self) {
         self.task.abort();

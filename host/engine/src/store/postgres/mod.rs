@@ -33,6 +33,10 @@
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
+//! - **An engine starts alone** (`recovery`): it waits for a crashed predecessor's lease
+//!   to lapse, refuses to serve beside a live engine, and recovers the fleet by the rule
+//!   of `store::recovery`.
+//!
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.
 
@@ -45,6 +49,7 @@ mod listener;
 mod membership;
 mod nodes;
 mod ports;
+mod recovery;
 mod rows;
 mod schema;
 mod sweep;

@@ -1,11 +1,6 @@
-//! What opening the store does before anyone else may use it (Ironic's `init_host`).
+//! What opening the store does before anyone else may use it: the rule of
+//! `store::recovery` (busy nodes failed, waiting ones re-derived), and sled's own mend:
 //!
-//! - Nodes left in a busy state (deploying, cleaning, deleting, …) were being worked on
-//!   by an engine that is gone; nobody can resume that work, so they are failed with a
-//!   `last_error` saying so.
-//! - Nodes in wait states keep waiting on their persisted clocks: an agent that is still
-//!   alive heartbeats again and the deploy goes on. Their deadlines are re-derived from
-//!   the timeouts configured *now* (a timeout changed to 0 takes them off the index).
 //! - Index entries that match no record (a crash between a touch's writes) are dropped,
 //!   and a wait-state record whose entry is missing gets it back.
 //!
@@ -15,8 +10,8 @@
 use uuid::Uuid;
 
 use super::{SledStore, StoreError, record, uuid_from};
-use crate::node::Provision;
 use crate::state_machine::{Event, ProvisionState};
+use crate::store::recovery::{rederived, restarted};
 
 /// What recovery found and did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -46,23 +41,11 @@ impl SledStore {
                 busy.push((uuid, p.state));
                 continue;
             }
-            let deadline = self
-                .timeouts
-                .deadline(p.state, p.updated_at, p.progress_at)
-                .map(|(d, _)| d);
-            if deadline.is_some() {
+            let fresh = rederived(&self.timeouts, &p);
+            if fresh.deadline.is_some() {
                 report.waiting += 1;
             }
-            // Keep the entry where it is if it is still at or before the deadline.
-            let indexed = match (p.indexed, deadline) {
-                (Some(i), Some(d)) if i <= d => Some(i),
-                (_, d) => d,
-            };
-            let fresh = Provision {
-                deadline,
-                indexed,
-                ..p
-            };
+            let indexed = fresh.indexed;
             if fresh != p {
                 let _owner = self.locks.lock(uuid);
                 self.write_node(uuid, &p, &fresh, json)?;
@@ -85,9 +68,7 @@ impl SledStore {
         }
         for (uuid, state) in busy {
             let failed = state.next(Event::Fail).expect("every busy state can fail");
-            let message = format!(
-                "deployd restarted while node {uuid} was in \"{state}\"; that operation cannot be resumed, so the node was moved to \"{failed}\""
-            );
+            let message = restarted(uuid, state, failed);
             self.transition(uuid, Some(state), Event::Fail, Some(message))?;
             report.failed.push((uuid, state, failed));
         }

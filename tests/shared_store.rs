@@ -1,0 +1,114 @@
+//! `deployd serve --store-url`: the seed contract end to end with the node store on a real
+//! PostgreSQL (the test cluster from Debian's binaries), over real processes on loopback —
+//! a live agent's long write ends active, a killed agent times out, an engine killed mid-
+//! deploy restarts on the same database and its agents finish, and a second engine on a
+//! database another engine serves is refused.
+
+use deployd_test_support::{emulators, postgres::CLUSTER, processes as support};
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::Value;
+use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
+
+use crate::seed_end_to_end::{enroll, flags, mid_deploy, state, wait_active, written};
+
+/// The seed flags with the store on a fresh database of the test cluster.
+fn shared_flags(dir: &Path, timeout: u64, url: &str) -> Vec<String> {
+    let mut flags = flags(dir, timeout);
+    flags.extend(["--store-url".to_owned(), url.to_owned()]);
+    flags
+}
+
+#[test]
+fn on_the_shared_store_a_long_write_ends_active_and_a_killed_agent_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = shared_flags(dir.path(), 2, &CLUSTER.database());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine = Engine::start(&dir.path().join("data"), &flags);
+    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
+    // 8 MiB at 1 MiB/s: four times the 2 s timeout.
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let live = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    let dead = enroll(&engine.url, &lab.machines[1], "agent_redfish", &img, &sha);
+    // A backup of the shared store is PostgreSQL's to take.
+    let (status, refusal) = call("GET", &format!("{}/store/backup", engine.url), None);
+    assert_eq!(status, 501, "{refusal}");
+    assert!(refusal.to_string().contains("pg_dump"), "{refusal}");
+    let started = Instant::now();
+    provision(&engine.url, &live, "active");
+    provision(&engine.url, &dead, "active");
+    wait_node(&engine.url, &dead, 30, |n| written(n) >= 1 << 20);
+    lab.kill_agent("machine-001");
+
+    wait_active(&engine, &live, &[]);
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "the premise: the write outlasted the timeout ({:?})",
+        started.elapsed()
+    );
+    let disk = Path::new(lab.machines[0]["disk"].as_str().unwrap());
+    assert_eq!(
+        sha256_of(disk),
+        sha,
+        "the live agent's disk holds the image"
+    );
+
+    let failed = wait_node(&engine.url, &dead, 30, |n| state(n) != "wait call-back");
+    assert_eq!(state(&failed), "deploy failed", "{failed}");
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("Timeout reached while waiting for callback")
+            && error.contains("deploy_callback_timeout is 2 s"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_engine_on_the_shared_store_killed_mid_deploy_restarts_and_the_agents_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = CLUSTER.database();
+    let port = emulators::free_tcp_port();
+    let data = dir.path().join("data");
+    // The restarted engine first waits for the killed one's lease to lapse (10 s).
+    let flags = shared_flags(dir.path(), 40, &url);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine = Engine::start_on(port, &data, &flags);
+    let (lab, mid) = mid_deploy(dir.path(), &engine);
+    engine.kill();
+    let engine = Engine::start_on(port, &data, &flags);
+    mid.finished(&engine, &lab);
+
+    // A second engine on the same database is refused, naming the one that serves it.
+    let second = Engine::try_start(&dir.path().join("second"), &flags);
+    let refusal = match second {
+        Ok(_) => panic!("a second engine served the database the first serves"),
+        Err(log) => log,
+    };
+    assert!(
+        refusal.contains("another engine serves this shared store")
+            && refusal.contains(&format!(":{port} (id")),
+        "{refusal}"
+    );
+    // Stopped cleanly, an engine ends its lease: the next starts at once.
+    engine.stop();
+    let started = Instant::now();
+    let engine = Engine::start_on(port, &data, &flags);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited {:?} for a lease that was ended",
+        started.elapsed()
+    );
+    let (_, list) = call("GET", &format!("{}/v1/nodes", engine.url), None);
+    let states: Vec<&Value> = list["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["provision_state"])
+        .collect();
+    assert_eq!(states.len(), 3, "{list}");
+}
