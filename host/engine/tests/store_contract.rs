@@ -189,8 +189,10 @@ async fn a_dead_agent_times_out_and_a_live_one_does_not<F: Fixture>() {
     let entered = store.node(live).await.unwrap().provision;
     assert_eq!(entered.deadline, Some(entered.updated_at.plus(CALLBACK)));
     f.age(&[dead, live], CALLBACK + Duration::from_secs(1));
-    let touched = store.touch(live, None).await.unwrap();
+    let touched = store.touch_provisioning(live).await.unwrap();
     assert_eq!(touched.deadline, Some(touched.updated_at.plus(CALLBACK)));
+    let read = store.touched_node(&touched).await.unwrap();
+    assert_eq!((read.uuid(), read.provision), (live, touched.provision));
 
     let failed = store.sweep(100, &|_| None).await.unwrap();
     assert_eq!(failed.len(), 1, "{failed:?}");
@@ -374,6 +376,26 @@ async fn ports_keep_their_macs_and_names_unique<F: Fixture>() {
         .await
         .unwrap();
     assert_eq!(store.port_named("eth0").await.unwrap(), Some(port.uuid));
+    let found = store.port_with_mac("52:54:00:00:00:03").await.unwrap();
+    assert_eq!(found.map(|p| (p.uuid, p.node_uuid)), Some((port.uuid, a)));
+    assert!(
+        store
+            .port_with_mac("52:54:00:00:00:01")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let mut listed: Vec<Uuid> = store
+        .list_ports()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.uuid)
+        .collect();
+    let mut made = vec![port.uuid, other.uuid];
+    listed.sort();
+    made.sort();
+    assert_eq!(listed, made);
     assert_eq!(
         store.node_by_macs(["52:54:00:00:00:01"]).await.unwrap(),
         None
@@ -716,6 +738,7 @@ async fn a_pass_over_the_fleet_reads_every_node_once_in_order<F: Fixture>() {
         rest.push(node.unwrap().uuid());
     }
     assert_eq!(rest, all[150..]);
+    assert!(store.size_on_disk().await.unwrap() > 0);
 }
 
 macro_rules! on_both_backends {

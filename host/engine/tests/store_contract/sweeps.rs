@@ -71,6 +71,33 @@ async fn a_sweep_at_a_chosen_time_fails_what_is_due_by_then<F: Fixture>() {
     );
 }
 
+/// A sweeper asleep until later than a deadline just filed is woken by it (by this
+/// engine's writers on sled, by the transition's `NOTIFY` on PostgreSQL), and is told
+/// when it is due.
+async fn a_sleeping_sweeper_is_woken_by_an_earlier_deadline<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.shared();
+    let mut filed = store.deadlines_filed().await.unwrap();
+    assert_eq!(store.next_due().await.unwrap(), None);
+    filed.sleeping(&store, CALLBACK * 2);
+    let sleeper = tokio::spawn({
+        let store = store.clone();
+        async move { filed.next(&store).await }
+    });
+    let node = walked(&store, &TO_WAIT_CALL_BACK).await;
+    tokio::time::timeout(Duration::from_secs(10), sleeper)
+        .await
+        .expect("the sweeper was woken")
+        .unwrap();
+    let (due, wait) = store.next_due().await.unwrap().unwrap();
+    let p = store.node(node).await.unwrap().provision;
+    assert_eq!(Some(due), p.indexed);
+    assert!(
+        wait <= CALLBACK && wait > CALLBACK - Duration::from_secs(60),
+        "{wait:?}"
+    );
+}
+
 /// Heartbeats and sweeps racing.
 const RACES: usize = 4000;
 
@@ -169,6 +196,7 @@ async fn a_heartbeat_and_two_sweeps_never_both_win<F: Fixture>() {
 }
 
 on_both_backends!(
+    a_sleeping_sweeper_is_woken_by_an_earlier_deadline,
     a_heartbeat_and_two_sweeps_never_both_win,
     progress_seen_by_a_driver_restarts_the_stall_clock_only,
     a_sweep_at_a_chosen_time_fails_what_is_due_by_then,
