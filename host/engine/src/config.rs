@@ -27,8 +27,10 @@
 //!                                    # (503) and reads go on; 0: off; at most 1/10 of
 //!                                    # the filesystem; the images directory keeps it too
 //! resume_free_mb = 128               # writes are taken again above this much
-//! url = "postgres://deployd@db/deployd"  # the shared store (PostgreSQL) instead of sled;
-//!                                    # one engine per database for now
+//! url = "postgres://deployd@db/deployd?sslmode=verify-full&sslrootcert=/etc/deployd/db-ca.pem"
+//!                                    # the shared store (PostgreSQL) instead of sled, TLS
+//!                                    # as libpq's sslmode asks; one engine per database
+//!                                    # for now
 //!
 //! [api]
 //! auth_strategy = "noauth"           # or "http_basic"

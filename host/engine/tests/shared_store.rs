@@ -101,6 +101,99 @@ async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() 
     assert!(old.engines().await.unwrap().iter().all(|e| !e.alive));
 }
 
+/// TLS to the database as the URL asks for it: over TLS, the server's certificate checked
+/// against the CA in `sslrootcert` and its name against the URL's host; another CA, or
+/// another name, is refused, naming the certificate.
+#[tokio::test]
+async fn a_url_that_asks_for_tls_is_served_over_tls_checked_against_its_ca() {
+    let url = CLUSTER.database();
+    let db = database_of(&url).to_owned();
+    let ca = CLUSTER.ca_file().display().to_string();
+    let over_tls = |db: &str| {
+        CLUSTER.psql(
+            "postgres",
+            &format!(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                 WHERE a.datname = '{db}' AND s.ssl"
+            ),
+        )
+    };
+    let plain = engine(&url).await;
+    plain.create_node(fake_node()).await.unwrap();
+    assert_eq!(over_tls(&db).trim(), "0", "a URL without sslmode is plain");
+    drop(plain);
+
+    let verified = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
+    let store = SharedStore::connect(&verified, Timeouts::uniform(CALLBACK))
+        .await
+        .unwrap();
+    let node = store.create_node(fake_node()).await.unwrap().uuid();
+    assert_eq!(store.node(node).await.unwrap().uuid(), node);
+    let mut listener = store.listen_deadlines().await.unwrap();
+    walked(&store, &TO_WAIT_CALL_BACK).await;
+    tokio::time::timeout(Duration::from_secs(10), listener.next())
+        .await
+        .expect("a deadline notified over TLS")
+        .expect("the listener's connection lives");
+    assert_ne!(over_tls(&db).trim(), "0", "the store's connections use TLS");
+
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = common::postgres::another_ca(dir.path());
+    let untrusted = format!("{url}?sslmode=require&sslrootcert={}", wrong.display());
+    let Err(e) = SharedStore::connect(&untrusted, Timeouts::uniform(CALLBACK)).await else {
+        panic!("a server signed by another CA was trusted");
+    };
+    assert!(e.to_string().contains("certificate"), "{e}");
+    let misnamed = verified.replace("127.0.0.1", "localhost");
+    let Err(e) = SharedStore::connect(&misnamed, Timeouts::uniform(CALLBACK)).await else {
+        panic!("a certificate for 127.0.0.1 was taken for localhost");
+    };
+    assert!(e.to_string().contains("certificate"), "{e}");
+}
+
+/// The README's least-privilege role: one that may read and write the tables a migration
+/// made, and change nothing else, serves an engine — enrolment, a deploy's wait, a touch,
+/// a sweep, documents, its lease — and cannot migrate.
+#[tokio::test]
+async fn a_role_that_can_only_read_and_write_the_tables_serves_an_engine() {
+    let url = CLUSTER.database();
+    let db = database_of(&url).to_owned();
+    drop(engine(&url).await);
+    let role = format!("serve_{db}");
+    CLUSTER.psql(
+        &db,
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT CONNECT ON DATABASE {db} TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};"
+        ),
+    );
+    let as_role = url.replacen("://deployd@", &format!("://{role}@"), 1);
+    assert_ne!(as_role, url);
+    let store = SharedStore::connect(&as_role, Timeouts::uniform(CALLBACK))
+        .await
+        .unwrap();
+    let lease = store.register("least", "", &[]).await.unwrap();
+    let node = walked(&store, &TO_WAIT_CALL_BACK).await;
+    store.touch(node, Some(3)).await.unwrap();
+    assert!(
+        store
+            .fail_expired(10, Some(&lease))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let doc = serde_json::from_value(serde_json::json!({"name": "rack"})).unwrap();
+    store
+        .insert_document("Chassis", Uuid::new_v4(), &doc, &["name"])
+        .await
+        .unwrap();
+    store.leave(&lease).await.unwrap();
+    let refused = CLUSTER.psql_as(&db, &role, "CREATE TABLE sneaky (x int)");
+    assert!(refused.contains("permission denied"), "{refused}");
+}
+
 #[tokio::test]
 async fn the_schema_is_migrated_once_and_a_newer_one_is_refused_with_its_version() {
     let url = CLUSTER.database();

@@ -2,6 +2,9 @@
 //! directory, on a free loopback port, with no Unix socket. One cluster per test binary,
 //! started on first use; each test gets a database of its own.
 //!
+//! The server speaks TLS too, with a certificate for 127.0.0.1 signed by a CA made for the
+//! cluster ([`Cluster::ca_file`]); a URL that does not ask for TLS connects in the clear.
+//!
 //! The server refuses to run as root, so under root (CI) it runs as nobody. It is started
 //! by a small shell that holds the server's pid: when the test binary exits, the pipe to
 //! that shell closes and it stops the server (a fast shutdown, by pid) and removes the
@@ -22,6 +25,8 @@ const NOBODY: u32 = 65534;
 
 pub struct Cluster {
     port: u16,
+    /// The CA that signed the server's certificate, PEM.
+    ca: PathBuf,
     bin: PathBuf,
     /// The shell that stops the server when this pipe closes; also used to stop it early.
     keeper: Mutex<Child>,
@@ -54,6 +59,51 @@ fn as_server_user(command: &mut Command) -> &mut Command {
     command
 }
 
+/// A CA of its own in `dir` (`other-ca.pem`), which signed nothing the cluster has: what a
+/// client that trusts the wrong CA holds.
+pub fn another_ca(dir: &Path) -> PathBuf {
+    let key = rcgen::KeyPair::generate().expect("a CA key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&key).expect("a CA certificate");
+    let path = dir.join("other-ca.pem");
+    std::fs::write(&path, ca.pem()).expect("writing a CA");
+    path
+}
+
+/// A CA and the server's certificate for 127.0.0.1 signed by it, in `dir`: `ca.pem`,
+/// `server.crt` and `server.key` (the key the server's own, mode 0600, as it demands).
+/// Returns the CA's path.
+fn certificates(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "deployd test CA");
+    let ca = ca_params
+        .self_signed(&ca_key)
+        .expect("the CA's certificate");
+    let key = rcgen::KeyPair::generate().expect("a server key");
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
+    let cert = params
+        .signed_by(&key, &ca, &ca_key)
+        .expect("the server's certificate");
+    let write = |name: &str, text: String, mode: u32| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("writing a certificate");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+        path
+    };
+    write("server.crt", cert.pem(), 0o644);
+    write("server.key", key.serialize_pem(), 0o600);
+    write("ca.pem", ca.pem(), 0o644)
+}
+
 impl Cluster {
     fn start() -> Cluster {
         let bin = server_bin();
@@ -83,13 +133,15 @@ impl Cluster {
             "initdb failed: {}",
             String::from_utf8_lossy(&init.stderr)
         );
+        let ca = certificates(&dir);
         let port = free_tcp_port();
         let keeper = as_server_user(Command::new("sh").args([
             "-c",
             r#"bin="$1"; data="$2"; port="$3"; dir="$4"
                "$bin/postgres" -D "$data" -p "$port" -c listen_addresses=127.0.0.1 \
                  -c unix_socket_directories= -c max_connections=300 -c fsync=on \
-                 -c synchronous_commit=on >"$dir/server.log" 2>&1 &
+                 -c synchronous_commit=on -c ssl=on -c ssl_cert_file="$dir/server.crt" \
+                 -c ssl_key_file="$dir/server.key" >"$dir/server.log" 2>&1 &
                pid=$!
                read _
                kill -INT "$pid"; wait "$pid"; rm -rf "$dir""#,
@@ -104,6 +156,7 @@ impl Cluster {
         .expect("the server starts");
         let cluster = Cluster {
             port,
+            ca,
             bin,
             keeper: Mutex::new(keeper),
             databases: AtomicU32::new(0),
@@ -140,6 +193,11 @@ impl Cluster {
         self.url(&name)
     }
 
+    /// The PEM file of the CA that signed the server's certificate.
+    pub fn ca_file(&self) -> &Path {
+        &self.ca
+    }
+
     pub fn url(&self, database: &str) -> String {
         format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port)
     }
@@ -151,35 +209,32 @@ impl Cluster {
     /// Runs `sql` in `database` with psql; panics with its words if it fails. Returns what
     /// it printed (unaligned, tuples only).
     pub fn psql(&self, database: &str, sql: &str) -> String {
-        let out = Command::new(self.bin.join("psql"))
-            .args([
-                "-X",
-                "-q",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                "127.0.0.1",
-            ])
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                USER,
-                "-d",
-                database,
-                "-c",
-                sql,
-            ])
-            .output()
-            .expect("psql runs");
+        let out = self.run_psql(database, USER, sql);
         assert!(
             out.status.success(),
             "psql {sql:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Runs `sql` in `database` as `role`; what it printed, or its error's words.
+    pub fn psql_as(&self, database: &str, role: &str, sql: &str) -> String {
+        let out = self.run_psql(database, role, sql);
+        let text = match out.status.success() {
+            true => out.stdout,
+            false => out.stderr,
+        };
+        String::from_utf8_lossy(&text).trim().to_string()
+    }
+
+    fn run_psql(&self, database: &str, role: &str, sql: &str) -> std::process::Output {
+        Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", role, "-d", database, "-c", sql])
+            .output()
+            .expect("psql runs")
     }
 
     /// Stops the server now (a fast shutdown); the cluster cannot be used after.

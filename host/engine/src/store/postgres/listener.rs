@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use super::tls::Tls;
 use super::{SharedStore, db_error};
 use crate::clock::Timestamp;
 use crate::store::StoreError;
@@ -30,19 +31,23 @@ impl DeadlineListener {
 impl SharedStore {
     /// Listens for deadlines filed by every engine's transitions.
     pub async fn listen_deadlines(&self) -> Result<DeadlineListener, StoreError> {
-        let (client, mut connection) = self.config.connect(NoTls).await.map_err(db_error)?;
         let (tx, filed) = mpsc::unbounded_channel();
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = messages.next().await {
-                if let AsyncMessage::Notification(n) = message
-                    && let Ok(micros) = n.payload().parse::<i64>()
-                    && tx.send(Timestamp::from_micros(micros)).is_err()
-                {
-                    return;
-                }
+        let client = match &self.tls {
+            Tls::Plain => {
+                let (client, connection) = self.config.connect(NoTls).await.map_err(db_error)?;
+                tokio::spawn(forward(connection, tx));
+                client
             }
-        });
+            Tls::Verified(connector) => {
+                let (client, connection) = self
+                    .config
+                    .connect(connector.clone())
+                    .await
+                    .map_err(db_error)?;
+                tokio::spawn(forward(connection, tx));
+                client
+            }
+        };
         client
             .batch_execute("LISTEN deployd_deadlines")
             .await
@@ -73,5 +78,24 @@ impl SharedStore {
                 Duration::from_secs_f64(seconds.max(0.0)),
             )
         }))
+    }
+}
+
+/// Passes the deadlines notified on `connection` to the listener until either ends.
+async fn forward<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    tx: mpsc::UnboundedSender<Timestamp>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(Ok(message)) = messages.next().await {
+        if let AsyncMessage::Notification(n) = message
+            && let Ok(micros) = n.payload().parse::<i64>()
+            && tx.send(Timestamp::from_micros(micros)).is_err()
+        {
+            return;
+        }
     }
 }

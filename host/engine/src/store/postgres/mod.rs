@@ -53,6 +53,7 @@ mod recovery;
 mod rows;
 mod schema;
 mod sweep;
+mod tls;
 mod touches;
 
 use std::str::FromStr;
@@ -83,18 +84,20 @@ pub struct SharedStore {
     pool: Pool,
     /// Where to open a connection of its own (the deadline listener's).
     config: tokio_postgres::Config,
+    /// How its connections are made (see `tls`).
+    tls: tls::Tls,
     timeouts: Timeouts,
     lease_times: LeaseTimes,
     touches: touches::Batcher,
 }
 
 impl SharedStore {
-    /// Connects to `url` (`postgres://user:password@host:port/database`), migrates an
-    /// older schema and refuses a newer one. Needs a tokio runtime: the touch batchers run
-    /// on it.
+    /// Connects to `url` (`postgres://user:password@host:port/database`, with TLS as its
+    /// `sslmode` and `sslrootcert` ask: see `tls`), migrates an older schema and refuses a
+    /// newer one. Needs a tokio runtime: the touch batchers run on it.
     pub async fn connect(url: &str, timeouts: Timeouts) -> Result<SharedStore, StoreError> {
-        let config = config(url)?;
-        let pool = pool(config.clone())?;
+        let (config, tls) = config(url)?;
+        let pool = pool(config.clone(), &tls)?;
         let mut client = pool.get().await.map_err(pool_error)?;
         schema::migrate(&mut client).await?;
         drop(client);
@@ -102,6 +105,7 @@ impl SharedStore {
         Ok(SharedStore {
             pool,
             config,
+            tls,
             timeouts,
             lease_times: LeaseTimes::default(),
             touches,
@@ -142,32 +146,37 @@ impl SharedStore {
 /// Applies the schema's pending migrations to the database at `url`; returns the version
 /// it was at and the version it is at now. What `deployd store migrate` runs.
 pub async fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
-    let pool = pool(config(url)?)?;
+    let (config, tls) = config(url)?;
+    let pool = pool(config, &tls)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     schema::migrate(&mut client).await
 }
 
-/// The connection settings in `url`, with synchronous commit on whatever the server's
-/// default: a write is acknowledged only once it is on the primary's disk.
-fn config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Shared(format!("the store URL {url:?}: {e}")))?;
+/// The connection settings in `url` and the TLS it asks for, with synchronous commit on
+/// whatever the server's default: a write is acknowledged only once it is on the primary's
+/// disk. An unreadable URL is refused without being repeated (it may hold a password).
+fn config(url: &str) -> Result<(tokio_postgres::Config, tls::Tls), StoreError> {
+    let (settings, tls) = tls::settings(url)?;
+    let mut config = tokio_postgres::Config::from_str(&settings)
+        .map_err(|e| StoreError::Shared(format!("the store URL: {e}")))?;
     let options = format!(
         "{} -c synchronous_commit=on",
         config.get_options().unwrap_or_default()
     );
     config.options(options.trim_start());
-    Ok(config)
+    Ok((config, tls))
 }
 
-fn pool(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
-    let manager = Manager::from_config(
-        config,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+fn pool(config: tokio_postgres::Config, tls: &tls::Tls) -> Result<Pool, StoreError> {
+    let recycling = || ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match tls {
+        tls::Tls::Plain => Manager::from_config(config, NoTls, recycling()),
+        tls::Tls::Verified(connector) => {
+            Manager::from_config(config, connector.clone(), recycling())
+        }
+    };
     Pool::builder(manager)
         .max_size(POOL_SIZE)
         .build()

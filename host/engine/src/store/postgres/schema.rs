@@ -103,8 +103,24 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 /// An arbitrary key, the same in every engine, for the migration's advisory lock.
 const MIGRATION_LOCK: i64 = 0x0064_6570_6c6f_7964; // "deployd"
 
-/// Brings the schema to [`SCHEMA_VERSION`]; returns the versions before and after.
+/// Brings the schema to [`SCHEMA_VERSION`]; returns the versions before and after. A
+/// schema already current is only read, so an engine may serve as a role that cannot
+/// change it (see the README's least-privilege role).
 pub(super) async fn migrate(client: &mut Object) -> Result<(i32, i32), StoreError> {
+    let current = client
+        .query_opt("SELECT version FROM deployd_schema", &[])
+        .await;
+    match current {
+        Ok(Some(row)) => match row.get::<_, i32>(0) {
+            found if found > SCHEMA_VERSION => return Err(StoreError::Schema { found }),
+            found if found == SCHEMA_VERSION => return Ok((found, found)),
+            _ => {}
+        },
+        // No schema yet (the table is missing): it is made below.
+        Ok(None) => {}
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {}
+        Err(e) => return Err(db_error(e)),
+    }
     let tx = client.transaction().await.map_err(db_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
