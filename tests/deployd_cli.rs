@@ -20,7 +20,7 @@ fn deployd(engine: &Engine, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn ok(engine: &Engine, args: &[&str]) -> String {
+pub(crate) fn ok(engine: &Engine, args: &[&str]) -> String {
     let (success, text) = deployd(engine, args);
     assert!(success, "deployd {args:?} failed: {text}");
     text

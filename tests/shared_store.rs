@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use serde_json::Value;
 use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
 
+use crate::deployd_cli::ok;
 use crate::seed_end_to_end::{enroll, flags, mid_deploy, state, wait_active, written};
 
 /// The seed flags with the store on a fresh database of the test cluster.
@@ -111,4 +112,52 @@ fn an_engine_on_the_shared_store_killed_mid_deploy_restarts_and_the_agents_finis
         .map(|n| &n["provision_state"])
         .collect();
     assert_eq!(states.len(), 3, "{list}");
+}
+
+/// A driver uploaded to an engine on the shared store is the store's: an engine started on
+/// the database with an empty data directory loads it, and an unload is the store's too.
+#[test]
+fn a_driver_uploaded_on_the_shared_store_loads_in_an_engine_with_an_empty_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = CLUSTER.database();
+    let flags = ["--store-url", url.as_str()];
+    let listed = |engine: &Engine| ok(engine, &["driver", "list"]).contains("template");
+    let first = Engine::start(&dir.path().join("first"), &flags);
+    ok(&first, &["driver", "load", deployd_fixtures::TEMPLATE]);
+    assert!(listed(&first));
+    assert!(
+        !dir.path().join("first/plugins/template.wasm").exists(),
+        "kept in the store, not in a directory"
+    );
+    first.stop();
+
+    let second = Engine::start(&dir.path().join("second"), &flags);
+    assert!(listed(&second), "{}", second.log_text());
+    assert!(
+        second
+            .log_text()
+            .contains("loaded driver from the shared store"),
+        "{}",
+        second.log_text()
+    );
+    ok(&second, &["driver", "unload", "template"]);
+    second.stop();
+
+    let third = Engine::start(&dir.path().join("third"), &flags);
+    assert!(!listed(&third), "the unload was kept");
+    // A kept component whose bytes changed in the database is refused by name.
+    ok(&third, &["driver", "load", deployd_fixtures::TEMPLATE]);
+    third.stop();
+    CLUSTER.psql(
+        deployd_test_support::postgres::database_of(&url),
+        "UPDATE driver_components SET body = body || '\\x00'::bytea",
+    );
+    let fourth = Engine::start(&dir.path().join("fourth"), &flags);
+    let log = fourth.log_text();
+    assert!(
+        log.contains("the shared store's copy has sha256") && log.contains("recorded at upload"),
+        "{log}"
+    );
+    assert!(!listed(&fourth));
+    fourth.stop();
 }

@@ -128,6 +128,7 @@ impl Engine {
                 .compiling_with(config.plugins.compiler.clone()),
         );
         load_drivers(config, &registry).await?;
+        load_kept_drivers(&store, &registry).await?;
 
         let auth = match config.api.auth_strategy {
             AuthStrategy::Noauth => Auth::NoAuth,
@@ -231,6 +232,37 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The driver components the shared store keeps (uploads through any engine on it), after
+/// the plugins directory's; one whose bytes no longer match the sha256 recorded at upload
+/// is refused by name, one that does not load is reported and skipped.
+async fn load_kept_drivers(store: &Store, registry: &Registry) -> anyhow::Result<()> {
+    use sha2::Digest;
+    let kept = store
+        .kept_drivers()
+        .await
+        .context("reading the drivers the shared store keeps")?;
+    for driver in kept {
+        let found = hex::encode(sha2::Sha256::digest(&driver.body));
+        if found != driver.sha256 {
+            tracing::error!(
+                name = %driver.name,
+                "skipping a driver: the shared store's copy has sha256 {found}, not the {} recorded at upload; upload it again",
+                driver.sha256
+            );
+            continue;
+        }
+        match registry.load(&driver.body, Limits::default()).await {
+            Ok(d) => {
+                tracing::info!(name = %d.description.name, "loaded driver from the shared store")
+            }
+            Err(e) => {
+                tracing::error!(name = %driver.name, "skipping a kept driver that does not load: {e}")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The bundled drivers, then every `*.wasm` in the plugins directory (which may replace a

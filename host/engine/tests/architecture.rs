@@ -197,6 +197,8 @@ const STORE_READS: &[&str] = &[
     "find_document",
     "documents_after",
     "documents",
+    "keeps_drivers",
+    "kept_drivers",
 ];
 
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
@@ -221,6 +223,8 @@ const STORE_WRITES: &[&str] = &[
     "update",
     "delete",
     "insert_document",
+    "keep_driver",
+    "forget_driver",
     "update_document",
     "delete_document",
     "milestone",

@@ -4,7 +4,8 @@
 //! - `POST /v1/deployd/drivers[?memory_mib=N&deadline_ms=N]` with the component as the
 //!   body: streamed to disk (at most [`MAX_DRIVER`] bytes, else 413), validated, compiled
 //!   (one compile at a time), made the active version of its name → 201 with the driver;
-//!   kept in `plugins_dir` so a restart loads it again. Limits out of range are a 400.
+//!   kept in `plugins_dir` (in the shared store, when the engine runs on one) so a
+//!   restart loads it again. Limits out of range are a 400.
 //!   The same code with other limits is a new version: nodes mid-flow keep the limits
 //!   they started with.
 //! - `DELETE /v1/deployd/drivers/{name}[?force=true]`: refused with 409 while nodes are
@@ -279,11 +280,20 @@ async fn receive_and_load(
     let bytes = unsafe { memmap2::Mmap::map(upload.as_file()) }
         .map_err(|e| server_error(format!("mapping the upload: {e}")))?;
     let loaded = app.conductor.registry().load(&bytes, limits).await;
-    drop(bytes);
     let driver = loaded.map_err(|e| match e {
         LoadError::Io(_) => server_error(e.to_string()),
         e => ApiError::bad_request(e.to_string()),
     })?;
+    // The shared store keeps uploads for every engine on it; else the plugins directory.
+    if app.conductor.store().keeps_drivers() {
+        let name = &driver.description.name;
+        app.conductor
+            .keep_driver(name, &driver.hash, &bytes)
+            .await
+            .map_err(|e| server_error(format!("driver loaded but not kept: {e}")))?;
+        return Ok((StatusCode::CREATED, Json(doc(&app.base(), &driver))));
+    }
+    drop(bytes);
     if app.plugins_dir.is_some() {
         let kept = dir.join(format!("{}.wasm", driver.description.name));
         crate::driver_host::component_file::save(upload, &kept, &driver.hash)
@@ -375,5 +385,9 @@ async fn unload(
     if let Some(dir) = &app.plugins_dir {
         let _ = std::fs::remove_file(dir.join(format!("{name}.wasm")));
     }
+    app.conductor
+        .forget_driver(&name)
+        .await
+        .map_err(|e| server_error(format!("driver unloaded, but still kept: {e}")))?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -142,6 +142,22 @@ impl Conductor {
         self.store.delete_port(uuid).await
     }
 
+    /// Keeps an uploaded driver component in the store, where every engine on it finds it
+    /// (the shared store: see [`Store::keeps_drivers`](crate::store::Store::keeps_drivers)).
+    pub async fn keep_driver(
+        &self,
+        name: &str,
+        sha256: &str,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        self.store.keep_driver(name, sha256, body).await
+    }
+
+    /// Forgets an uploaded driver component the store keeps.
+    pub async fn forget_driver(&self, name: &str) -> Result<(), StoreError> {
+        self.store.forget_driver(name).await
+    }
+
     /// Adds a stored-only document (chassis, port group, allocation, …).
     pub async fn create_document(
         &self,

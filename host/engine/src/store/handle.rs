@@ -15,7 +15,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::documents::Doc;
-use super::postgres::{DeadlineListener, Membership, SharedStore};
+use super::postgres::{DeadlineListener, KeptDriver, Membership, SharedStore};
 use super::sled;
 use super::sled::SledStore;
 use super::{
@@ -323,6 +323,44 @@ impl Store {
         match &self.backend {
             Backend::Sled(s) => s.docs_to_write()?.delete(kind, uuid, unique),
             Backend::Shared(s, _) => s.delete_document(kind, uuid).await,
+        }
+    }
+
+    /// Whether the store keeps uploaded driver components itself (the shared store does;
+    /// sled's engine keeps them in its plugins directory).
+    pub fn keeps_drivers(&self) -> bool {
+        matches!(self.backend, Backend::Shared(..))
+    }
+
+    /// Keeps `body`, sha256 `sha256`, as driver `name`'s uploaded component.
+    pub async fn keep_driver(
+        &self,
+        name: &str,
+        sha256: &str,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Err(StoreError::Unsupported {
+                backend: "sled",
+                operation: "keep a driver (its engine keeps them in the plugins directory)",
+            }),
+            Backend::Shared(s, _) => s.keep_driver(name, sha256, body).await,
+        }
+    }
+
+    /// Forgets driver `name`'s uploaded component (nothing where none is kept).
+    pub async fn forget_driver(&self, name: &str) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(()),
+            Backend::Shared(s, _) => s.forget_driver(name).await,
+        }
+    }
+
+    /// The uploaded driver components the store keeps (none on sled).
+    pub async fn kept_drivers(&self) -> Result<Vec<KeptDriver>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Vec::new()),
+            Backend::Shared(s, _) => s.kept_drivers().await,
         }
     }
 

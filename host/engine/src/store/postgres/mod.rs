@@ -30,6 +30,8 @@
 //!   milestone, shown in the words of `store::history` (`history`).
 //! - **Documents** (chassis, port groups, allocations, …) are rows by kind and uuid, each
 //!   unique value a row of its own, taken by its insert (`documents`).
+//! - **Uploaded drivers** are rows by name with their sha256, loaded by every engine
+//!   that starts on the database (`drivers`).
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
@@ -42,6 +44,7 @@
 
 mod config_drives;
 mod documents;
+mod drivers;
 mod edits;
 mod history;
 mod leases;
@@ -64,6 +67,7 @@ use tokio_postgres::NoTls;
 use super::StoreError;
 use crate::state_machine::Timeouts;
 
+pub use drivers::KeptDriver;
 pub use leases::{DeadEngine, EngineInfo, LeaseTimes, Renewed, TakenOver};
 pub use listener::DeadlineListener;
 pub use membership::Membership;

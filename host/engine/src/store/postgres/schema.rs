@@ -95,6 +95,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX document_names_of ON document_names (kind, uuid);
     "#,
+    // 5: uploaded driver components by name, each with its sha256: what every engine loads.
+    r#"
+    CREATE TABLE driver_components (
+        name text PRIMARY KEY,
+        sha256 text NOT NULL,
+        body bytea NOT NULL,
+        uploaded_at timestamptz NOT NULL DEFAULT now()
+    );
+    "#,
 ];
 
 /// The version this deployd writes.
