@@ -113,7 +113,7 @@ impl Engine {
             .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
             Some(url) => {
                 let name = engine_name(config.listen);
-                Store::open_shared(url, &name, config.timeouts(), clock)
+                Store::open_shared(url, &name, &config.store(), config.timeouts(), clock)
                     .await
                     .with_context(|| format!("opening the shared store as engine {name}"))?
             }

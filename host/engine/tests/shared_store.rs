@@ -12,7 +12,7 @@ use common::store::{TO_WAIT_CALL_BACK, fake_node};
 use deployd_engine::clock::Clock;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
 use deployd_engine::store::postgres::{Renewed, SCHEMA_VERSION, SharedStore};
-use deployd_engine::store::{Store, StoreError};
+use deployd_engine::store::{Store, StoreConfig, StoreError};
 use uuid::Uuid;
 
 const CALLBACK: Duration = Duration::from_secs(60);
@@ -49,10 +49,17 @@ async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() 
         old.node(busy).await.unwrap().state(),
         ProvisionState::Deploying
     );
+    let recorded = old.history_of(busy).await.unwrap().len();
     let longer = Duration::from_secs(600);
+    // With `node_history` off, as configured here, the failure is not recorded.
+    let quiet = StoreConfig {
+        node_history: false,
+        ..StoreConfig::default()
+    };
     let (store, recovery) = Store::open_shared(
         &url,
         "restarted:6385",
+        &quiet,
         Timeouts::uniform(longer),
         Clock::new(),
     )
@@ -79,6 +86,10 @@ async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() 
             .as_str()
         )
     );
+    assert_eq!(store.history_of(busy).await.unwrap().len(), recorded);
+    assert!(recorded > 0, "the first engine recorded the walk");
+    store.milestone(busy, "not recorded".into()).await.unwrap();
+    assert_eq!(store.history_of(busy).await.unwrap().len(), recorded);
     let p = store.node(waiting).await.unwrap().provision;
     assert_eq!(p.state, ProvisionState::WaitCallBack);
     assert_eq!(p.deadline, Some(p.updated_at.plus(longer)));

@@ -123,10 +123,15 @@ impl Store {
     pub async fn open_shared(
         url: &str,
         name: &str,
+        config: &StoreConfig,
         timeouts: Timeouts,
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
-        let shared = Arc::new(SharedStore::connect(url, timeouts).await?);
+        let shared = SharedStore::connect(url, timeouts).await?;
+        let shared = Arc::new(match config.node_history {
+            true => shared,
+            false => shared.without_history(),
+        });
         let membership = Membership::join(shared.clone(), name, "", &[]).await?;
         let lease = membership.current().ok_or_else(|| {
             StoreError::Fenced("this engine's lease lapsed as soon as it joined".into())

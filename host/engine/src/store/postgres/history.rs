@@ -29,6 +29,17 @@ impl SharedStore {
         note: Option<&str>,
     ) -> Result<(), StoreError> {
         let client = self.client().await?;
+        if !self.history {
+            // Nothing is recorded; an unknown node is still refused.
+            return match client
+                .query_opt("SELECT 1 FROM nodes WHERE uuid = $1", &[&uuid])
+                .await
+                .map_err(db_error)?
+            {
+                Some(_) => Ok(()),
+                None => Err(StoreError::NodeNotFound(uuid.to_string())),
+            };
+        }
         let row = client
             .query_opt(
                 "INSERT INTO history (node, at, from_state, to_state, event, target, error, seconds, note)

@@ -92,6 +92,9 @@ pub struct SharedStore {
     tls: tls::Tls,
     timeouts: Timeouts,
     lease_times: LeaseTimes,
+    /// Whether transitions and milestones are recorded in the nodes' history
+    /// (`[conductor] node_history`); what was recorded before is shown either way.
+    history: bool,
     touches: touches::Batcher,
 }
 
@@ -112,6 +115,7 @@ impl SharedStore {
             tls,
             timeouts,
             lease_times: LeaseTimes::default(),
+            history: true,
             touches,
         })
     }
@@ -120,6 +124,14 @@ impl SharedStore {
     pub fn with_lease_times(self, lease_times: LeaseTimes) -> SharedStore {
         SharedStore {
             lease_times,
+            ..self
+        }
+    }
+
+    /// The same store recording no history (`[conductor] node_history = false`).
+    pub fn without_history(self) -> SharedStore {
+        SharedStore {
+            history: false,
             ..self
         }
     }

@@ -149,7 +149,8 @@ impl SharedStore {
         }
         write(tx, uuid, &new, &body, &self.timeouts, guard).await?;
         let error = body.last_error.as_deref().filter(|_| new.state.is_failed());
-        let recorded = tx.query_one(
+        if self.history {
+            let recorded = tx.query_one(
             "INSERT INTO history (node, at, from_state, to_state, event, target, error, seconds, engine)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq",
             &[
@@ -164,9 +165,10 @@ impl SharedStore {
                 &by.map(|l| l.id),
             ],
         )
-        .await
-        .map_err(db_error)?;
-        super::history::pruned(tx, uuid, recorded.get(0)).await?;
+            .await
+            .map_err(db_error)?;
+            super::history::pruned(tx, uuid, recorded.get(0)).await?;
+        }
         if let Some(due) = new.indexed {
             // Delivered at commit: a sweeper asleep past this deadline wakes for it.
             tx.execute(

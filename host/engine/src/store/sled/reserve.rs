@@ -62,7 +62,7 @@ pub fn release(store: &Path) -> bool {
 /// Whether the filesystem holding the store at `store` has `bytes` free.
 pub fn has_room(store: &Path, bytes: u64) -> bool {
     let dir = store.parent().unwrap_or(store);
-    rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) >= bytes)
+    crate::disk_space::free(dir).is_some_and(|free| free >= bytes)
 }
 
 #[cfg(test)]
