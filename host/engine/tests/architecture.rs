@@ -396,7 +396,7 @@ fn no_module_outside_the_store_names_a_backend() {
         "backends named outside store/: {named:#?}"
     );
     // The check sees a backend where one is named.
-    assert!(code(&store.join("handle.rs")).contains("SledStore"));
+    assert!(code(&store.join("handle/mod.rs")).contains("SledStore"));
 }
 
 /// The rules both backends apply, each defined once above them (`store/`), and the

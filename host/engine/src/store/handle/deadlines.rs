@@ -1,0 +1,121 @@
+//! The handle's touches, deadlines and sweeps: the heartbeat-vs-timeout core.
+
+use super::*;
+
+impl Store {
+    /// A live agent's heartbeat: moves a waiting node's clock and deadline to now (or,
+    /// while the store cannot write, remembers it: see [`Touched::recorded`]).
+    pub async fn touch_provisioning(&self, uuid: Uuid) -> Result<Touched, StoreError> {
+        self.touch(uuid, None).await
+    }
+
+    /// A touch that also reports the agent's progress (see
+    /// [`super::progress_fingerprint`]).
+    pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+        let (provision, recorded, read) = match &self.backend {
+            Backend::Sled(s) => {
+                let touched = s.touch(uuid, progress)?;
+                (touched.provision, touched.recorded, Some(touched))
+            }
+            Backend::Shared(s, _) => (s.touch(uuid, progress).await?, true, None),
+        };
+        Ok(Touched {
+            provision,
+            recorded,
+            uuid,
+            read,
+        })
+    }
+
+    /// The node just touched, with its new record: on sled parsed from the bytes the
+    /// touch read (a second read of a page just written cost more than the touch and the
+    /// driver call together under a storm of heartbeats, as `bench api` measured); else
+    /// read again.
+    pub async fn touched_node(&self, touched: &Touched) -> Result<Node, StoreError> {
+        match &touched.read {
+            Some(read) => read.node(),
+            None => self.node(touched.uuid).await,
+        }
+    }
+
+    /// Records progress seen elsewhere than in a heartbeat; returns whether it was progress.
+    pub async fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.report_progress(uuid, progress),
+            Backend::Shared(s, _) => s.report_progress(uuid, progress).await,
+        }
+    }
+
+    /// The earliest deadline in the index (possibly stale; the sweep step checks).
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.next_deadline(),
+            Backend::Shared(s, _) => s.next_deadline().await,
+        }
+    }
+
+    /// The earliest deadline in the index (possibly stale), and how long until it on the
+    /// store's own clock (zero if it is due now); `None` when no node waits with one.
+    pub async fn next_due(&self) -> Result<Option<(Timestamp, std::time::Duration)>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => Ok(s.next_deadline()?.map(|d| (d, d.since(self.clock.now())))),
+            Backend::Shared(s, _) => s.next_due().await,
+        }
+    }
+
+    /// What tells a sleeping sweeper that a deadline was filed: this engine's writers on
+    /// sled; every engine's transitions, by a notification, on the shared store.
+    pub async fn deadlines_filed(&self) -> Result<Filed, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Filed::Here),
+            Backend::Shared(s, _) => Ok(Filed::Notified(s.listen_deadlines().await?)),
+        }
+    }
+
+    /// Every entry of the deadline index, in deadline order (diagnostics and tests).
+    pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.deadline_index(),
+            Backend::Shared(s, _) => s.deadline_index().await,
+        }
+    }
+
+    /// The sweeper's step: fails up to `limit` waiting nodes whose deadline has passed on
+    /// the store's own clock (the engine's for sled, the database's for the shared
+    /// store), with what each node's agent last reported of its progress (`describe`)
+    /// quoted in a stall's `last_error`; returns them.
+    pub async fn sweep(
+        &self,
+        limit: usize,
+        describe: &(dyn Fn(Uuid) -> Option<String> + Sync),
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.fail_expired_describing(self.clock.now(), limit, describe),
+            Backend::Shared(s, membership) => {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                match membership.as_deref().map(Membership::current) {
+                    None => s.fail_expired(limit, None).await,
+                    Some(Some(lease)) => s.fail_expired(limit, Some(&lease)).await,
+                    Some(None) => Err(StoreError::Fenced(
+                        "this engine is not sure of its lease, so it sweeps nothing".into(),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Fails up to `limit` nodes whose deadline is at or before `now`; returns them.
+    pub async fn fail_expired(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<TimedOut>, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.fail_expired(now, limit),
+            Backend::Shared(s, _) => {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                s.fail_expired_at(Some(now), limit, None).await
+            }
+        }
+    }
+}

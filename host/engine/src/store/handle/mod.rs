@@ -1,0 +1,330 @@
+//! [`Store`]: the one handle the engine holds on its nodes, whichever backend keeps them.
+//!
+//! Every operation the engine performs is a method here, named for the provisioning domain,
+//! and each answers the same on every backend: [`nodes`] (enrolment, reads, edits,
+//! deletion, transitions, history), [`deadlines`] (touches, the deadline index, sweeps),
+//! [`ports`] (and config drives), [`documents`] (and uploaded drivers). Where a backend
+//! does not do an operation (a backup of the shared store, which is PostgreSQL's to take),
+//! it answers [`StoreError::Unsupported`].
+//!
+//! What is not storage is not reached through a backend: the engine's clock, its counters
+//! and the store's health are the handle's own, shared with the backend it opened.
+
+mod deadlines;
+mod documents;
+mod nodes;
+mod ports;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::documents::Doc;
+use super::postgres::{DeadlineListener, KeptDriver, Membership, SharedStore};
+use super::sled;
+use super::sled::SledStore;
+use super::{
+    Cascade, DocumentPages, FaultStep, NodePages, Recovery, StoreConfig, StoreError, SweeperWaker,
+    TimedOut, backup, health, history,
+};
+use crate::clock::{Clock, Timestamp};
+use crate::config_drive::ConfigDrive;
+use crate::metrics::Metrics;
+use crate::node::{self, NewNode, Node, NodeBody, Port, Provision};
+use crate::state_machine::{Event, ProvisionState, Timeouts};
+
+/// The node store the engine holds. Cheap to share behind an `Arc`; every method is safe to
+/// call from many threads at once.
+pub struct Store {
+    backend: Backend,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    health: Arc<health::Health>,
+    waker: Arc<SweeperWaker>,
+    timeouts: Timeouts,
+}
+
+/// Where the nodes are. One per engine, so the sled arm's size costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    /// The embedded default: sled, one engine.
+    Sled(SledStore),
+    /// PostgreSQL, shared by several engines; with this engine's membership (its lease)
+    /// once it joined.
+    Shared(Arc<SharedStore>, Option<Arc<Membership>>),
+}
+
+/// Runs `$on_sled` with the sled store bound to `$s`; on a backend that cannot do
+/// `$operation` yet, answers [`StoreError::Unsupported`] (converted into the caller's error).
+macro_rules! on_sled {
+    ($self:ident, $operation:literal, |$s:ident| $on_sled:expr) => {
+        match &$self.backend {
+            Backend::Sled($s) => $on_sled,
+            Backend::Shared(..) => Err(StoreError::Unsupported {
+                backend: "shared",
+                operation: $operation,
+            }
+            .into()),
+        }
+    };
+}
+
+impl Store {
+    /// Opens (or creates) the sled store in `path` and recovers it: nodes left in busy
+    /// states are failed, deadlines are re-derived for the timeouts now configured.
+    pub fn open(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        match Store::open_sled(path, config, timeouts, clock.clone()) {
+            // A disk that filled while the engine was stopped: the reserve is there for
+            // this (see `sled::reserve`). The store goes without one until a start or a
+            // storage fault finds room to make it again.
+            Err(StoreError::Unavailable(cause)) if sled::reserve::release(path) => {
+                tracing::warn!(
+                    "the store could not be opened on its full disk ({cause}): its space reserve was released to open it"
+                );
+                Store::open_sled(path, config, timeouts, clock)
+            }
+            opened => opened,
+        }
+    }
+
+    fn open_sled(
+        path: &Path,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let metrics = Arc::<Metrics>::default();
+        let health = Arc::<health::Health>::default();
+        let waker = Arc::<SweeperWaker>::default();
+        let (sled, recovery) = SledStore::open(
+            path,
+            config,
+            timeouts,
+            clock.clone(),
+            metrics.clone(),
+            health.clone(),
+            waker.clone(),
+        )?;
+        let store = Store {
+            backend: Backend::Sled(sled),
+            clock,
+            metrics,
+            health,
+            waker,
+            timeouts,
+        };
+        Ok((store, recovery))
+    }
+
+    /// Connects to the shared store at `url` (migrating an older schema), joins it as this
+    /// engine (`name`, its lease kept from now on), waits until no other engine serves it
+    /// and recovers the fleet: what `deployd serve --store-url` opens. See
+    /// `postgres::recovery` for why alone.
+    pub async fn open_shared(
+        url: &str,
+        name: &str,
+        config: &StoreConfig,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Result<(Store, Recovery), StoreError> {
+        let shared = SharedStore::connect(url, timeouts).await?;
+        let shared = Arc::new(match config.node_history {
+            true => shared,
+            false => shared.without_history(),
+        });
+        let membership = Membership::join(shared.clone(), name, "", &[]).await?;
+        let lease = membership.current().ok_or_else(|| {
+            StoreError::Fenced("this engine's lease lapsed as soon as it joined".into())
+        })?;
+        if let Err(refused) = shared.wait_alone(&lease).await {
+            // Not serving: its lease must not keep the next engine waiting.
+            let _ = membership.leave().await;
+            return Err(refused);
+        }
+        let recovery = shared.recover(&lease).await?;
+        let store = Store::shared(shared, Some(Arc::new(membership)), timeouts, clock);
+        Ok((store, recovery))
+    }
+
+    /// A handle on the shared store (PostgreSQL), already connected and migrated; with
+    /// `membership`, this engine's lease, which its sweeps need (without one, a sweep is
+    /// a single caller's and claims nothing).
+    pub fn shared(
+        shared: Arc<SharedStore>,
+        membership: Option<Arc<Membership>>,
+        timeouts: Timeouts,
+        clock: Clock,
+    ) -> Store {
+        Store {
+            backend: Backend::Shared(shared, membership),
+            clock,
+            metrics: Arc::default(),
+            health: Arc::default(),
+            waker: Arc::default(),
+            timeouts,
+        }
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// This engine's counters (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether the store can write (see [`health`]).
+    pub fn health(&self) -> &health::Health {
+        &self.health
+    }
+
+    /// The timeouts the store files deadlines with.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Wakes the sweeper when a deadline earlier than the one it sleeps towards is filed.
+    pub(crate) fn waker(&self) -> &SweeperWaker {
+        &self.waker
+    }
+
+    /// Where the store is on disk (none for the shared store).
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sled(s) => Some(s.path()),
+            Backend::Shared(..) => None,
+        }
+    }
+
+    /// Marks everything written so far as what the store must hold from now on (see
+    /// [`super::manifest`]): the engine calls it every few seconds and at shutdown.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.checkpoint(),
+            // PostgreSQL makes every commit durable itself.
+            Backend::Shared(..) => Ok(()),
+        }
+    }
+
+    /// Leaves the shared store as an engine that stops cleanly (its lease ended now, so
+    /// the next engine need not wait for it to lapse); nothing to do on sled.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.leave().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// One step out of a storage fault (see [`health`]). The shared store has none to
+    /// leave: a lost connection fails the calls made meanwhile, and the next call opens a
+    /// new one.
+    pub fn leave_fault(&self) -> Result<FaultStep, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.leave_fault(),
+            Backend::Shared(..) => Ok(FaultStep::Writable),
+        }
+    }
+
+    /// Flushes everything written so far to disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.flush(),
+            Backend::Shared(..) => Ok(()),
+        }
+    }
+
+    /// Bytes the store uses on disk (the database's, on the shared store).
+    pub async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.size_on_disk(),
+            Backend::Shared(s, _) => s.size_on_disk().await,
+        }
+    }
+
+    /// Writes a backup of everything the store holds to `out`.
+    pub fn backup(&self, out: impl std::io::Write) -> Result<backup::BackupSummary, StoreError> {
+        on_sled!(self, "write a backup", |s| s.backup(out))
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// The sled store behind the handle, for the sled store's own tests.
+    pub(crate) fn sled(&self) -> &SledStore {
+        match &self.backend {
+            Backend::Sled(s) => s,
+            Backend::Shared(..) => panic!("not a sled store"),
+        }
+    }
+}
+
+/// A node just touched: its new provision record (and, on sled, its body as the touch read
+/// it; see [`Store::touched_node`]).
+pub struct Touched {
+    pub provision: Provision,
+    /// False for a touch the store could not write and remembers until it can (a full
+    /// disk on sled): the heartbeat is acknowledged, and nothing else of it is acted on.
+    pub recorded: bool,
+    uuid: Uuid,
+    read: Option<sled::Touched>,
+}
+
+/// A touch is read mostly for its new record.
+impl std::ops::Deref for Touched {
+    type Target = Provision;
+    fn deref(&self) -> &Provision {
+        &self.provision
+    }
+}
+
+impl std::fmt::Debug for Touched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Touched").field(&self.provision).finish()
+    }
+}
+
+/// How a sweeper hears of deadlines filed while it sleeps (see [`Store::deadlines_filed`]).
+pub enum Filed {
+    /// Writers of this engine compare their deadline with the one the sweeper published
+    /// ([`SweeperWaker`]): it publishes, then reads the index again.
+    Here,
+    /// Every engine's transitions notify the listener at their commit.
+    Notified(DeadlineListener),
+}
+
+impl Filed {
+    /// Says the sweeper will sleep `for_at_most` from now.
+    pub fn sleeping(&self, store: &Store, for_at_most: std::time::Duration) {
+        if let Filed::Here = self {
+            store
+                .waker()
+                .sleep_until(store.clock().now().plus(for_at_most));
+        }
+    }
+
+    /// Waits for a deadline filed since [`Filed::sleeping`]. A listener whose connection
+    /// ended listens again (after a pause when it cannot yet).
+    pub async fn next(&mut self, store: &Store) {
+        match self {
+            Filed::Here => store.waker().woken().await,
+            Filed::Notified(listener) => {
+                if listener.next().await.is_some() {
+                    return;
+                }
+                tracing::warn!("the sweeper's deadline listener closed; listening again");
+                match store.deadlines_filed().await {
+                    Ok(again) => *self = again,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        }
+    }
+}
