@@ -11,7 +11,8 @@
 //! Before measuring, every node gets one heartbeat (the driver's first one records its
 //! step, a durable write; later ones, as mid-deploy, only read). Afterwards it counts
 //! nodes that left `wait call-back` (false timeouts: must be 0).
-//! It reads the test driver from the build tree, so run it from a source checkout.
+//! It reads the test driver from the build tree, so run it from a source checkout. With
+//! `--store-url` the engine runs on that shared store (an empty database) instead of sled.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -36,6 +37,9 @@ pub struct ApiBench {
     pub seconds: u64,
     #[arg(long, default_value_t = 64)]
     pub connections: u32,
+    /// Run the engine on this shared store (an empty PostgreSQL database) instead of sled.
+    #[arg(long, env = "DEPLOYD_STORE_URL")]
+    pub store_url: Option<String>,
 }
 
 pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
@@ -48,6 +52,7 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
         ..Config::default()
     };
     config.conductor.check_provision_state_interval = 1;
+    config.store.url = args.store_url.clone();
     std::fs::create_dir_all(config.plugins_dir())?;
     std::fs::copy(
         deployd_fixtures::TEST_DRIVER,
