@@ -229,6 +229,37 @@ pub enum InvalidField {
         field: String,
         size: usize,
     },
+    #[error(
+        "{0} holds the NUL character (\\u0000) in a string or a key, which deployd does not keep: PostgreSQL's text cannot hold it, and a record is the same in every store"
+    )]
+    Nul(String),
+}
+
+/// Refuses `record` (named `what`) if a string or key in it holds the NUL character,
+/// unless `old` held one too (a record stored before this check can still be changed).
+/// `encoded` is its JSON: only where that holds `\u0000` is the record looked into.
+pub fn check_no_nul<T: serde::Serialize>(
+    what: &str,
+    record: &T,
+    encoded: &[u8],
+    old: Option<&T>,
+) -> Result<(), InvalidField> {
+    fn holds(value: &Value) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().any(holds),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds(v)),
+            _ => false,
+        }
+    }
+    let nul = |r: &T| serde_json::to_value(r).is_ok_and(|v| holds(&v));
+    if !encoded.windows(6).any(|w| w == b"\\u0000") || !nul(record) {
+        return Ok(());
+    }
+    match old {
+        Some(old) if nul(old) => Ok(()),
+        _ => Err(InvalidField::Nul(what.to_owned())),
+    }
 }
 
 /// The most bytes (as JSON) that one of a node's operator-given maps may hold. Every list

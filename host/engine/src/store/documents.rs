@@ -42,15 +42,17 @@ pub struct Cascade {
 /// list reads whole documents, and 150 chassis with a 900 KiB `extra` each took a list to
 /// 1.47 GB. `encoded` is the document's size: under the limit nothing is measured. A field
 /// unchanged from `old` is not checked, so a document stored before the limit can still
-/// be changed elsewhere or deleted.
+/// be changed elsewhere or deleted. A string or key holding the NUL character is refused
+/// (see [`crate::node::check_no_nul`]).
 pub(super) fn check_document_sizes(
     kind: &'static str,
     doc: &Doc,
-    encoded: usize,
+    encoded: &[u8],
     old: Option<&Doc>,
 ) -> Result<(), StoreError> {
     use crate::node::{InvalidField, MAX_FIELD_BYTES};
-    if encoded <= MAX_FIELD_BYTES {
+    crate::node::check_no_nul(&format!("the {kind}"), doc, encoded, old)?;
+    if encoded.len() <= MAX_FIELD_BYTES {
         return Ok(());
     }
     for (field, value) in doc {

@@ -29,6 +29,7 @@ pub(crate) fn edited<E: From<StoreError>>(
     body.updated_at = Some(now);
     let json = serde_json::to_vec(&body).expect("a node body serialises");
     node::check_sizes(&body, json.len(), Some(old)).map_err(StoreError::from)?;
+    node::check_no_nul("the node", &body, &json, Some(old)).map_err(StoreError::from)?;
     Ok((body, json))
 }
 

@@ -270,6 +270,7 @@ pub(crate) fn enrolled(new: NewNode, now: Timestamp) -> Result<(Node, Vec<u8>), 
     };
     let json = serde_json::to_vec(&body).expect("a node body serialises");
     node::check_sizes(&body, json.len(), None)?;
+    node::check_no_nul("the node", &body, &json, None)?;
     Ok((Node { body, provision }, json))
 }
 

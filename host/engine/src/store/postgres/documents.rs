@@ -82,7 +82,7 @@ impl SharedStore {
         unique: &[&'static str],
     ) -> Result<(), StoreError> {
         let json = serde_json::to_vec(doc).expect("a document serialises");
-        check_document_sizes(kind, doc, json.len(), None)?;
+        check_document_sizes(kind, doc, &json, None)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let inserted = tx
@@ -119,7 +119,7 @@ impl SharedStore {
         let mut new = old.clone();
         change(&mut new)?;
         let json = serde_json::to_vec(&new).expect("a document serialises");
-        check_document_sizes(kind, &new, json.len(), Some(&old))?;
+        check_document_sizes(kind, &new, &json, Some(&old))?;
         tx.execute(
             "UPDATE documents SET node = $3, body = $4 WHERE kind = $1 AND uuid = $2",
             &[&kind, &uuid, &node_of(&new), &Json(&new)],

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::rows::stamp;
 use super::{SharedStore, db_error, now, violated};
 use crate::node::{self, JsonMap, Port};
-use crate::store::ports::{changed, name_of, new_port};
+use crate::store::ports::{changed, inserted, name_of, new_port};
 use crate::store::{StoreError, parse_json};
 
 impl SharedStore {
@@ -27,11 +27,9 @@ impl SharedStore {
     }
 
     /// Adds a port built by the caller (its address is normalised, its times set here).
-    pub async fn insert_port(&self, mut port: Port) -> Result<Port, StoreError> {
-        port.address = node::normalize_mac(&port.address)?;
+    pub async fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
         let client = self.client().await?;
-        port.created_at = now(&client).await?;
-        port.updated_at = None;
+        let port = inserted(port, now(&client).await?)?;
         insert(&client, &port).await?;
         Ok(port)
     }
@@ -122,9 +120,10 @@ impl SharedStore {
             .await
             .map_err(db_error)?
             .ok_or_else(|| StoreError::PortNotFound(uuid.to_string()))?;
-        let mut port: Port = parse_json("port", row.get::<_, &str>(0).as_bytes())?;
+        let old: Port = parse_json("port", row.get::<_, &str>(0).as_bytes())?;
+        let mut port = old.clone();
         change(&mut port)?;
-        changed(uuid, &mut port, stamp(row.get(1)))?;
+        changed(uuid, &mut port, &old, stamp(row.get(1)))?;
         let written = tx
             .execute(
                 "UPDATE ports SET node = $2, address = $3, name = $4, body = $5 WHERE uuid = $1",

@@ -239,7 +239,7 @@ impl Documents {
         let after = new.map(|d| unique_values(d, unique)).unwrap_or_default();
         let json = new.map(|d| serde_json::to_vec(d).expect("a document serialises"));
         if let (Some(doc), Some(j)) = (new, &json) {
-            check_document_sizes(kind, doc, j.len(), old)?;
+            check_document_sizes(kind, doc, j, old)?;
         }
         let key = doc_key(kind, uuid);
         (&self.docs, &self.index).transaction(|(docs, index)| -> TxResult<()> {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{SledStore, StoreError, Trees, TxResult, abort, pair_key, parse_json, uuid_from};
 use crate::node::{self, Port};
-use crate::store::ports::{changed, name_of, new_port};
+use crate::store::ports::{changed, inserted, name_of, new_port};
 
 impl SledStore {
     /// Adds a port (a MAC address) to a node. MACs are unique across the fleet.
@@ -28,10 +28,8 @@ impl SledStore {
     }
 
     /// Adds a port built by the caller (its address is normalised, its times set here).
-    pub fn insert_port(&self, mut port: Port) -> Result<Port, StoreError> {
-        port.address = node::normalize_mac(&port.address)?;
-        port.created_at = self.clock.now();
-        port.updated_at = None;
+    pub fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
+        let port = inserted(port, self.clock.now())?;
         let node = port.node_uuid;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let _owner = self.locks.lock(node);
@@ -142,7 +140,7 @@ impl SledStore {
         let old = self.port(uuid)?;
         let mut port = old.clone();
         change(&mut port)?;
-        changed(uuid, &mut port, self.clock.now())?;
+        changed(uuid, &mut port, &old, self.clock.now())?;
         let json = serde_json::to_vec(&port).expect("a port serialises");
         let old_json = serde_json::to_vec(&old).expect("a port serialises");
         let _old_owner = self.locks.lock(old.node_uuid);
