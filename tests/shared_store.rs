@@ -1,8 +1,9 @@
 //! `deployd serve --store-url`: the seed contract end to end with the node store on a real
 //! PostgreSQL (the test cluster from Debian's binaries), over real processes on loopback —
 //! a live agent's long write ends active, a killed agent times out, an engine killed mid-
-//! deploy restarts on the same database and its agents finish, and a second engine on a
-//! database another engine serves is refused.
+//! deploy restarts on the same database and its agents finish, a second engine on a
+//! database another engine serves is refused, and a fleet moves from sled to the shared
+//! store and back through `deployd store backup` and `restore`.
 
 use deployd_test_support::{emulators, postgres::CLUSTER, processes as support};
 
@@ -36,10 +37,6 @@ fn on_the_shared_store_a_long_write_ends_active_and_a_killed_agent_times_out() {
     let sha = image(&img, 8 << 20);
     let live = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
     let dead = enroll(&engine.url, &lab.machines[1], "agent_redfish", &img, &sha);
-    // A backup of the shared store is PostgreSQL's to take.
-    let (status, refusal) = call("GET", &format!("{}/store/backup", engine.url), None);
-    assert_eq!(status, 501, "{refusal}");
-    assert!(refusal.to_string().contains("pg_dump"), "{refusal}");
     let started = Instant::now();
     provision(&engine.url, &live, "active");
     provision(&engine.url, &dead, "active");
@@ -160,4 +157,131 @@ fn a_driver_uploaded_on_the_shared_store_loads_in_an_engine_with_an_empty_data_d
     );
     assert!(!listed(&fourth));
     fourth.stop();
+}
+
+/// A fleet moves between the backends through a backup: taken from an engine on sled,
+/// restored into an empty database and served there; taken again from that engine,
+/// restored into a new data directory and served on sled. Each time every node keeps its
+/// state, name, port and chassis, and its history.
+#[test]
+fn a_fleet_moves_from_sled_to_the_shared_store_and_back_through_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = CLUSTER.database();
+    let engine = Engine::start(&dir.path().join("sled"), &[]);
+    let (status, chassis) = call(
+        "POST",
+        &format!("{}/v1/chassis", engine.url),
+        Some(serde_json::json!({"description": "rack 1"})),
+    );
+    assert_eq!(status, 201, "{chassis}");
+    for i in 0..12 {
+        let body = serde_json::json!({"driver": "fake", "name": format!("n{i}"), "chassis_uuid": chassis["uuid"]});
+        let (status, node) = call("POST", &format!("{}/v1/nodes", engine.url), Some(body));
+        assert_eq!(status, 201, "{node}");
+        let port = serde_json::json!({"node_uuid": node["uuid"], "address": format!("52:54:00:00:01:{i:02x}")});
+        assert_eq!(
+            call("POST", &format!("{}/v1/ports", engine.url), Some(port)).0,
+            201
+        );
+    }
+    provision(&engine.url, "n0", "manage");
+    wait_node(&engine.url, "n0", 30, |n| state(n) == "manageable");
+    let fleet = |engine: &Engine| {
+        let (_, list) = call("GET", &format!("{}/v1/nodes/detail", engine.url), None);
+        let mut nodes: Vec<(String, String, String)> = list["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let s = |k: &str| n[k].as_str().unwrap_or_default().to_owned();
+                (s("name"), s("provision_state"), s("chassis_uuid"))
+            })
+            .collect();
+        nodes.sort();
+        let (_, mut history) = call("GET", &format!("{}/v1/nodes/n0/history", engine.url), None);
+        // Each event's link names the engine that shows it.
+        for event in history["history"].as_array_mut().unwrap() {
+            event.as_object_mut().unwrap().remove("links");
+        }
+        let (_, port) = call(
+            "GET",
+            &format!("{}/v1/ports?address=52:54:00:00:01:0b", engine.url),
+            None,
+        );
+        (
+            nodes,
+            history["history"].clone(),
+            port["ports"].as_array().unwrap().len(),
+        )
+    };
+    let on_sled = fleet(&engine);
+    assert_eq!((on_sled.0.len(), on_sled.2), (12, 1), "{on_sled:?}");
+    assert!(on_sled.1.as_array().unwrap().len() >= 2, "{on_sled:?}");
+
+    let file = dir.path().join("from-sled.backup");
+    ok(
+        &engine,
+        &["store", "backup", "--to", file.to_str().unwrap()],
+    );
+    engine.stop();
+    let restore = || {
+        cli(&[
+            "store",
+            "restore",
+            "--from",
+            file.to_str().unwrap(),
+            "--store-url",
+            &url,
+        ])
+    };
+    let said = restore().unwrap();
+    assert!(
+        said.contains("restored 12 nodes, 12 ports, 1 documents"),
+        "{said}"
+    );
+    let shared = Engine::start(&dir.path().join("shared"), &["--store-url", &url]);
+    assert_eq!(fleet(&shared), on_sled);
+    // Restored once, the database is not restored into again.
+    let refused = restore().unwrap_err();
+    assert!(
+        refused.contains("engines are serving this database"),
+        "{refused}"
+    );
+
+    let back = dir.path().join("from-shared.backup");
+    ok(
+        &shared,
+        &["store", "backup", "--to", back.to_str().unwrap()],
+    );
+    shared.stop();
+    let data = dir.path().join("back-on-sled");
+    cli(&[
+        "store",
+        "restore",
+        "--from",
+        back.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ])
+    .unwrap();
+    let engine = Engine::start(&data, &[]);
+    assert_eq!(fleet(&engine), on_sled);
+    engine.stop();
+}
+
+/// `deployd` run with `args` and no engine: what it said, or why it failed.
+fn cli(args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(&*support::BIN)
+        .args(args)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match out.status.success() {
+        true => Ok(said),
+        false => Err(said),
+    }
 }

@@ -19,12 +19,22 @@ pub enum StoreCommand {
         #[arg(long)]
         to: PathBuf,
     },
-    /// Restores a backup into a new data directory (start `deployd serve` on it after).
+    /// Restores a backup, taken on either store, into a new data directory (sled) or an
+    /// empty PostgreSQL database no engine serves; start `deployd serve` on it after.
     Restore {
         #[arg(long)]
         from: PathBuf,
-        #[arg(long, env = "DEPLOYD_DATA_DIR")]
-        data_dir: PathBuf,
+        /// A new data directory for the embedded store (sled).
+        #[arg(
+            long,
+            env = "DEPLOYD_DATA_DIR",
+            required_unless_present = "store_url",
+            conflicts_with = "store_url"
+        )]
+        data_dir: Option<PathBuf>,
+        /// `postgres://user:password@host:port/database`: an empty shared store.
+        #[arg(long)]
+        store_url: Option<String>,
     },
     /// Brings a shared store's (PostgreSQL) schema to this deployd's version; refuses a
     /// database a newer deployd migrated.
@@ -43,23 +53,31 @@ pub enum StoreCommand {
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     match command {
         StoreCommand::Backup { endpoint, to } => download(&endpoint, &to),
-        StoreCommand::Restore { from, data_dir } => {
+        StoreCommand::Restore {
+            from,
+            data_dir,
+            store_url,
+        } => {
             let file = std::fs::File::open(&from)
                 .with_context(|| format!("opening {}", from.display()))?;
-            std::fs::create_dir_all(&data_dir)?;
-            let done = backup::restore(
-                &data_dir.join("store"),
-                &StoreConfig::default(),
-                BufReader::new(file),
-            )?;
+            let file = BufReader::new(file);
+            let (done, into) = match (data_dir, store_url) {
+                (Some(data_dir), _) => {
+                    std::fs::create_dir_all(&data_dir)?;
+                    let path = data_dir.join("store");
+                    let done = backup::restore_to_sled(&path, &StoreConfig::default(), file)?;
+                    (done, data_dir.display().to_string())
+                }
+                (None, Some(url)) => {
+                    let runtime = tokio::runtime::Runtime::new()?;
+                    let done = runtime.block_on(backup::restore_to_shared(&url, file))?;
+                    (done, "the shared store".to_owned())
+                }
+                (None, None) => anyhow::bail!("name a --data-dir or a --store-url to restore into"),
+            };
             println!(
-                "restored {} nodes, {} ports and {} documents ({} entries) into {}; {} ports whose node was not in the backup were dropped",
-                done.nodes,
-                done.ports,
-                done.documents,
-                done.entries,
-                data_dir.display(),
-                done.dropped_ports
+                "restored {} nodes, {} ports, {} documents and {} history events ({} records) into {into}; {} ports, config drives and events whose node was not in the backup were dropped",
+                done.nodes, done.ports, done.documents, done.events, done.records, done.dropped
             );
             Ok(())
         }

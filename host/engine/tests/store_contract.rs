@@ -772,6 +772,7 @@ on_both_backends!(
     a_pass_over_the_fleet_reads_every_node_once_in_order,
 );
 
+mod backups;
 mod documents;
 mod faults;
 mod sweeps;

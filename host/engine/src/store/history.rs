@@ -36,8 +36,8 @@ pub struct Event {
 }
 
 /// An event as a backend reads it back.
-#[derive(Debug, PartialEq, Deserialize)]
-pub(crate) struct Recorded {
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recorded {
     pub from: ProvisionState,
     pub to: ProvisionState,
     pub event: String,

@@ -9,6 +9,8 @@
 //! once, above the backends ([`transitions`], [`touches`], [`expiry`], [`enrolled`],
 //! [`ports`], [`edits`], [`documents`], the words of [`history`]).
 
+pub mod backup;
+mod backup_records;
 pub mod documents;
 mod edits;
 mod expiry;
@@ -30,7 +32,7 @@ use crate::node::{self, InvalidField, NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{IllegalTransition, ProvisionState};
 
 pub use self::sled::{FaultStep, Part, Recovery};
-pub use self::sled::{backup, health, manifest, verify};
+pub use self::sled::{health, manifest, verify};
 pub use documents::Cascade;
 pub use expiry::{SweeperWaker, TimedOut};
 pub use handle::{Filed, Store, Touched};

@@ -3,9 +3,10 @@
 //! Every operation the engine performs is a method here, named for the provisioning domain,
 //! and each answers the same on every backend: [`nodes`] (enrolment, reads, edits,
 //! deletion, transitions, history), [`deadlines`] (touches, the deadline index, sweeps),
-//! [`ports`] (and config drives), [`documents`] (and uploaded drivers). Where a backend
-//! does not do an operation (a backup of the shared store, which is PostgreSQL's to take),
-//! it answers [`StoreError::Unsupported`].
+//! [`ports`] (and config drives), [`documents`] (and uploaded drivers), and the pages of
+//! a [`backup`]. Where a backend does not do an operation (sled keeps no driver
+//! components: its engine keeps them in the plugins directory), it answers
+//! [`StoreError::Unsupported`].
 //!
 //! What is not storage is not reached through a backend: the engine's clock, its counters
 //! and the store's health are the handle's own, shared with the backend it opened.
@@ -26,7 +27,7 @@ use super::sled;
 use super::sled::SledStore;
 use super::{
     Cascade, DocumentPages, FaultStep, NodePages, Recovery, StoreConfig, StoreError, SweeperWaker,
-    TimedOut, backup, health, history,
+    TimedOut, backup_records, health, history,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::config_drive::ConfigDrive;
@@ -53,21 +54,6 @@ enum Backend {
     /// PostgreSQL, shared by several engines; with this engine's membership (its lease)
     /// once it joined.
     Shared(Arc<SharedStore>, Option<Arc<Membership>>),
-}
-
-/// Runs `$on_sled` with the sled store bound to `$s`; on a backend that cannot do
-/// `$operation` yet, answers [`StoreError::Unsupported`] (converted into the caller's error).
-macro_rules! on_sled {
-    ($self:ident, $operation:literal, |$s:ident| $on_sled:expr) => {
-        match &$self.backend {
-            Backend::Sled($s) => $on_sled,
-            Backend::Shared(..) => Err(StoreError::Unsupported {
-                backend: "shared",
-                operation: $operation,
-            }
-            .into()),
-        }
-    };
 }
 
 impl Store {
@@ -249,9 +235,23 @@ impl Store {
         }
     }
 
-    /// Writes a backup of everything the store holds to `out`.
-    pub fn backup(&self, out: impl std::io::Write) -> Result<backup::BackupSummary, StoreError> {
-        on_sled!(self, "write a backup", |s| s.backup(out))
+    /// A page of the records a backup holds (see [`backup`]), from `at` on.
+    pub async fn export(
+        &self,
+        at: &backup_records::Cursor,
+    ) -> Result<backup_records::Page, StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.export(at),
+            Backend::Shared(s, _) => s.export(at).await,
+        }
+    }
+
+    /// The backend's name, as a backup's header names it.
+    pub fn backend_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Sled(_) => "sled",
+            Backend::Shared(..) => "postgres",
+        }
     }
 }
 

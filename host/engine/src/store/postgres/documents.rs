@@ -242,12 +242,12 @@ async fn take_names(
 
 /// How a unique value is kept: as a JSON string, since a value of several fields is
 /// joined by NUL (see `unique_values`), which PostgreSQL's text cannot hold.
-fn name_key(value: &str) -> String {
+pub(super) fn name_key(value: &str) -> String {
     serde_json::Value::from(value).to_string()
 }
 
 /// The node a document names in `node_uuid`, if it names one.
-fn node_of(doc: &Doc) -> Option<Uuid> {
+pub(super) fn node_of(doc: &Doc) -> Option<Uuid> {
     doc.get("node_uuid")
         .and_then(serde_json::Value::as_str)
         .and_then(|u| Uuid::parse_str(u).ok())

@@ -17,7 +17,8 @@ use crate::store::history::{Event, MAX_EVENTS, MILESTONE, Recorded, no_event, sh
 const PRUNE_EVERY: i64 = 32;
 
 /// A row's columns, in the order [`event_of`] reads them.
-const COLUMNS: &str = "seq, at, from_state, to_state, event, target, error, seconds, note";
+pub(super) const COLUMNS: &str =
+    "seq, at, from_state, to_state, event, target, error, seconds, note";
 
 impl SharedStore {
     /// Records a milestone (`note`) or a failure outside any flow (`error`) in the state
@@ -109,17 +110,27 @@ pub(super) async fn pruned(
 
 /// An event from a row of [`COLUMNS`].
 fn event_of(node: Uuid, row: &tokio_postgres::Row) -> Result<Event, StoreError> {
+    let (micros, sequence, recorded) = recorded_of(node, row, 0)?;
+    shown(node, micros, sequence, recorded)
+}
+
+/// An event's time, sequence and record from a row's [`COLUMNS`], from column `at` on.
+pub(super) fn recorded_of(
+    node: Uuid,
+    row: &tokio_postgres::Row,
+    at: usize,
+) -> Result<(u64, u64, Recorded), StoreError> {
     let state = |code| state(node, code);
-    let at: DateTime<Utc> = row.get(1);
+    let time: DateTime<Utc> = row.get(at + 1);
     let recorded = Recorded {
-        from: state(row.get(2))?,
-        to: state(row.get(3))?,
-        event: row.get(4),
-        target: row.get::<_, Option<i16>>(5).map(state).transpose()?,
-        error: row.get(6),
-        seconds: row.get(7),
-        note: row.get(8),
+        from: state(row.get(at + 2))?,
+        to: state(row.get(at + 3))?,
+        event: row.get(at + 4),
+        target: row.get::<_, Option<i16>>(at + 5).map(state).transpose()?,
+        error: row.get(at + 6),
+        seconds: row.get(at + 7),
+        note: row.get(at + 8),
     };
-    let micros = u64::try_from(at.timestamp_micros()).unwrap_or(0);
-    shown(node, micros, row.get::<_, i64>(0) as u64, recorded)
+    let micros = u64::try_from(time.timestamp_micros()).unwrap_or(0);
+    Ok((micros, row.get::<_, i64>(at) as u64, recorded))
 }

@@ -46,6 +46,7 @@ mod config_drives;
 mod documents;
 mod drivers;
 mod edits;
+mod export;
 mod history;
 mod leases;
 mod listener;

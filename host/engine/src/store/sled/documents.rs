@@ -24,7 +24,7 @@ pub struct Documents {
     writer: Mutex<()>,
 }
 
-fn doc_key(kind: &str, uuid: Uuid) -> Vec<u8> {
+pub(super) fn doc_key(kind: &str, uuid: Uuid) -> Vec<u8> {
     let mut k = Vec::with_capacity(kind.len() + 17);
     k.extend_from_slice(kind.as_bytes());
     k.push(0);
@@ -32,7 +32,7 @@ fn doc_key(kind: &str, uuid: Uuid) -> Vec<u8> {
     k
 }
 
-fn index_key(kind: &str, field: &str, value: &str) -> Vec<u8> {
+pub(super) fn index_key(kind: &str, field: &str, value: &str) -> Vec<u8> {
     format!("{kind}\0{field}\0{value}").into_bytes()
 }
 

@@ -28,10 +28,10 @@
 //! much of the touches, and a node can come back at most `flush_every_ms` older than it
 //! was — it times out at worst that much early, never late, and never in a busy state.
 
-pub mod backup;
 mod config_drives;
 mod documents;
 mod expiry;
+mod export;
 pub mod health;
 pub mod history;
 mod locks;
@@ -59,6 +59,7 @@ use crate::state_machine::Timeouts;
 use crate::store::expiry::SweeperWaker;
 
 use crate::store::documents::Cascade;
+pub(crate) use export::import;
 pub use recovery::Recovery;
 pub use touches::Touched;
 

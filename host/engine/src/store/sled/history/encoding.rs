@@ -19,7 +19,7 @@ pub struct Change<'a> {
     pub from: ProvisionState,
     pub to: ProvisionState,
     /// The state machine event (`milestone` for a milestone).
-    pub event: &'static str,
+    pub event: &'a str,
     pub target: Option<ProvisionState>,
     /// The error that failed the node, if this change did.
     pub error: Option<&'a str>,
@@ -34,7 +34,7 @@ pub struct Change<'a> {
 pub(super) use crate::store::history::Recorded as Stored;
 
 /// One event of a chunk: when, its sequence number, what.
-pub(super) struct Entry {
+pub(crate) struct Entry {
     pub micros: u64,
     pub sequence: u64,
     pub change: Stored,

@@ -31,7 +31,7 @@ use crate::clock::Timestamp;
 use crate::store::history::{Event, MAX_EVENTS};
 use crate::store::history::{MILESTONE, no_event, shown};
 pub use encoding::Change;
-use encoding::Entry;
+pub(super) use encoding::Entry;
 
 /// How often (in events, engine-wide) a node's old events are dropped.
 const PRUNE_EVERY: u64 = 32;
@@ -160,6 +160,22 @@ impl History {
         }
         let micros = at.to_datetime().timestamp_micros().max(0) as u64;
         let sequence = self.db.generate_id()?;
+        self.append(node, micros, sequence, change)?;
+        if sequence % PRUNE_EVERY == 0 {
+            self.prune(node)?;
+        }
+        Ok(())
+    }
+
+    /// Appends an event made at `micros` with `sequence` (a restore's, as its backup has
+    /// it) to the node's last chunk, or starts the next one.
+    pub(super) fn append(
+        &self,
+        node: Uuid,
+        micros: u64,
+        sequence: u64,
+        change: &Change,
+    ) -> Result<(), StoreError> {
         loop {
             let last = self
                 .tree
@@ -177,13 +193,9 @@ impl History {
             encoding::append(&mut chunk, micros, sequence, change);
             let key = chunk_key(node, number);
             if self.tree.compare_and_swap(key, old, Some(chunk))?.is_ok() {
-                break;
+                return Ok(());
             }
         }
-        if sequence % PRUNE_EVERY == 0 {
-            self.prune(node)?;
-        }
-        Ok(())
     }
 
     /// Drops the node's oldest keys while the rest still hold [`MAX_EVENTS`]. A damaged
@@ -208,7 +220,7 @@ impl History {
     }
 
     /// All the node's stored entries, oldest first.
-    fn entries(&self, node: Uuid) -> Result<Vec<Entry>, StoreError> {
+    pub(super) fn entries(&self, node: Uuid) -> Result<Vec<Entry>, StoreError> {
         let mut all = Vec::new();
         for item in self.tree.scan_prefix(node.as_bytes()) {
             let (key, value) = item?;
