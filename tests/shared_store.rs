@@ -161,7 +161,8 @@ fn a_driver_uploaded_on_the_shared_store_loads_in_an_engine_with_an_empty_data_d
 
 /// A fleet moves between the backends through a backup: taken from an engine on sled,
 /// restored into an empty database and served there; taken again from that engine,
-/// restored into a new data directory and served on sled. Each time every node keeps its
+/// restored into a new data directory and served on sled. And through `store copy`, sled
+/// to PostgreSQL to sled, each copy read back and checked. Each time every node keeps its
 /// state, name, port and chassis, and its history.
 #[test]
 fn a_fleet_moves_from_sled_to_the_shared_store_and_back_through_a_backup() {
@@ -224,6 +225,21 @@ fn a_fleet_moves_from_sled_to_the_shared_store_and_back_through_a_backup() {
         &["store", "backup", "--to", file.to_str().unwrap()],
     );
     engine.stop();
+    // The stopped engine's store copied into a database of its own, and from there into
+    // a new data directory: checked by the copy, served at the end.
+    let copied = CLUSTER.database();
+    let sled_dir = dir.path().join("sled");
+    let copy = |from: &str, to: &str| cli(&["store", "copy", "--from", from, "--to", to]);
+    let said = copy(sled_dir.to_str().unwrap(), &copied).unwrap();
+    assert!(
+        said.contains("copied 12 nodes, 12 ports, 1 documents") && said.contains("equal (sha256"),
+        "{said}"
+    );
+    let round_trip = dir.path().join("round-trip");
+    let said = copy(&copied, round_trip.to_str().unwrap()).unwrap();
+    assert!(said.contains("copied 12 nodes"), "{said}");
+    let refused = copy(sled_dir.to_str().unwrap(), &copied).unwrap_err();
+    assert!(refused.contains("already holds nodes"), "{refused}");
     let restore = || {
         cli(&[
             "store",
@@ -265,6 +281,9 @@ fn a_fleet_moves_from_sled_to_the_shared_store_and_back_through_a_backup() {
     ])
     .unwrap();
     let engine = Engine::start(&data, &[]);
+    assert_eq!(fleet(&engine), on_sled);
+    engine.stop();
+    let engine = Engine::start(&round_trip, &[]);
     assert_eq!(fleet(&engine), on_sled);
     engine.stop();
 }

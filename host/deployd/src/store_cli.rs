@@ -1,13 +1,14 @@
-//! `deployd store`: backup (online, through the engine), restore and verify (offline,
-//! on a data directory), and the shared store's schema migration. See
-//! `deployd_engine::store::backup`, `::verify` and `::postgres`.
+//! `deployd store`: backup (online, through the engine), restore (onto either backend),
+//! copy (a store into a new one, checked), verify (offline, on a data directory), and the
+//! shared store's schema migration. See `deployd_engine::store::backup`, `::copy`,
+//! `::verify` and `::postgres`.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use deployd_engine::store::{StoreConfig, backup, postgres, verify};
+use deployd_engine::store::{StoreConfig, backup, copy, postgres, verify};
 
 #[derive(Subcommand)]
 pub enum StoreCommand {
@@ -35,6 +36,18 @@ pub enum StoreCommand {
         /// `postgres://user:password@host:port/database`: an empty shared store.
         #[arg(long)]
         store_url: Option<String>,
+    },
+    /// Copies a stopped engine's store (or a shared store, served or not) into a new one:
+    /// sled to PostgreSQL, PostgreSQL to sled, or either to another of its kind; then reads
+    /// the copy back and checks every record against the source's.
+    Copy {
+        /// A data directory (sled), or `postgres://…`.
+        #[arg(long)]
+        from: String,
+        /// A new data directory (sled), or `postgres://…` naming an empty database no
+        /// engine serves.
+        #[arg(long)]
+        to: String,
     },
     /// Brings a shared store's (PostgreSQL) schema to this deployd's version; refuses a
     /// database a newer deployd migrated.
@@ -78,6 +91,17 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             println!(
                 "restored {} nodes, {} ports, {} documents and {} history events ({} records) into {into}; {} ports, config drives and events whose node was not in the backup were dropped",
                 done.nodes, done.ports, done.documents, done.events, done.records, done.dropped
+            );
+            Ok(())
+        }
+        StoreCommand::Copy { from, to } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            let (from, to) = (copy::Place::parse(&from), copy::Place::parse(&to));
+            let done = copy::copy(&from, &to, &runtime)?;
+            let m = &done.moved;
+            println!(
+                "copied {} nodes, {} ports, {} documents and {} history events ({} records); read back from the copy: equal (sha256 {})",
+                m.nodes, m.ports, m.documents, m.events, m.records, done.sha256
             );
             Ok(())
         }

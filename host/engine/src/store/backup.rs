@@ -39,18 +39,30 @@ struct Header {
     from: String,
 }
 
-/// Hashes what it writes, so the trailer can vouch for every line before it.
+/// Hashes what it writes, so the trailer can vouch for every line before it; and the
+/// records' lines alone, which are the same for the same records whenever and wherever
+/// they were read (what a copy compares).
 struct Hashed<W> {
     out: W,
     hash: Sha256,
+    records: Sha256,
 }
 
 impl<W: Write> Hashed<W> {
-    fn line(&mut self, value: &impl Serialize) -> Result<(), StoreError> {
+    fn line(&mut self, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
         let mut line = serde_json::to_vec(value).expect("a backup line serialises");
         line.push(b'\n');
         self.hash.update(&line);
-        self.out.write_all(&line).map_err(io("writing the backup"))
+        self.out
+            .write_all(&line)
+            .map_err(io("writing the backup"))?;
+        Ok(line)
+    }
+
+    fn record(&mut self, record: &Record) -> Result<(), StoreError> {
+        let line = self.line(record)?;
+        self.records.update(&line);
+        Ok(())
     }
 }
 
@@ -68,6 +80,7 @@ pub fn write(
     let mut out = Hashed {
         out,
         hash: Sha256::new(),
+        records: Sha256::new(),
     };
     out.line(&Header {
         deployd_backup: VERSION,
@@ -82,7 +95,7 @@ pub fn write(
     while let Some(at) = cursor {
         let page = runtime.block_on(store.export(&at))?;
         for record in &page.records {
-            out.line(record)?;
+            out.record(record)?;
             summary.count(record);
         }
         cursor = match page.next {
@@ -93,10 +106,10 @@ pub fn write(
             None => at.part.next().map(|part| Cursor { part, after: None }),
         };
     }
-    let sha256 = hex::encode(out.hash.clone().finalize());
+    summary.sha256 = hex::encode(out.records.clone().finalize());
     out.line(&Record::End(Trailer {
         records: summary.records,
-        sha256,
+        sha256: hex::encode(out.hash.clone().finalize()),
     }))?;
     out.out.flush().map_err(io("writing the backup"))?;
     Ok(summary)

@@ -142,6 +142,9 @@ pub struct BackupSummary {
     pub events: u64,
     /// Ports and events whose node was not in the backup (restore only).
     pub dropped: u64,
+    /// The sha256 of the records' lines alone (a backup only; its trailer's covers its
+    /// header too).
+    pub sha256: String,
 }
 
 impl BackupSummary {

@@ -11,6 +11,7 @@
 
 pub mod backup;
 mod backup_records;
+pub mod copy;
 pub mod documents;
 mod edits;
 mod expiry;

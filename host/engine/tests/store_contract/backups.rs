@@ -50,31 +50,49 @@ async fn fleet(store: &Store) -> Fleet {
     }
 }
 
-/// The backup of `store`, as `GET /store/backup` writes it (off the async workers).
-async fn backup_of(store: Arc<Store>) -> Vec<u8> {
+/// The backup of `store`, as `GET /store/backup` writes it (off the async workers), and
+/// the digest of its records alone.
+async fn backup_of(store: Arc<Store>) -> (Vec<u8>, String) {
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();
         let summary = backup::write(&store, &runtime, &mut out).unwrap();
         assert!(summary.nodes > 0 && summary.events > 0, "{summary:?}");
-        out
+        (out, summary.sha256)
     })
     .await
     .unwrap()
 }
 
-async fn restored_on_sled(bytes: &[u8], timeouts: Timeouts) -> (Store, tempfile::TempDir) {
+/// `bytes` restored onto a new sled store, whose records are read back as they are (they
+/// must be the backup's, `records`), then opened as an engine opens it.
+async fn restored_on_sled(
+    bytes: &[u8],
+    records: &str,
+    timeouts: Timeouts,
+) -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let config = StoreConfig::default();
     backup::restore_to_sled(&path, &config, bytes).unwrap();
+    let as_is = Arc::new(Store::open_as_is(&path, &config).unwrap());
+    assert_eq!(backup_of(as_is).await.1, records, "sled");
     let (store, _) = Store::open(&path, &config, timeouts, Clock::manual(T0)).unwrap();
     (store, dir)
 }
 
-async fn restored_on_postgres(bytes: &[u8], timeouts: Timeouts) -> (Store, String) {
+/// The same onto an empty database.
+async fn restored_on_postgres(bytes: &[u8], records: &str, timeouts: Timeouts) -> (Store, String) {
     let url = CLUSTER.database();
     backup::restore_to_shared(&url, bytes).await.unwrap();
+    let shared = SharedStore::connect(&url, timeouts).await.unwrap();
+    let as_is = Arc::new(Store::shared(
+        Arc::new(shared),
+        None,
+        timeouts,
+        Clock::new(),
+    ));
+    assert_eq!(backup_of(as_is).await.1, records, "postgres");
     let (store, _) = Store::open_shared(
         &url,
         "restored",
@@ -88,7 +106,8 @@ async fn restored_on_postgres(bytes: &[u8], timeouts: Timeouts) -> (Store, Strin
 }
 
 /// A fleet of every kind of record, a backup of it, and the backup restored onto each
-/// backend: what each restored store holds is what the first held.
+/// backend: each restored store, read as it is, holds the same records in the same order
+/// (their lines hash alike), and through the handle what the first held.
 async fn a_backup_restores_onto_either_backend<F: Fixture>() {
     let timeouts = Timeouts::uniform(CALLBACK);
     let f = F::open(timeouts).await;
@@ -150,10 +169,10 @@ async fn a_backup_restores_onto_either_backend<F: Fixture>() {
         .unwrap();
     let before = fleet(store).await;
     assert!(before.nodes.iter().any(|n| n.provision.deadline.is_some()));
-    let bytes = backup_of(f.shared()).await;
+    let (bytes, records) = backup_of(f.shared()).await;
 
-    let (on_sled, _dir) = restored_on_sled(&bytes, timeouts).await;
-    let (on_postgres, _) = restored_on_postgres(&bytes, timeouts).await;
+    let (on_sled, _dir) = restored_on_sled(&bytes, &records, timeouts).await;
+    let (on_postgres, _) = restored_on_postgres(&bytes, &records, timeouts).await;
     for (restored, on) in [(&on_sled, "sled"), (&on_postgres, "postgres")] {
         let after = fleet(restored).await;
         for (a, b) in after.nodes.iter().zip(&before.nodes) {
@@ -276,7 +295,7 @@ async fn a_damaged_backup_or_a_held_database_is_refused_and_leaves_nothing<F: Fi
     for _ in 0..3 {
         walked(f.store(), &TO_WAIT_CALL_BACK).await;
     }
-    let bytes = backup_of(f.shared()).await;
+    let (bytes, _) = backup_of(f.shared()).await;
     let mut altered = bytes.clone();
     let at = altered.len() / 2
         + altered[altered.len() / 2..]

@@ -333,7 +333,46 @@ async fn a_node_delete_takes_its_documents_and_leaves_others_alone<F: Fixture>()
     assert!(store.document("Portgroup", kept).await.is_ok());
 }
 
+/// Uploaded driver components: the store that keeps them (the shared store) keeps one per
+/// name, its sha256 as given, a new upload replacing the old, a forgotten one gone; the
+/// store that does not (sled: its engine keeps them in the plugins directory) says so
+/// when asked to keep one, and lists none.
+async fn driver_components_are_kept_by_name_where_the_store_keeps_them<F: Fixture>() {
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let kept = || async {
+        let all = store.kept_drivers().await.unwrap();
+        all.into_iter()
+            .map(|d| (d.name, d.sha256, d.body))
+            .collect::<Vec<_>>()
+    };
+    if !store.keeps_drivers() {
+        let Err(StoreError::Unsupported { .. }) = store.keep_driver("t", "00", b"\0asm").await
+        else {
+            panic!("a store that keeps no driver kept one");
+        };
+        assert!(kept().await.is_empty());
+        store.forget_driver("t").await.unwrap();
+        return;
+    }
+    store.keep_driver("b", "bb", b"\0asm b").await.unwrap();
+    store.keep_driver("a", "aa", b"\0asm a").await.unwrap();
+    store.keep_driver("b", "b2", b"\0asm b2").await.unwrap();
+    let ours = |s: &str| s.to_owned();
+    assert_eq!(
+        kept().await,
+        [
+            (ours("a"), ours("aa"), b"\0asm a".to_vec()),
+            (ours("b"), ours("b2"), b"\0asm b2".to_vec())
+        ]
+    );
+    store.forget_driver("a").await.unwrap();
+    store.forget_driver("a").await.unwrap();
+    assert_eq!(kept().await.len(), 1);
+}
+
 on_both_backends!(
+    driver_components_are_kept_by_name_where_the_store_keeps_them,
     documents_keep_their_unique_values_and_a_refused_write_changes_nothing,
     two_writers_never_both_take_one_name,
     documents_are_listed_in_uuid_order_after_a_marker,

@@ -65,7 +65,7 @@ impl Store {
         timeouts: Timeouts,
         clock: Clock,
     ) -> Result<(Store, Recovery), StoreError> {
-        match Store::open_sled(path, config, timeouts, clock.clone()) {
+        match Store::open_sled(path, config, timeouts, clock.clone(), true) {
             // A disk that filled while the engine was stopped: the reserve is there for
             // this (see `sled::reserve`). The store goes without one until a start or a
             // storage fault finds room to make it again.
@@ -73,10 +73,17 @@ impl Store {
                 tracing::warn!(
                     "the store could not be opened on its full disk ({cause}): its space reserve was released to open it"
                 );
-                Store::open_sled(path, config, timeouts, clock)
+                Store::open_sled(path, config, timeouts, clock, true)
             }
             opened => opened,
         }
+    }
+
+    /// Opens the sled store in `path` as it is, for a copy to read: checked, but nothing
+    /// recovered (a busy node stays as it was) and nothing written but the format mark.
+    pub fn open_as_is(path: &Path, config: &StoreConfig) -> Result<Store, StoreError> {
+        let timeouts = Timeouts::uniform(std::time::Duration::ZERO);
+        Store::open_sled(path, config, timeouts, Clock::new(), false).map(|(store, _)| store)
     }
 
     fn open_sled(
@@ -84,11 +91,12 @@ impl Store {
         config: &StoreConfig,
         timeouts: Timeouts,
         clock: Clock,
+        recover: bool,
     ) -> Result<(Store, Recovery), StoreError> {
         let metrics = Arc::<Metrics>::default();
         let health = Arc::<health::Health>::default();
         let waker = Arc::<SweeperWaker>::default();
-        let (sled, recovery) = SledStore::open(
+        let sled = SledStore::open_as_is(
             path,
             config,
             timeouts,
@@ -97,6 +105,10 @@ impl Store {
             health.clone(),
             waker.clone(),
         )?;
+        let (sled, recovery) = match recover {
+            true => sled.recovered()?,
+            false => (sled, Recovery::default()),
+        };
         let store = Store {
             backend: Backend::Sled(sled),
             clock,

@@ -287,7 +287,8 @@ async fn query(
     client.query(sql, &[&after, &limit]).await.map_err(db_error)
 }
 
-/// A page of documents, each with the unique fields that hold a value in it.
+/// A page of documents, each with the unique fields that hold a value in it; in byte
+/// order (`COLLATE "C"`), as sled keeps them, so both backends read a fleet alike.
 async fn documents(client: &impl GenericClient, at: &Cursor) -> Result<Page, StoreError> {
     let (kind, uuid) = match &at.after {
         Some((kind, uuid)) => (kind.clone(), *uuid),
@@ -296,10 +297,11 @@ async fn documents(client: &impl GenericClient, at: &Cursor) -> Result<Page, Sto
     let rows = client
         .query(
             "SELECT d.kind, d.uuid, d.body::text,
-                    COALESCE(array_agg(n.field ORDER BY n.field) FILTER (WHERE n.field IS NOT NULL), '{}')
+                    COALESCE(array_agg(n.field ORDER BY n.field COLLATE \"C\")
+                             FILTER (WHERE n.field IS NOT NULL), '{}')
              FROM documents d LEFT JOIN document_names n USING (kind, uuid)
-             WHERE (d.kind, d.uuid) > ($1, $2)
-             GROUP BY d.kind, d.uuid ORDER BY d.kind, d.uuid LIMIT $3",
+             WHERE (d.kind COLLATE \"C\", d.uuid) > ($1, $2)
+             GROUP BY d.kind, d.uuid ORDER BY d.kind COLLATE \"C\", d.uuid LIMIT $3",
             &[&kind, &uuid, &(PAGE as i64)],
         )
         .await

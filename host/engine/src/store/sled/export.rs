@@ -73,7 +73,11 @@ impl SledStore {
                 let mut nodes = 0;
                 for item in by_uuid(&t.nodes).take(NODES_OF_HISTORY) {
                     let node = uuid_from(&item?.0)?;
-                    for e in t.history.entries(node)? {
+                    // In sequence order, as PostgreSQL reads them (two events recorded
+                    // at once may have been appended the other way round).
+                    let mut entries = t.history.entries(node)?;
+                    entries.sort_by_key(|e| e.sequence);
+                    for e in entries {
                         records.push(Record::Event {
                             node,
                             micros: e.micros,

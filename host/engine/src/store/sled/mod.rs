@@ -190,9 +190,24 @@ impl std::ops::Deref for Open {
 }
 
 impl SledStore {
-    /// Opens (or creates) the store in `path` and recovers it: nodes left in busy states
-    /// are failed, deadlines are re-derived for the timeouts now configured.
-    pub fn open(
+    /// Recovers the store just opened: nodes left in busy states are failed, deadlines
+    /// are re-derived for the timeouts now configured; then its first checkpoint and its
+    /// space reserve.
+    pub fn recovered(self) -> Result<(SledStore, Recovery), StoreError> {
+        let recovery = self.recover()?;
+        self.checkpoint()?;
+        if let Err(e) = reserve::make(&self.path) {
+            tracing::warn!(
+                "no space reserve beside the store ({e}): after a storage fault its reads wait for room on the disk like its writes"
+            );
+        }
+        Ok((self, recovery))
+    }
+
+    /// Opens (or creates) the store in `path` as it is: checked, but nothing recovered and
+    /// nothing written but the format mark; [`SledStore::recovered`] is what an engine
+    /// opens, a copy reads it as it is.
+    pub fn open_as_is(
         path: &Path,
         config: &StoreConfig,
         timeouts: Timeouts,
@@ -200,12 +215,12 @@ impl SledStore {
         metrics: Arc<Metrics>,
         health: Arc<health::Health>,
         waker: Arc<SweeperWaker>,
-    ) -> Result<(SledStore, Recovery), StoreError> {
+    ) -> Result<SledStore, StoreError> {
         let trees = Trees::open(path, config)?;
         let dir = path.parent().unwrap_or(path);
         let tenth = crate::disk_space::floor(u64::MAX, dir);
         let floor = crate::disk_space::floor(config.min_free, dir);
-        let store = SledStore {
+        Ok(SledStore {
             open: arc_swap::ArcSwapOption::from_pointee(trees),
             path: path.to_owned(),
             config: config.clone(),
@@ -219,15 +234,7 @@ impl SledStore {
             clock,
             waker,
             metrics,
-        };
-        let recovery = store.recover()?;
-        store.checkpoint()?;
-        if let Err(e) = reserve::make(path) {
-            tracing::warn!(
-                "no space reserve beside the store ({e}): after a storage fault its reads wait for room on the disk like its writes"
-            );
-        }
-        Ok((store, recovery))
+        })
     }
 
     /// The database, for one operation; refused while it is being reopened.
