@@ -17,7 +17,7 @@ impl Store {
                 let touched = s.touch(uuid, progress)?;
                 (touched.provision, touched.recorded, Some(touched))
             }
-            Backend::Shared(s, _) => (s.touch(uuid, progress).await?, true, None),
+            Backend::Shared(s, _) => (Box::pin(s.touch(uuid, progress)).await?, true, None),
         };
         Ok(Touched {
             provision,
@@ -42,7 +42,7 @@ impl Store {
     pub async fn report_progress(&self, uuid: Uuid, progress: u64) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.report_progress(uuid, progress),
-            Backend::Shared(s, _) => s.report_progress(uuid, progress).await,
+            Backend::Shared(s, _) => Box::pin(s.report_progress(uuid, progress)).await,
         }
     }
 
@@ -50,7 +50,7 @@ impl Store {
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.next_deadline(),
-            Backend::Shared(s, _) => s.next_deadline().await,
+            Backend::Shared(s, _) => Box::pin(s.next_deadline()).await,
         }
     }
 
@@ -59,7 +59,7 @@ impl Store {
     pub async fn next_due(&self) -> Result<Option<(Timestamp, std::time::Duration)>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => Ok(s.next_deadline()?.map(|d| (d, d.since(self.clock.now())))),
-            Backend::Shared(s, _) => s.next_due().await,
+            Backend::Shared(s, _) => Box::pin(s.next_due()).await,
         }
     }
 
@@ -76,7 +76,7 @@ impl Store {
     pub async fn deadline_index(&self) -> Result<Vec<(Timestamp, Uuid)>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.deadline_index(),
-            Backend::Shared(s, _) => s.deadline_index().await,
+            Backend::Shared(s, _) => Box::pin(s.deadline_index()).await,
         }
     }
 
@@ -94,8 +94,8 @@ impl Store {
             Backend::Shared(s, membership) => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                 match membership.as_deref().map(Membership::current) {
-                    None => s.fail_expired(limit, None).await,
-                    Some(Some(lease)) => s.fail_expired(limit, Some(&lease)).await,
+                    None => Box::pin(s.fail_expired(limit, None)).await,
+                    Some(Some(lease)) => Box::pin(s.fail_expired(limit, Some(&lease))).await,
                     Some(None) => Err(StoreError::Fenced(
                         "this engine is not sure of its lease, so it sweeps nothing".into(),
                     )),
@@ -114,7 +114,7 @@ impl Store {
             Backend::Sled(s) => s.fail_expired(now, limit),
             Backend::Shared(s, _) => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                s.fail_expired_at(Some(now), limit, None).await
+                Box::pin(s.fail_expired_at(Some(now), limit, None)).await
             }
         }
     }

@@ -7,7 +7,7 @@ impl Store {
     pub async fn document(&self, kind: &'static str, uuid: Uuid) -> Result<Doc, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.docs()?.get(kind, uuid),
-            Backend::Shared(s, _) => s.document(kind, uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.document(kind, uuid)).await,
         }
     }
 
@@ -20,7 +20,7 @@ impl Store {
     ) -> Result<(Uuid, Doc), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.docs()?.find(kind, field, ident),
-            Backend::Shared(s, _) => s.find_document(kind, field, ident).await,
+            Backend::Shared(s, _) => Box::pin(s.find_document(kind, field, ident)).await,
         }
     }
 
@@ -55,7 +55,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.docs_to_write()?.insert(kind, uuid, doc, unique),
-            Backend::Shared(s, _) => s.insert_document(kind, uuid, doc, unique).await,
+            Backend::Shared(s, _) => Box::pin(s.insert_document(kind, uuid, doc, unique)).await,
         }
     }
 
@@ -69,7 +69,7 @@ impl Store {
     ) -> Result<Doc, E> {
         match &self.backend {
             Backend::Sled(s) => s.docs_to_write()?.update(kind, uuid, unique, change),
-            Backend::Shared(s, _) => s.update_document(kind, uuid, unique, change).await,
+            Backend::Shared(s, _) => Box::pin(s.update_document(kind, uuid, unique, change)).await,
         }
     }
 
@@ -82,7 +82,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.docs_to_write()?.delete(kind, uuid, unique),
-            Backend::Shared(s, _) => s.delete_document(kind, uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.delete_document(kind, uuid)).await,
         }
     }
 
@@ -104,7 +104,7 @@ impl Store {
                 backend: "sled",
                 operation: "keep a driver (its engine keeps them in the plugins directory)",
             }),
-            Backend::Shared(s, _) => s.keep_driver(name, sha256, body).await,
+            Backend::Shared(s, _) => Box::pin(s.keep_driver(name, sha256, body)).await,
         }
     }
 
@@ -112,7 +112,7 @@ impl Store {
     pub async fn forget_driver(&self, name: &str) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(_) => Ok(()),
-            Backend::Shared(s, _) => s.forget_driver(name).await,
+            Backend::Shared(s, _) => Box::pin(s.forget_driver(name)).await,
         }
     }
 
@@ -120,7 +120,7 @@ impl Store {
     pub async fn kept_drivers(&self) -> Result<Vec<KeptDriver>, StoreError> {
         match &self.backend {
             Backend::Sled(_) => Ok(Vec::new()),
-            Backend::Shared(s, _) => s.kept_drivers().await,
+            Backend::Shared(s, _) => Box::pin(s.kept_drivers()).await,
         }
     }
 }

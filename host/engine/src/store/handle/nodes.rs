@@ -7,7 +7,7 @@ impl Store {
     pub async fn history_of(&self, node: Uuid) -> Result<Vec<history::Event>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.history()?.list(node),
-            Backend::Shared(s, _) => s.history_of(node).await,
+            Backend::Shared(s, _) => Box::pin(s.history_of(node)).await,
         }
     }
 
@@ -19,7 +19,7 @@ impl Store {
     ) -> Result<history::Event, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.history()?.get(node, event),
-            Backend::Shared(s, _) => s.history_event(node, event).await,
+            Backend::Shared(s, _) => Box::pin(s.history_event(node, event)).await,
         }
     }
 
@@ -27,7 +27,7 @@ impl Store {
     pub async fn milestone(&self, uuid: Uuid, note: String) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.milestone(uuid, note),
-            Backend::Shared(s, _) => s.in_place(uuid, None, Some(&note)).await,
+            Backend::Shared(s, _) => Box::pin(s.in_place(uuid, None, Some(&note))).await,
         }
     }
 
@@ -35,7 +35,7 @@ impl Store {
     pub async fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.failure(uuid, error),
-            Backend::Shared(s, _) => s.in_place(uuid, Some(&error), None).await,
+            Backend::Shared(s, _) => Box::pin(s.in_place(uuid, Some(&error), None)).await,
         }
     }
 
@@ -43,7 +43,7 @@ impl Store {
     pub async fn create_node(&self, new: NewNode) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.create_node(new),
-            Backend::Shared(s, _) => s.create_node(new).await,
+            Backend::Shared(s, _) => Box::pin(s.create_node(new)).await,
         }
     }
 
@@ -58,7 +58,7 @@ impl Store {
             Backend::Shared(s, _) => {
                 let mut created = Vec::with_capacity(new.len());
                 for node in new {
-                    created.push(s.create_node(node).await);
+                    created.push(Box::pin(s.create_node(node)).await);
                 }
                 Ok(created)
             }
@@ -69,7 +69,7 @@ impl Store {
     pub async fn node(&self, uuid: Uuid) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.node(uuid),
-            Backend::Shared(s, _) => s.node(uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.node(uuid)).await,
         }
     }
 
@@ -77,7 +77,7 @@ impl Store {
     pub async fn provision(&self, uuid: Uuid) -> Result<Provision, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.provision(uuid),
-            Backend::Shared(s, _) => s.provision(uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.provision(uuid)).await,
         }
     }
 
@@ -85,7 +85,7 @@ impl Store {
     pub async fn find_node(&self, ident: &str) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.find_node(ident),
-            Backend::Shared(s, _) => s.find_node(ident).await,
+            Backend::Shared(s, _) => Box::pin(s.find_node(ident)).await,
         }
     }
 
@@ -97,7 +97,7 @@ impl Store {
     ) -> Result<Vec<Node>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.list_nodes(marker, limit),
-            Backend::Shared(s, _) => s.list_nodes(marker, limit).await,
+            Backend::Shared(s, _) => Box::pin(s.list_nodes(marker, limit)).await,
         }
     }
 
@@ -113,7 +113,7 @@ impl Store {
     pub async fn node_count(&self) -> Result<usize, StoreError> {
         match &self.backend {
             Backend::Sled(s) => Ok(s.node_count()),
-            Backend::Shared(s, _) => s.node_count().await,
+            Backend::Shared(s, _) => Box::pin(s.node_count()).await,
         }
     }
 
@@ -135,7 +135,7 @@ impl Store {
     ) -> Result<Node, E> {
         match &self.backend {
             Backend::Sled(s) => s.edit_node(uuid, change),
-            Backend::Shared(s, _) => s.edit_node(uuid, change, None).await,
+            Backend::Shared(s, _) => Box::pin(s.edit_node(uuid, change, None)).await,
         }
     }
 
@@ -148,7 +148,7 @@ impl Store {
     pub async fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.delete_node_with(uuid, cascade),
-            Backend::Shared(s, _) => s.delete_node(uuid, cascade, None).await,
+            Backend::Shared(s, _) => Box::pin(s.delete_node(uuid, cascade, None)).await,
         }
     }
 
@@ -156,7 +156,7 @@ impl Store {
     pub async fn set_initial_available(&self, uuid: Uuid) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.set_initial_available(uuid),
-            Backend::Shared(s, _) => s.set_initial_available(uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.set_initial_available(uuid)).await,
         }
     }
 
@@ -169,7 +169,9 @@ impl Store {
     ) -> Result<Node, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.apply_event(uuid, event, last_error),
-            Backend::Shared(s, _) => s.apply_event(uuid, None, event, last_error, None).await,
+            Backend::Shared(s, _) => {
+                Box::pin(s.apply_event(uuid, None, event, last_error, None)).await
+            }
         }
     }
 
@@ -185,7 +187,7 @@ impl Store {
             Backend::Sled(s) => s.apply_event_from(uuid, expected, event, last_error),
             Backend::Shared(s, _) => {
                 let expected = Some(expected);
-                s.apply_event(uuid, expected, event, last_error, None).await
+                Box::pin(s.apply_event(uuid, expected, event, last_error, None)).await
             }
         }
     }
@@ -200,7 +202,7 @@ impl Store {
             Backend::Shared(s, _) => {
                 let mut applied = Vec::new();
                 for (uuid, event) in events {
-                    applied.push(s.apply_event(uuid, None, event, None, None).await);
+                    applied.push(Box::pin(s.apply_event(uuid, None, event, None, None)).await);
                 }
                 Ok(applied)
             }

@@ -12,7 +12,7 @@ impl Store {
     ) -> Result<Port, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.create_port(node, mac, extra),
-            Backend::Shared(s, _) => s.create_port(node, mac, extra).await,
+            Backend::Shared(s, _) => Box::pin(s.create_port(node, mac, extra)).await,
         }
     }
 
@@ -20,7 +20,7 @@ impl Store {
     pub async fn insert_port(&self, port: Port) -> Result<Port, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.insert_port(port),
-            Backend::Shared(s, _) => s.insert_port(port).await,
+            Backend::Shared(s, _) => Box::pin(s.insert_port(port)).await,
         }
     }
 
@@ -28,7 +28,7 @@ impl Store {
     pub async fn list_ports(&self) -> Result<Vec<Port>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.list_ports(),
-            Backend::Shared(s, _) => s.list_ports().await,
+            Backend::Shared(s, _) => Box::pin(s.list_ports()).await,
         }
     }
 
@@ -36,7 +36,7 @@ impl Store {
     pub async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.port(uuid),
-            Backend::Shared(s, _) => s.port(uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.port(uuid)).await,
         }
     }
 
@@ -44,7 +44,7 @@ impl Store {
     pub async fn port_named(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.port_named(name),
-            Backend::Shared(s, _) => s.port_named(name).await,
+            Backend::Shared(s, _) => Box::pin(s.port_named(name)).await,
         }
     }
 
@@ -52,7 +52,7 @@ impl Store {
     pub async fn port_with_mac(&self, mac: &str) -> Result<Option<Port>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.port_with_mac(mac),
-            Backend::Shared(s, _) => s.port_with_mac(mac).await,
+            Backend::Shared(s, _) => Box::pin(s.port_with_mac(mac)).await,
         }
     }
 
@@ -63,7 +63,7 @@ impl Store {
     ) -> Result<Option<Uuid>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.node_by_macs(macs),
-            Backend::Shared(s, _) => s.node_by_macs(macs).await,
+            Backend::Shared(s, _) => Box::pin(s.node_by_macs(macs)).await,
         }
     }
 
@@ -71,7 +71,7 @@ impl Store {
     pub async fn ports_of(&self, node: Uuid) -> Result<Vec<Port>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.ports_of(node),
-            Backend::Shared(s, _) => s.ports_of(node).await,
+            Backend::Shared(s, _) => Box::pin(s.ports_of(node)).await,
         }
     }
 
@@ -79,7 +79,7 @@ impl Store {
     pub async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.delete_port(uuid),
-            Backend::Shared(s, _) => s.delete_port(uuid).await,
+            Backend::Shared(s, _) => Box::pin(s.delete_port(uuid)).await,
         }
     }
 
@@ -91,7 +91,7 @@ impl Store {
     ) -> Result<Port, E> {
         match &self.backend {
             Backend::Sled(s) => s.update_port(uuid, change),
-            Backend::Shared(s, _) => s.update_port(uuid, change).await,
+            Backend::Shared(s, _) => Box::pin(s.update_port(uuid, change)).await,
         }
     }
 
@@ -103,7 +103,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.set_config_drive(node, drive),
-            Backend::Shared(s, _) => s.set_config_drive(node, drive).await,
+            Backend::Shared(s, _) => Box::pin(s.set_config_drive(node, drive)).await,
         }
     }
 
@@ -111,7 +111,7 @@ impl Store {
     pub async fn config_drive(&self, node: Uuid) -> Result<Option<ConfigDrive>, StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.config_drive(node),
-            Backend::Shared(s, _) => s.config_drive(node).await,
+            Backend::Shared(s, _) => Box::pin(s.config_drive(node)).await,
         }
     }
 }
