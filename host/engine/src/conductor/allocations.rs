@@ -3,7 +3,8 @@
 //!
 //! A node is taken with [`Conductor::edit_if_free`]: under its claim, only if it still
 //! fits, so two allocations racing for one node cannot both get it; a node another task
-//! holds is skipped for the next candidate, as Ironic's allocator does.
+//! holds is tried again once it is let go, within the engine's lock wait, as Ironic's
+//! allocator retries the locked nodes of its pass.
 //!
 //! A delete racing the search must not leave a node taken for an allocation that is gone.
 //! So the search's outcome (a node taken and recorded in the allocation, or the error)
@@ -303,16 +304,46 @@ impl Conductor {
         // Random order, so concurrent allocations spread over the fleet; but a node named as
         // the allocation is tried first (Ironic 1.79).
         candidates.sort_by_key(|(named, _)| (!named, Uuid::new_v4()));
+        // A node another task holds (a power action, a heartbeat's step) is tried again
+        // after the free ones, once it is let go, all of them within one lock wait: as
+        // Ironic retries the locked nodes of a pass, and with its words if none is had. Its
+        // claim is waited for, not kept: a node is claimed only under the search's lock,
+        // as a delete claims it, so the two never wait on each other.
+        let busy = |e: &AllocationError| {
+            matches!(e, AllocationError::Conductor(ConductorError::Busy { .. }))
+        };
+        let mut locked = Vec::new();
         for (_, node) in candidates {
             match self.take(uuid, node, &want).await {
                 Ok(()) => return Ok(()),
                 Err(AllocationError::Deleted) => return Err("deleted".into()),
+                Err(e) if busy(&e) => locked.push(node),
                 Err(_) => continue,
             }
         }
-        Err(failed(
-            "all nodes were filtered out during reservation".into(),
-        ))
+        let mut still_locked = 0;
+        let until = tokio::time::Instant::now() + self.settings.lock_wait;
+        for node in locked {
+            let wait = until.saturating_duration_since(tokio::time::Instant::now());
+            if let Err(_held) = self
+                .reservations
+                .claim_within(node, "allocating", wait)
+                .await
+            {
+                still_locked += 1;
+                continue;
+            }
+            match self.take(uuid, node, &want).await {
+                Ok(()) => return Ok(()),
+                Err(AllocationError::Deleted) => return Err("deleted".into()),
+                Err(e) if busy(&e) => still_locked += 1,
+                Err(_) => continue,
+            }
+        }
+        Err(failed(match still_locked {
+            0 => "all nodes were filtered out during reservation".into(),
+            n => format!("could not reserve any of {n} suitable nodes"),
+        }))
     }
 
     // Before an allocation is deleted: its node is freed (not while it is being deployed).

@@ -192,6 +192,11 @@ impl Conductor {
         &self.store
     }
 
+    /// Which nodes the engine's tasks hold now, and for what.
+    pub fn reservations(&self) -> &Arc<Reservations> {
+        &self.reservations
+    }
+
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
@@ -511,8 +516,8 @@ impl Conductor {
         self.edit_claimed(claim?, change).await
     }
 
-    /// [`Conductor::edit`] that does not wait: a busy node is refused at once. The
-    /// allocation pass tries the next candidate instead (as Ironic's allocator does).
+    /// [`Conductor::edit`] that does not wait: a busy node is refused at once (the
+    /// allocator waits for it outside its search lock, then tries again).
     pub async fn edit_if_free<E: EditError>(
         &self,
         node: Uuid,

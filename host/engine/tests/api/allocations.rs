@@ -243,3 +243,43 @@ async fn an_undeploy_ends_the_allocation_so_the_node_is_allocated_again() {
         }
     }
 }
+
+/// A node another task holds for a moment (a power action, a heartbeat's step) is waited
+/// for within the engine's lock wait (2 s here), as Ironic retries the locked nodes of its
+/// pass: held for 1 s, it is allocated; held for 3.5 s, the allocation fails in Ironic's
+/// words for a node it could not reserve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_held_for_a_moment_is_waited_for_and_one_held_past_the_lock_wait_is_not() {
+    let s = start(|_| {}).await;
+    let node = gold_nodes(&s, 1).await.remove(0);
+    let uuid = uuid::Uuid::parse_str(&node).unwrap();
+    let reservations = s.engine.conductor.reservations().clone();
+    for (hold_ms, allocated) in [(1000, true), (3500, false)] {
+        // Whatever still holds it (the power action that made it ready) lets go first.
+        let claim = reservations.claim(uuid, "power").await;
+        let held = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(hold_ms)).await;
+            drop(claim);
+        });
+        let a = allocate_gold(&s).await;
+        let id = a["uuid"].as_str().unwrap();
+        if allocated {
+            assert_eq!(
+                (&a["state"], &a["node_uuid"]),
+                (&json!("active"), &json!(node)),
+                "{a}"
+            );
+            let gone = s.delete(&format!("/v1/allocations/{id}")).await;
+            assert_eq!(gone.status, StatusCode::NO_CONTENT);
+        } else {
+            assert_eq!(a["state"], "error", "{a}");
+            let error = a["last_error"].as_str().unwrap();
+            assert!(
+                error.ends_with("could not reserve any of 1 suitable nodes."),
+                "{error}"
+            );
+            assert_eq!(allocation_of(&s, &node).await, (Value::Null, Value::Null));
+        }
+        held.await.unwrap();
+    }
+}
