@@ -109,6 +109,36 @@ fn an_engine_on_the_shared_store_killed_mid_deploy_restarts_and_the_agents_finis
         .map(|n| &n["provision_state"])
         .collect();
     assert_eq!(states.len(), 3, "{list}");
+
+    // The engines as Ironic's conductors: this one alive, named by its host and port (its
+    // earlier lives on this port are the same host), and the refused one, not alive.
+    let (status, conductors) = call("GET", &format!("{}/v1/conductors", engine.url), None);
+    assert_eq!(status, 200, "{conductors}");
+    let all = conductors["conductors"].as_array().unwrap();
+    assert_eq!(all.len(), 2, "{conductors}");
+    let me = all[0]["hostname"].as_str().unwrap();
+    assert!(
+        me.ends_with(&format!(":{port}")) && all[0]["alive"] == true,
+        "{conductors}"
+    );
+    assert_eq!(all[1]["alive"], false, "{conductors}");
+    let other = all[1]["hostname"].as_str().unwrap();
+    let (status, shown) = call(
+        "GET",
+        &format!("{}/v1/conductors/{other}", engine.url),
+        None,
+    );
+    assert_eq!(
+        (status, &shown["hostname"]),
+        (200, &all[1]["hostname"]),
+        "{shown}"
+    );
+    let (_, mine) = call("GET", &format!("{}/v1/conductors/{me}", engine.url), None);
+    let drivers = mine["drivers"].as_array().unwrap();
+    assert!(drivers.iter().any(|d| d == "agent_redfish"), "{mine}");
+    let node = list["nodes"][0]["uuid"].as_str().unwrap();
+    let (_, node) = call("GET", &format!("{}/v1/nodes/{node}", engine.url), None);
+    assert_eq!(node["conductor"], me, "{node}");
 }
 
 /// A driver uploaded to an engine on the shared store is the store's: an engine started on

@@ -129,6 +129,10 @@ impl Engine {
         );
         load_drivers(config, &registry).await?;
         load_kept_drivers(&store, &registry).await?;
+        store
+            .announce_drivers(&crate::hardware::Hardware::new(&registry).types())
+            .await
+            .context("recording this engine's drivers in the shared store")?;
 
         let auth = match config.api.auth_strategy {
             AuthStrategy::Noauth => Auth::NoAuth,

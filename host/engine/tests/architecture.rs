@@ -148,6 +148,9 @@ fn no_module_of_the_engine_depends_on_itself_through_others() {
 /// here or in [`STORE_WRITES`], so a new one must be placed.
 const STORE_READS: &[&str] = &[
     "export",
+    "conductor_name",
+    "hostname",
+    "engines",
     "backend_name",
     "class",
     "touched_node",
@@ -205,6 +208,7 @@ const STORE_READS: &[&str] = &[
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
 const STORE_WRITES: &[&str] = &[
     "import",
+    "announce_drivers",
     "in_place",
     "set_config_drive",
     "open",

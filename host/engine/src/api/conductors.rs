@@ -1,4 +1,6 @@
-//! `/v1/conductors` (1.49): this engine, as Ironic's one conductor.
+//! `/v1/conductors` (1.49): the engines, as Ironic's conductors — this one (named
+//! `deployd` on sled, where it is the only one), and on the shared store every other engine
+//! its table names, alive or not, one per host.
 
 use std::sync::Arc;
 
@@ -10,6 +12,7 @@ use serde_json::{Value, json};
 use super::http::error::ApiError;
 use super::http::gate::since;
 use super::{App, State, view};
+use crate::store::EngineInfo;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -20,15 +23,17 @@ pub fn routes() -> Router<Arc<App>> {
         )
 }
 
-fn conductor_doc(app: &App, detail: bool) -> Value {
+/// This engine as a conductor.
+fn this_engine(app: &App, detail: bool) -> Value {
+    let store = app.conductor.store();
     let mut doc = json!({
-        "hostname": view::CONDUCTOR,
+        "hostname": store.conductor_name(),
         "conductor_group": "",
         "alive": true,
-        "links": view::links(&app.base(), "conductors", view::CONDUCTOR),
+        "links": view::links(&app.base(), "conductors", store.conductor_name()),
     });
     // Not Ironic's: whether this engine's store can write (see `store::health`).
-    doc["store"] = match app.conductor.store().health().degraded() {
+    doc["store"] = match store.health().degraded() {
         None => json!({"writable": true}),
         Some(d) => json!({
             "writable": false,
@@ -40,9 +45,40 @@ fn conductor_doc(app: &App, detail: bool) -> Value {
     if detail {
         doc["drivers"] = json!(crate::hardware::Hardware::new(app.conductor.registry()).types());
         doc["created_at"] = json!(app.started_at.to_datetime());
-        doc["updated_at"] = json!(app.conductor.store().clock().now().to_datetime());
+        doc["updated_at"] = json!(store.clock().now().to_datetime());
     }
     doc
+}
+
+/// Another engine on the shared store, as its row there says it.
+fn other_engine(app: &App, e: &EngineInfo, detail: bool) -> Value {
+    let mut doc = json!({
+        "hostname": e.hostname,
+        "conductor_group": e.conductor_group,
+        "alive": e.alive,
+        "links": view::links(&app.base(), "conductors", &e.hostname),
+    });
+    if detail {
+        doc["drivers"] = json!(e.drivers);
+        doc["created_at"] = json!(e.started_at.to_datetime());
+        doc["updated_at"] = json!(e.lease_until.to_datetime());
+    }
+    doc
+}
+
+/// Every engine that serves (or served) the store: this one, and on the shared store the
+/// others its table names, one per host.
+async fn all(app: &App, detail: bool) -> Result<Vec<Value>, ApiError> {
+    let me = app.conductor.store().conductor_name();
+    let others = app.conductor.store().engines().await?;
+    let mut docs = vec![this_engine(app, detail)];
+    docs.extend(
+        others
+            .iter()
+            .filter(|e| e.hostname != me)
+            .map(|e| other_engine(app, e, detail)),
+    );
+    Ok(docs)
 }
 
 async fn conductors(
@@ -60,14 +96,15 @@ async fn conductors(
     let detail = q
         .iter()
         .any(|(k, val)| k == "detail" && super::schema::parse_bool(&json!(val)) == Some(true));
-    Ok(Json(json!({"conductors": [conductor_doc(&app, detail)]})))
+    Ok(Json(json!({"conductors": all(&app, detail).await?})))
 }
 
 async fn conductor(app: State, Path(hostname): Path<String>) -> Result<Json<Value>, ApiError> {
-    if hostname != view::CONDUCTOR {
-        return Err(ApiError::not_found(format!(
-            "Conductor {hostname} could not be found."
-        )));
-    }
-    Ok(Json(conductor_doc(&app, true)))
+    let found = all(&app, true)
+        .await?
+        .into_iter()
+        .find(|doc| doc["hostname"] == hostname.as_str());
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("Conductor {hostname} could not be found.")))
 }

@@ -82,13 +82,13 @@ fn component(d: &LoadedDriver) -> Value {
 }
 
 /// A loaded component as `POST /v1/deployd/drivers` answers.
-fn doc(base: &str, d: &LoadedDriver) -> Value {
+fn doc(app: &App, d: &LoadedDriver) -> Value {
     let name = &d.description.name;
     json!({
         "name": name,
-        "hosts": [view::CONDUCTOR],
+        "hosts": [app.conductor.store().conductor_name()],
         "type": "dynamic",
-        "links": view::links(base, "drivers", name),
+        "links": view::links(&app.base(), "drivers", name),
         "deployd": component(d),
     })
 }
@@ -98,7 +98,7 @@ fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value 
     let base = &app.base();
     let mut doc = json!({
         "name": name,
-        "hosts": [view::CONDUCTOR],
+        "hosts": [app.conductor.store().conductor_name()],
         "type": "dynamic",
         "links": view::links(base, "drivers", name),
         "properties": view::links(base, "drivers", &format!("{name}/properties")),
@@ -291,7 +291,7 @@ async fn receive_and_load(
             .keep_driver(name, &driver.hash, &bytes)
             .await
             .map_err(|e| server_error(format!("driver loaded but not kept: {e}")))?;
-        return Ok((StatusCode::CREATED, Json(doc(&app.base(), &driver))));
+        return Ok((StatusCode::CREATED, Json(doc(&app, &driver))));
     }
     drop(bytes);
     if app.plugins_dir.is_some() {
@@ -299,7 +299,7 @@ async fn receive_and_load(
         crate::driver_host::component_file::save(upload, &kept, &driver.hash)
             .map_err(|e| server_error(format!("driver loaded but not saved: {e}")))?;
     }
-    Ok((StatusCode::CREATED, Json(doc(&app.base(), &driver))))
+    Ok((StatusCode::CREATED, Json(doc(&app, &driver))))
 }
 
 fn server_error(message: String) -> ApiError {

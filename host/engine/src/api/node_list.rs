@@ -365,6 +365,7 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
         let agent = app.conductor.agents().get(node.uuid());
         let view = NodeView {
             base,
+            conductor: app.conductor.store().conductor_name(),
             node: &node,
             agent: agent.as_ref(),
             version: shape.version,

@@ -48,6 +48,8 @@ enum Part {
     Attr(&'static str, &'static Value),
     /// A field the engine does not keep (no console, no steps shown, one conductor).
     Fixed(&'static Value),
+    /// The engine showing the node.
+    Conductor,
     /// Links to the node (`""`) or to one of its sub-resources.
     Links(&'static str),
 }
@@ -59,12 +61,11 @@ struct Entry {
     part: Part,
 }
 
-static FIXED: LazyLock<[(&str, Value); 4]> = LazyLock::new(|| {
+static FIXED: LazyLock<[(&str, Value); 3]> = LazyLock::new(|| {
     [
         ("clean_step", Value::Object(Map::new())),
         ("deploy_step", Value::Object(Map::new())),
         ("service_step", Value::Object(Map::new())),
-        ("conductor", Value::from(view::CONDUCTOR)),
     ]
 });
 
@@ -91,6 +92,7 @@ static TABLE: LazyLock<Vec<Entry>> = LazyLock::new(|| {
         ("provision_state", P::ProvisionState),
         ("target_provision_state", P::TargetProvisionState),
         ("provision_updated_at", P::ProvisionUpdatedAt),
+        ("conductor", P::Conductor),
         ("links", P::Links("")),
         ("ports", P::Links("/ports")),
         ("states", P::Links("/states")),
@@ -134,6 +136,8 @@ pub fn shown_state(state: ProvisionState, version: Version) -> Option<ProvisionS
 /// the named ones.
 pub struct NodeView<'a> {
     pub base: &'a str,
+    /// The engine showing the node (`Store::conductor_name`).
+    pub conductor: &'a str,
     pub node: &'a Node,
     /// What the node's agent last said (kept in memory, not written per heartbeat).
     pub agent: Option<&'a AgentSession>,
@@ -214,6 +218,7 @@ impl Serialize for Shown<'_> {
             Part::Interface(kind) => b.interfaces.get(kind).serialize(s),
             Part::Attr(name, default) => b.attrs.get(name).unwrap_or(default).serialize(s),
             Part::Fixed(value) => value.serialize(s),
+            Part::Conductor => self.view.conductor.serialize(s),
             Part::Links(sub) => Links {
                 base: self.view.base,
                 id: b.uuid,
@@ -334,6 +339,7 @@ mod tests {
         let version = Version(v);
         let view = NodeView {
             base: "http://h:1",
+            conductor: crate::node::CONDUCTOR,
             node,
             agent,
             version,
@@ -393,6 +399,7 @@ mod tests {
         );
         let view = NodeView {
             base: "",
+            conductor: crate::node::CONDUCTOR,
             node: &node,
             agent: None,
             version: Version(1),

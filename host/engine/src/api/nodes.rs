@@ -66,6 +66,7 @@ async fn create(
         [(header::LOCATION, location)],
         Json(NodeView {
             base,
+            conductor: app.conductor.store().conductor_name(),
             node: &node,
             agent: None,
             version,
@@ -90,6 +91,7 @@ async fn show(
         .transpose()?;
     Ok(Json(NodeView {
         base: &app.base(),
+        conductor: app.conductor.store().conductor_name(),
         node: &node,
         agent: agent.as_ref(),
         version,
@@ -311,6 +313,7 @@ async fn update(
     let agent = app.conductor.agents().get(updated.uuid());
     Ok(Json(NodeView {
         base: &app.base(),
+        conductor: app.conductor.store().conductor_name(),
         node: &updated,
         agent: agent.as_ref(),
         version,

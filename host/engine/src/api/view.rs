@@ -3,8 +3,6 @@
 
 use serde_json::{Map, Value, json};
 
-pub use crate::node::CONDUCTOR;
-
 /// What a secret's value is shown as.
 pub const MASK: &str = "******";
 

@@ -150,12 +150,21 @@ impl Conductor {
         sha256: &str,
         body: &[u8],
     ) -> Result<(), StoreError> {
-        self.store.keep_driver(name, sha256, body).await
+        self.store.keep_driver(name, sha256, body).await?;
+        self.announce_drivers().await
     }
 
     /// Forgets an uploaded driver component the store keeps.
     pub async fn forget_driver(&self, name: &str) -> Result<(), StoreError> {
-        self.store.forget_driver(name).await
+        self.store.forget_driver(name).await?;
+        self.announce_drivers().await
+    }
+
+    /// Records the drivers this engine runs where the other engines read them (its row
+    /// on the shared store, for their `/v1/conductors`).
+    pub async fn announce_drivers(&self) -> Result<(), StoreError> {
+        let types = crate::hardware::Hardware::new(self.registry()).types();
+        self.store.announce_drivers(&types).await
     }
 
     /// Adds a stored-only document (chassis, port group, allocation, …).

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::documents::Doc;
-use super::postgres::{DeadlineListener, KeptDriver, Membership, SharedStore};
+use super::postgres::{DeadlineListener, EngineInfo, KeptDriver, Membership, SharedStore};
 use super::sled;
 use super::sled::SledStore;
 use super::{
@@ -259,6 +259,42 @@ impl Store {
         match &self.backend {
             Backend::Sled(s) => s.export(at),
             Backend::Shared(s, _) => Box::pin(s.export(at)).await,
+        }
+    }
+
+    /// The name this engine goes by in the API (a node's `conductor`, `/v1/conductors`):
+    /// on the shared store the host and port it registered as; `deployd` on sled, where
+    /// it is the only engine.
+    pub fn conductor_name(&self) -> &str {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.hostname(),
+            _ => node::CONDUCTOR,
+        }
+    }
+
+    /// The engines that served this store, the latest registration of each host first
+    /// by id; none on sled (its engine is the only one).
+    pub async fn engines(&self) -> Result<Vec<EngineInfo>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Vec::new()),
+            Backend::Shared(s, _) => {
+                let mut all = Box::pin(s.engines()).await?;
+                // The latest registration of a host stands for it (a restart registers
+                // again, under a new id).
+                all.sort_by(|a, b| a.hostname.cmp(&b.hostname).then(b.id.cmp(&a.id)));
+                all.dedup_by(|later, first| later.hostname == first.hostname);
+                all.sort_by_key(|e| e.id);
+                Ok(all)
+            }
+        }
+    }
+
+    /// Records the drivers this engine runs, where other engines read them (the shared
+    /// store's row of this engine; nothing on sled).
+    pub async fn announce_drivers(&self, drivers: &[String]) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.announce_drivers(drivers).await,
+            _ => Ok(()),
         }
     }
 

@@ -285,6 +285,19 @@ impl SharedStore {
         Ok(())
     }
 
+    /// Records the drivers `me` runs (what `/v1/conductors` shows of it to other engines).
+    pub async fn announce_drivers(&self, me: &Lease, drivers: &[String]) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE engines SET drivers = $3 WHERE id = $1 AND epoch = $2",
+                &[&me.id, &me.epoch, &drivers],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
     /// Every registered engine, alive or not, by id.
     pub async fn engines(&self) -> Result<Vec<EngineInfo>, StoreError> {
         let client = self.client().await?;

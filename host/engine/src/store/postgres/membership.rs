@@ -28,6 +28,7 @@ pub struct Membership {
     held: Arc<Mutex<Held>>,
     store: Arc<SharedStore>,
     task: JoinHandle<()>,
+    hostname: String,
 }
 
 impl Membership {
@@ -42,7 +43,17 @@ impl Membership {
         let lease = store.register(hostname, conductor_group, drivers).await?;
         let held = Arc::new(Mutex::new(Held { lease, renewed_at }));
         let task = tokio::spawn(keep(store.clone(), held.clone()));
-        Ok(Membership { held, store, task })
+        Ok(Membership {
+            held,
+            store,
+            task,
+            hostname: hostname.to_owned(),
+        })
+    }
+
+    /// The name this engine registered under (its host and API port).
+    pub fn hostname(&self) -> &str {
+        &self.hostname
     }
 
     /// The lease, while this engine is sure it holds it.
@@ -55,6 +66,12 @@ impl Membership {
 }
 
 impl Membership {
+    /// Records the drivers this engine runs now in its row, under its current epoch.
+    pub async fn announce_drivers(&self, drivers: &[String]) -> Result<(), StoreError> {
+        let lease = self.held.lock().unwrap_or_else(|p| p.into_inner()).lease;
+        self.store.announce_drivers(&lease, drivers).await
+    }
+
     /// Stops renewing and ends the lease now (see `SharedStore::leave`).
     pub async fn leave(&self) -> Result<(), StoreError> {
         self.task.abort();
