@@ -1,9 +1,12 @@
-//! The demo's live view: one progress line per node (state, bytes written, heartbeat
-//! age), redrawn in place on a terminal and printed every few seconds otherwise; then
-//! the summary table with the disks checked against the image.
+//! The demo's live view: one progress bar per node (state, bytes written, heartbeat
+//! age), drawn by indicatif on a terminal, and a progress line per node printed every few
+//! seconds otherwise (a log, not a drawing); then the summary table with the disks checked
+//! against the image.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use deployd_wire::agent::Progress;
 use deployd_wire::documents::Node;
@@ -45,21 +48,44 @@ pub struct Screen {
     pub rows: Vec<Row>,
     total: u64,
     started: Instant,
+    /// On a terminal: a bar per row, drawn in place.
+    bars: Option<Bars>,
+    /// Otherwise: notes printed with the next progress lines, every few seconds.
     notes: Vec<String>,
-    terminal: bool,
-    drawn_lines: usize,
     last_plain: Option<Instant>,
+}
+
+struct Bars {
+    multi: MultiProgress,
+    bars: Vec<ProgressBar>,
+}
+
+impl Bars {
+    fn new(rows: usize, total: u64) -> Bars {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
+        let style = ProgressStyle::with_template(
+            "{prefix} [{bar:24}] {percent:>3}% {binary_bytes:>10}/{binary_total_bytes}  {msg}",
+        )
+        .expect("the template parses")
+        .progress_chars("#>-");
+        let bars = (0..rows)
+            .map(|_| multi.add(ProgressBar::new(total).with_style(style.clone())))
+            .collect();
+        Bars { multi, bars }
+    }
 }
 
 impl Screen {
     pub fn new(rows: Vec<Row>, total: u64, started: Instant) -> Screen {
+        let bars = std::io::stdout()
+            .is_terminal()
+            .then(|| Bars::new(rows.len(), total));
         Screen {
             rows,
             total,
             started,
+            bars,
             notes: vec![],
-            terminal: std::io::stdout().is_terminal(),
-            drawn_lines: 0,
             last_plain: None,
         }
     }
@@ -105,60 +131,67 @@ impl Screen {
     }
 
     pub fn note(&mut self, note: String) {
-        self.notes.push(format!(
-            "[{:5.1}s] {note}",
-            self.started.elapsed().as_secs_f64()
-        ));
+        let note = format!("[{:5.1}s] {note}", self.started.elapsed().as_secs_f64());
+        match &self.bars {
+            Some(b) => {
+                let _ = b.multi.println(note);
+            }
+            None => self.notes.push(note),
+        }
     }
 
     pub fn all_settled(&self) -> bool {
         self.rows.iter().all(Row::settled)
     }
 
-    fn line(&self, i: usize) -> String {
-        let row = &self.rows[i];
-        let fraction = self.fraction(i);
-        let filled = (fraction * 24.0).round() as usize;
-        let bar = format!("{}{}", "#".repeat(filled), "-".repeat(24 - filled.min(24)));
-        let heartbeat = match (row.settled(), row.heartbeat_age) {
+    /// The row's machine, driver and state, in columns.
+    fn label(row: &Row) -> String {
+        format!("{:12} {:13} {:15}", row.machine.name, row.driver, row.state)
+    }
+
+    fn heartbeat(row: &Row) -> String {
+        match (row.settled(), row.heartbeat_age) {
             (false, Some(age)) => format!("heartbeat {age:4.1}s ago"),
             _ => String::new(),
-        };
-        format!(
-            "{:12} {:13} {:15} [{bar}] {:3.0}% {:5}/{} MiB  {heartbeat}",
-            row.machine.name,
-            row.driver,
-            row.state,
-            fraction * 100.0,
-            row.written >> 20,
-            self.total >> 20,
-        )
+        }
     }
 
     pub fn draw(&mut self) {
-        let mut out = std::io::stdout().lock();
-        if self.terminal {
-            if self.drawn_lines > 0 {
-                let _ = write!(out, "\x1b[{}A", self.drawn_lines);
+        if let Some(b) = &self.bars {
+            for (row, bar) in self.rows.iter().zip(&b.bars) {
+                bar.set_prefix(Self::label(row));
+                bar.set_position(row.written);
+                bar.set_message(Self::heartbeat(row));
+                match row.state.as_str() {
+                    "active" if !bar.is_finished() => bar.finish(),
+                    "deploy failed" | "error" if !bar.is_finished() => bar.abandon(),
+                    _ => {}
+                }
             }
-            let mut lines: Vec<String> = (0..self.rows.len()).map(|i| self.line(i)).collect();
-            lines.extend(self.notes.iter().cloned());
-            for line in &lines {
-                let _ = writeln!(out, "\x1b[2K{line}");
-            }
-            self.drawn_lines = lines.len();
-        } else if self
+            return;
+        }
+        if self
             .last_plain
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(2))
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(2))
         {
-            self.last_plain = Some(Instant::now());
-            let _ = writeln!(out, "[{:5.1}s]", self.started.elapsed().as_secs_f64());
-            for i in 0..self.rows.len() {
-                let _ = writeln!(out, "  {}", self.line(i));
-            }
-            for note in self.notes.drain(..) {
-                let _ = writeln!(out, "  {note}");
-            }
+            return;
+        }
+        self.last_plain = Some(Instant::now());
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "[{:5.1}s]", self.started.elapsed().as_secs_f64());
+        for (i, row) in self.rows.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {} {:3.0}% {:5}/{} MiB  {}",
+                Self::label(row),
+                self.fraction(i) * 100.0,
+                row.written >> 20,
+                self.total >> 20,
+                Self::heartbeat(row),
+            );
+        }
+        for note in self.notes.drain(..) {
+            let _ = writeln!(out, "  {note}");
         }
         let _ = out.flush();
     }
@@ -172,7 +205,15 @@ impl Screen {
         victim: Option<usize>,
         timeout: u64,
     ) -> anyhow::Result<bool> {
+        // The last lines, and any note not printed yet, whenever the last ones were.
+        self.last_plain = None;
         self.draw();
+        // The bars stay as they ended; what follows is printed below them.
+        if let Some(b) = self.bars.take() {
+            for bar in &b.bars {
+                bar.abandon();
+            }
+        }
         println!(
             "\n{:12} {:13} {:14} {:>8} {:14} last_error",
             "machine", "driver", "state", "after", "disk"
