@@ -148,6 +148,8 @@ fn no_module_of_the_engine_depends_on_itself_through_others() {
 /// here or in [`STORE_WRITES`], so a new one must be placed.
 const STORE_READS: &[&str] = &[
     "export",
+    "claims_in_store",
+    "claim_of",
     "conductor_name",
     "hostname",
     "engines",
@@ -208,6 +210,8 @@ const STORE_READS: &[&str] = &[
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
 const STORE_WRITES: &[&str] = &[
     "import",
+    "claim_node",
+    "release_node",
     "announce_drivers",
     "in_place",
     "set_config_drive",

@@ -446,6 +446,139 @@ async fn a_stopped_engines_lease_lapses_and_a_survivor_takes_its_nodes_over() {
     assert_eq!(alive, [("engine-a", false), ("engine-b", true)]);
 }
 
+/// An engine's handle on the database, joined as `name` with short leases.
+async fn joined(shared: &std::sync::Arc<SharedStore>, name: &str) -> std::sync::Arc<Store> {
+    use deployd_engine::store::postgres::Membership;
+    let membership = Membership::join(shared.clone(), name, "", &[])
+        .await
+        .unwrap();
+    std::sync::Arc::new(Store::shared(
+        shared.clone(),
+        Some(std::sync::Arc::new(membership)),
+        Timeouts::uniform(CALLBACK),
+        Clock::new(),
+    ))
+}
+
+/// Two engines' conductors claim one node as two tasks of one engine do, in the
+/// database: one is refused naming the other, waits for it within its lock wait, and
+/// gets it once the other let go. The holder's writes are fenced by its claim: another
+/// engine's write is refused naming it, and its own after it was declared dead are
+/// refused, even an edit's. Many claims and releases in a row by one engine never lose
+/// one to a release still on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_claim_a_node_in_turn_and_the_holders_writes_are_fenced() {
+    use deployd_engine::reservations::{Refused, Reservations};
+    use std::sync::Arc;
+    let url = CLUSTER.database();
+    let shared = Arc::new(engine(&url).await.with_lease_times(TIMES));
+    let (a, b) = (
+        joined(&shared, "engine-a:6385").await,
+        joined(&shared, "engine-b:6385").await,
+    );
+    let (at_a, at_b) = (
+        Arc::new(Reservations::backed_by(a.clone())),
+        Arc::new(Reservations::backed_by(b.clone())),
+    );
+    let node = walked(&shared, &TO_WAIT_CALL_BACK[..5]).await;
+
+    let held = at_a.try_claim(node, "deploy").await.unwrap();
+    match at_b.try_claim(node, "update").await {
+        Err(Refused::Held(h)) => {
+            assert_eq!((h.host.as_str(), h.task), ("engine-a:6385", None))
+        }
+        other => panic!("B claimed A's node: {:?}", other.is_ok()),
+    }
+    let Err(StoreError::NotOwner { owner, .. }) = b.apply_event(node, Event::Fail, None).await
+    else {
+        panic!("B's write changed the node A holds");
+    };
+    assert_eq!(owner, "engine-a:6385");
+    // A's own write, fenced by its claim, lands.
+    a.apply_event(node, Event::Wait, None).await.unwrap();
+
+    // B waits for A within its lock wait, and gets the node once A lets go.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(held);
+    });
+    let by_b = at_b
+        .claim_within(node, "update", Duration::from_secs(2))
+        .await
+        .unwrap_or_else(|_| panic!("B did not get the node A let go"));
+    let Err(Refused::Held(h)) = at_a.try_claim(node, "heartbeat").await else {
+        panic!("A claimed the node B holds");
+    };
+    assert_eq!(h.host, "engine-b:6385");
+    b.update_node(node, |body| {
+        body.extra.insert("by".into(), "b".into());
+        Ok(())
+    })
+    .await
+    .unwrap();
+    drop(by_b);
+
+    // One engine's claims and releases in a row: each claim is had, none lost to the
+    // release before it (its writes would be refused as fenced if it were).
+    for round in 0..50 {
+        let claim = at_a
+            .claim_within(node, "heartbeat", Duration::from_secs(2))
+            .await;
+        let claim = claim.unwrap_or_else(|_| panic!("round {round}: A did not get the node"));
+        a.update_node(node, |body| {
+            body.extra.insert("round".into(), round.into());
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(claim);
+    }
+
+    // A is declared dead while it holds the node: its writes are refused from then on.
+    // (The last round's release may still be on its way: the reservation waits for it.)
+    let claim = at_a
+        .claim_within(node, "deploy", Duration::from_secs(2))
+        .await;
+    let claim = claim.unwrap_or_else(|_| panic!("A did not get the node back"));
+    let db = database_of(&url);
+    let epoch_of_a = || async {
+        let engines = shared.engines().await.unwrap();
+        let a = engines.iter().find(|e| e.hostname == "engine-a:6385");
+        a.filter(|e| e.alive).map(|e| e.epoch)
+    };
+    let before = epoch_of_a().await.expect("A is alive");
+    CLUSTER.psql(
+        db,
+        "UPDATE engines SET dead_at = now(), dead_by = id WHERE hostname = 'engine-a:6385'",
+    );
+    // A's next renewal finds it dead and rejoins under a new epoch: alive again, but the
+    // claim it holds is of the epoch that died.
+    let rejoined = eventually(TIMES.lease * 2, || async {
+        epoch_of_a().await.is_some_and(|epoch| epoch > before)
+    })
+    .await;
+    assert!(rejoined, "A did not rejoin");
+    let Err(StoreError::Fenced(_)) = a.apply_event(node, Event::Fail, None).await else {
+        panic!("a dead engine's transition landed");
+    };
+    let Err(StoreError::Fenced(_)) = a
+        .update_node(node, |body| {
+            body.extra.insert("by".into(), "dead a".into());
+            Ok(())
+        })
+        .await
+    else {
+        panic!("a dead engine's edit landed");
+    };
+    drop(claim);
+    // B is not kept waiting by a dead engine's claim.
+    let by_b = at_b.try_claim(node, "update").await;
+    assert!(by_b.is_ok(), "a dead engine's claim kept B out");
+    let body = b.node(node).await.unwrap().body;
+    assert_eq!(body.extra["by"], "b");
+    assert_eq!(body.extra["round"], 49);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweepers_on_two_engines_fail_an_expired_node_once_woken_by_the_deadline_it_filed() {
     use deployd_engine::store::TimedOut;

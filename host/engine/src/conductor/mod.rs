@@ -41,7 +41,7 @@ use crate::driver_host::{LoadedDriver, PluginError, Registry};
 use crate::hardware::Hardware;
 use crate::images::{Images, STAGED_TOKEN};
 use crate::node::{Node, NodeBody};
-use crate::reservations::{Claim, Held, Reservations};
+use crate::reservations::{Claim, Held, Refused, Reservations};
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::{Store, StoreError};
 
@@ -64,10 +64,17 @@ pub enum Verb {
 pub enum ConductorError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another task holds the node: one of this engine's (`task` says what it does) or
+    /// another engine's.
     #[error(
-        "Node {node} is locked by host deployd for {by}, please retry after the current operation is completed."
+        "Node {node} is locked by host {host}{}, please retry after the current operation is completed.",
+        task.map(|t| format!(" for {t}")).unwrap_or_default()
     )]
-    Busy { node: Uuid, by: &'static str },
+    Busy {
+        node: Uuid,
+        host: String,
+        task: Option<&'static str>,
+    },
     /// The operator protected the node; it keeps its instance until they unprotect it.
     #[error("Node {0} is protected and cannot be undeployed, rebuilt or deleted")]
     Protected(Uuid),
@@ -85,7 +92,17 @@ impl From<Held> for ConductorError {
     fn from(h: Held) -> Self {
         ConductorError::Busy {
             node: h.node,
-            by: h.by,
+            host: h.host,
+            task: h.task,
+        }
+    }
+}
+
+impl From<Refused> for ConductorError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Held(held) => held.into(),
+            Refused::Store(e) => e.into(),
         }
     }
 }
@@ -154,12 +171,13 @@ impl Conductor {
         images: Option<Images>,
         settings: Settings,
     ) -> Arc<Conductor> {
+        let reservations = Arc::new(Reservations::backed_by(store.clone()));
         Arc::new(Conductor {
             settings,
             store,
             registry,
             agents,
-            reservations: Arc::default(),
+            reservations,
             preparer: crate::deploy_image::Preparer::new(images.clone()),
             images,
             keep_alive: std::sync::OnceLock::new(),
@@ -169,8 +187,8 @@ impl Conductor {
 
     /// The node for a task of the engine's own (a heartbeat's step): now or never, since
     /// the agent heartbeats again soon.
-    fn claim(&self, node: Uuid, operation: &'static str) -> Result<Claim, ConductorError> {
-        Ok(self.reservations.try_claim(node, operation)?)
+    async fn claim(&self, node: Uuid, operation: &'static str) -> Result<Claim, ConductorError> {
+        Ok(self.reservations.try_claim(node, operation).await?)
     }
 
     /// The node for an operator's call: it waits for a short task to end, as Ironic's lock
@@ -419,7 +437,7 @@ impl Conductor {
         // sees, since no other step can write it meanwhile. Claimed after, a step that
         // ended in between would hand this one a node from before its writes (a pxe
         // deploy started its image write twice that way).
-        let claim = self.claim(node, "heartbeat");
+        let claim = self.claim(node, "heartbeat").await;
         let touched = match self.store.touch(node, report.fingerprint()).await {
             // The store cannot write, and remembers the touch until it can: acknowledged,
             // and nothing else of it is acted on (no write would be taken). The agent's
@@ -523,7 +541,8 @@ impl Conductor {
         node: Uuid,
         change: impl NodeChange<E>,
     ) -> Result<Node, E> {
-        self.edit_claimed(self.claim(node, "update")?, change).await
+        self.edit_claimed(self.claim(node, "update").await?, change)
+            .await
     }
 
     async fn edit_claimed<E: EditError>(

@@ -360,7 +360,14 @@ impl TimeoutHook for Arc<Conductor> {
         let me = self.clone();
         tokio::spawn(async move {
             let node = event.node;
-            let claim = me.reservations.claim(node, "timeout clean-up").await;
+            let claim = match me.reservations.claim(node, "timeout clean-up").await {
+                Ok(claim) => claim,
+                Err(refused) => {
+                    let e = ConductorError::from(refused);
+                    tracing::error!(%node, "clean-up after timeout not run: {e}");
+                    return;
+                }
+            };
             if let Err(e) = me.clean_up(node, event.last_error).await {
                 tracing::error!(%node, "clean-up after timeout failed: {e}");
             }

@@ -11,6 +11,7 @@
 //! What is not storage is not reached through a backend: the engine's clock, its counters
 //! and the store's health are the handle's own, shared with the backend it opened.
 
+mod claims;
 mod deadlines;
 mod documents;
 mod nodes;

@@ -135,7 +135,10 @@ impl Store {
     ) -> Result<Node, E> {
         match &self.backend {
             Backend::Sled(s) => s.edit_node(uuid, change),
-            Backend::Shared(s, _) => Box::pin(s.edit_node(uuid, change, None)).await,
+            Backend::Shared(s, _) => {
+                let claim = self.claimed(uuid);
+                Box::pin(s.edit_node(uuid, change, claim.as_ref())).await
+            }
         }
     }
 
@@ -148,7 +151,10 @@ impl Store {
     pub async fn delete_node_with(&self, uuid: Uuid, cascade: &Cascade) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(s) => s.delete_node_with(uuid, cascade),
-            Backend::Shared(s, _) => Box::pin(s.delete_node(uuid, cascade, None)).await,
+            Backend::Shared(s, _) => {
+                let claim = self.claimed(uuid);
+                Box::pin(s.delete_node(uuid, cascade, claim.as_ref())).await
+            }
         }
     }
 
@@ -170,7 +176,8 @@ impl Store {
         match &self.backend {
             Backend::Sled(s) => s.apply_event(uuid, event, last_error),
             Backend::Shared(s, _) => {
-                Box::pin(s.apply_event(uuid, None, event, last_error, None)).await
+                let claim = self.claimed(uuid);
+                Box::pin(s.apply_event(uuid, None, event, last_error, claim.as_ref())).await
             }
         }
     }
@@ -186,8 +193,8 @@ impl Store {
         match &self.backend {
             Backend::Sled(s) => s.apply_event_from(uuid, expected, event, last_error),
             Backend::Shared(s, _) => {
-                let expected = Some(expected);
-                Box::pin(s.apply_event(uuid, expected, event, last_error, None)).await
+                let (expected, claim) = (Some(expected), self.claimed(uuid));
+                Box::pin(s.apply_event(uuid, expected, event, last_error, claim.as_ref())).await
             }
         }
     }
@@ -202,7 +209,9 @@ impl Store {
             Backend::Shared(s, _) => {
                 let mut applied = Vec::new();
                 for (uuid, event) in events {
-                    applied.push(Box::pin(s.apply_event(uuid, None, event, None, None)).await);
+                    let claim = self.claimed(uuid);
+                    let node = s.apply_event(uuid, None, event, None, claim.as_ref());
+                    applied.push(Box::pin(node).await);
                 }
                 Ok(applied)
             }

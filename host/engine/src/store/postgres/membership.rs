@@ -8,8 +8,17 @@
 //! lease lasts at least that long). An engine that cannot renew, a paused process, or a
 //! database it cannot reach, gets `None` and starts no BMC or agent action; its claimed
 //! writes would be fenced anyway.
+//!
+//! The membership also knows which nodes this engine claimed in the database, each under
+//! the epoch it claimed it with: the handle sends those nodes' writes fenced by that claim.
+//! The conductor serialises a node's claim and release (its reservation is held from
+//! before the claim until after the release), so one node has at most one entry.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use uuid::Uuid;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -29,6 +38,8 @@ pub struct Membership {
     store: Arc<SharedStore>,
     task: JoinHandle<()>,
     hostname: String,
+    /// The nodes this engine holds the database's claim on, and under which lease.
+    claims: Mutex<HashMap<Uuid, Lease>>,
 }
 
 impl Membership {
@@ -48,6 +59,7 @@ impl Membership {
             store,
             task,
             hostname: hostname.to_owned(),
+            claims: Mutex::default(),
         })
     }
 
@@ -66,6 +78,62 @@ impl Membership {
 }
 
 impl Membership {
+    /// Claims `node` in the database for this engine: refused with the owner's name while
+    /// another engine with a live lease holds it, and fenced while this engine is not
+    /// sure of its own lease (it starts nothing then).
+    pub async fn claim(&self, node: Uuid) -> Result<(), StoreError> {
+        let lease = self.current().ok_or_else(|| {
+            StoreError::Fenced(format!(
+                "engine {} has not renewed its lease in time, so it takes no claim on node {node}",
+                self.hostname
+            ))
+        })?;
+        // Noted before it is asked for: a caller dropped while the database takes it
+        // still lets go of it (`release`).
+        self.claims_held().insert(node, lease);
+        let claimed = self.store.claim(node, &lease).await;
+        if claimed.is_err() {
+            self.claims_held().remove(&node);
+        }
+        claimed
+    }
+
+    /// The lease this engine claimed `node` under, while it holds that claim.
+    pub fn claim_of(&self, node: Uuid) -> Option<Lease> {
+        self.claims_held().get(&node).copied()
+    }
+
+    /// Lets go of this engine's claim on `node` (nothing if it holds none). A database it
+    /// cannot reach is tried again every second, for as long as the claim's epoch is this
+    /// engine's: once it was declared dead, a survivor took the claim over.
+    pub async fn release(&self, node: Uuid) {
+        let Some(lease) = self.claims_held().remove(&node) else {
+            return;
+        };
+        loop {
+            match self.store.release(node, &lease).await {
+                Ok(()) => return,
+                Err(e) if self.epoch() == lease.epoch => {
+                    tracing::warn!(%node, error = %e, "could not let go of a node's claim; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn epoch(&self) -> i64 {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lease
+            .epoch
+    }
+
+    fn claims_held(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Lease>> {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records the drivers this engine runs now in its row, under its current epoch.
     pub async fn announce_drivers(&self, drivers: &[String]) -> Result<(), StoreError> {
         let lease = self.held.lock().unwrap_or_else(|p| p.into_inner()).lease;

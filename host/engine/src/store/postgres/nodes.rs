@@ -188,13 +188,22 @@ impl SharedStore {
 /// Refuses a write to a node another engine holds under a lease that lives.
 pub(super) fn owned(uuid: Uuid, locked: &Locked, engine: Option<&Lease>) -> Result<(), StoreError> {
     let mine = engine.map(|l| (l.id, l.epoch));
-    match &locked.claim.live_owner {
-        Some(owner) if locked.claim.owner != mine => Err(StoreError::NotOwner {
+    match (&locked.claim.live_owner, engine) {
+        (Some(owner), _) if locked.claim.owner != mine => Err(StoreError::NotOwner {
             node: uuid,
             owner: owner.clone(),
         }),
+        // A claimed write whose claim is gone, or whose lease lapsed: fenced.
+        (None, Some(lease)) => Err(fenced(uuid, lease)),
         _ => Ok(()),
     }
+}
+
+fn fenced(uuid: Uuid, lease: &Lease) -> StoreError {
+    StoreError::Fenced(format!(
+        "the write to node {uuid} was refused: engine {} (epoch {}) no longer holds its claim under a live lease",
+        lease.id, lease.epoch
+    ))
 }
 
 /// Reads a node and locks its row until the transaction ends.
@@ -204,7 +213,7 @@ pub(super) async fn lock(tx: &Transaction<'_>, uuid: Uuid) -> Result<Locked, Sto
             &format!(
                 "SELECT {PROVISION}, n.body::text, now(), n.owner, n.owner_epoch, e.hostname,
                         e.dead_at IS NULL AND e.lease_until > now()
-                 FROM nodes n LEFT JOIN engines e ON e.id = n.owner
+                 FROM nodes n LEFT JOIN engines e ON e.id = n.owner AND e.epoch = n.owner_epoch
                  WHERE n.uuid = $1 FOR UPDATE OF n"
             ),
             &[&uuid],
@@ -244,8 +253,9 @@ impl<'a> From<Option<&'a Lease>> for Guard<'a> {
     }
 }
 
-/// Writes a node's new record and body, if `guard` holds (on the database's clock). A
-/// failed or stable node's claim is let go with the write.
+/// Writes a node's new record and body, if `guard` holds (on the database's clock). The
+/// node's claim stays as it is: its holder lets go of it when its step ends (a sweeper
+/// that fails a node another engine's step holds leaves that step its claim).
 pub(super) async fn write(
     tx: &Transaction<'_>,
     uuid: Uuid,
@@ -255,30 +265,27 @@ pub(super) async fn write(
     guard: Guard<'_>,
 ) -> Result<(), StoreError> {
     let (callback_ms, stall_ms) = rows::timeouts_ms(timeouts, new.state);
-    let release = new.state.is_failed() || new.state.is_stable();
     let (check, engine) = match guard {
         Guard::None => ("", None),
         // `$4`, the failure's time, is the sweep's: the transaction's `now()`, or the time
         // a sweep at a chosen time was asked for.
         Guard::Expired => (" AND deadline <= $4", None),
         Guard::Claimed(lease) => (
-            " AND owner = $13 AND owner_epoch = $14 AND EXISTS (
-                  SELECT 1 FROM engines e WHERE e.id = $13 AND e.epoch = $14
+            " AND owner = $12 AND owner_epoch = $13 AND EXISTS (
+                  SELECT 1 FROM engines e WHERE e.id = $12 AND e.epoch = $13
                   AND e.dead_at IS NULL AND e.lease_until > now())",
             Some(lease),
         ),
     };
     // The engine's parameters are always sent, so every guard has one statement shape.
     let unused = if engine.is_none() {
-        " AND $13::int8 IS NULL AND $14::int8 IS NULL"
+        " AND $12::int8 IS NULL AND $13::int8 IS NULL"
     } else {
         ""
     };
     let sql = format!(
         "UPDATE nodes SET state = $2, target = $3, updated_at = $4, deadline = $5, due = $6,
-             progress_at = $7, progress = $8, callback_ms = $9, stall_ms = $10, body = $11,
-             owner = CASE WHEN $12 THEN NULL ELSE owner END,
-             owner_epoch = CASE WHEN $12 THEN NULL ELSE owner_epoch END
+             progress_at = $7, progress = $8, callback_ms = $9, stall_ms = $10, body = $11
          WHERE uuid = $1{check}{unused}"
     );
     let written = tx
@@ -296,7 +303,6 @@ pub(super) async fn write(
                 &callback_ms,
                 &stall_ms,
                 &Json(body),
-                &release,
                 &engine.map(|l| l.id),
                 &engine.map(|l| l.epoch),
             ],
@@ -304,10 +310,7 @@ pub(super) async fn write(
         .await
         .map_err(db_error)?;
     match (written, guard) {
-        (0, Guard::Claimed(lease)) => Err(StoreError::Fenced(format!(
-            "the write to node {uuid} was refused: engine {} (epoch {}) no longer holds its claim under a live lease",
-            lease.id, lease.epoch
-        ))),
+        (0, Guard::Claimed(lease)) => Err(fenced(uuid, lease)),
         (0, _) => Err(StoreError::Shared(format!(
             "node {uuid}: the write found its row changed under the transaction's lock"
         ))),

@@ -83,7 +83,8 @@ impl SharedStore {
             let locked = Locked {
                 provision: p,
                 body: parse_body(uuid, row.get::<_, &str>(7).as_bytes())?,
-                // The sweeper fails a node whoever holds its claim; the failure lets it go.
+                // The sweeper fails a node whoever holds its claim (a step that holds it
+                // meets the new state in its own writes, and lets go when it ends).
                 claim: Claim {
                     owner: None,
                     live_owner: None,
