@@ -35,13 +35,21 @@ async fn walked(store: &SharedStore, events: &[Event]) -> Uuid {
     uuid
 }
 
-/// What `deployd serve --store-url` opens: an engine starting alone on the database
-/// fails the nodes a dead engine left busy, in the words sled's recovery uses, and
-/// re-derives the waiting ones' deadlines for the timeouts configured now.
+/// What `deployd serve --store-url` opens: an engine joining the database fails the
+/// nodes an engine left busy without a claim, in the words sled's recovery uses, leaves
+/// alone the busy node a live engine's step claims, and re-derives the waiting ones'
+/// deadlines for the timeouts configured now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() {
+async fn an_engine_at_start_fails_unclaimed_busy_nodes_and_rederives_waiting_ones() {
     let url = CLUSTER.database();
     let old = engine(&url).await;
+    // A live engine's step holds a busy node of its own.
+    let live = std::sync::Arc::new(engine(&url).await);
+    let live = deployd_engine::store::postgres::Membership::join(live, "live:6385", "", &[])
+        .await
+        .unwrap();
+    let held = walked(&old, &TO_WAIT_CALL_BACK[..5]).await;
+    live.claim(held).await.unwrap();
     let busy = walked(&old, &TO_WAIT_CALL_BACK[..5]).await;
     let waiting = walked(&old, &TO_WAIT_CALL_BACK).await;
     let idle = walked(&old, &[]).await;
@@ -65,7 +73,12 @@ async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() 
     )
     .await
     .unwrap();
-    assert_eq!(recovery.nodes, 3);
+    assert_eq!(recovery.nodes, 4);
+    assert_eq!(
+        store.node(held).await.unwrap().state(),
+        ProvisionState::Deploying,
+        "a live engine's step was failed"
+    );
     assert_eq!(
         recovery.failed,
         [(
@@ -98,7 +111,8 @@ async fn an_engine_alone_at_start_fails_busy_nodes_and_rederives_waiting_ones() 
         store.node(idle).await.unwrap().state(),
         ProvisionState::Enroll
     );
-    // Its lease is the one live engine's, and leaving ends it.
+    // Its lease lives beside the other's, and leaving ends it.
+    live.leave().await.unwrap();
     let alive: Vec<String> = old
         .engines()
         .await

@@ -134,12 +134,6 @@ pub enum StoreError {
         postgres::SCHEMA_VERSION
     )]
     Schema { found: i32 },
-    /// Another engine serves the shared store, and this one would have to share its nodes
-    /// with it (see `postgres::recovery`).
-    #[error(
-        "another engine serves this shared store: {0}. Several engines on one database need the database's claims, which this deployd does not take yet: stop that engine, or give this one a database of its own"
-    )]
-    NotAlone(String),
     /// Another engine holds the node's claim, and its lease lives.
     #[error("node {node} is locked by engine {owner}; try again once it is done")]
     NotOwner { node: Uuid, owner: String },
@@ -190,7 +184,6 @@ impl StoreError {
             E::StateChanged { .. }
             | E::Changed(_)
             | E::NotOwner { .. }
-            | E::NotAlone(_)
             | E::DeleteRefused { .. } => ErrorClass::Conflict,
             E::IllegalTransition { .. } | E::NotWaiting { .. } => ErrorClass::WrongState,
             E::Invalid(_) => ErrorClass::Invalid,

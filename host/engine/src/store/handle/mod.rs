@@ -126,9 +126,9 @@ impl Store {
     }
 
     /// Connects to the shared store at `url` (migrating an older schema), joins it as this
-    /// engine (`name`, its lease kept from now on), waits until no other engine serves it
-    /// and recovers the fleet: what `deployd serve --store-url` opens. See
-    /// `postgres::recovery` for why alone.
+    /// engine (`name`, its lease kept from now on) beside whichever engines serve it, and
+    /// recovers what no live engine holds (see `postgres::recovery`): what `deployd serve
+    /// --store-url` opens.
     pub async fn open_shared(
         url: &str,
         name: &str,
@@ -145,12 +145,14 @@ impl Store {
         let lease = membership.current().ok_or_else(|| {
             StoreError::Fenced("this engine's lease lapsed as soon as it joined".into())
         })?;
-        if let Err(refused) = shared.wait_alone(&lease).await {
-            // Not serving: its lease must not keep the next engine waiting.
-            let _ = membership.leave().await;
-            return Err(refused);
-        }
-        let recovery = shared.recover(&lease).await?;
+        let recovery = match shared.recover(&lease).await {
+            Ok(recovery) => recovery,
+            Err(e) => {
+                // Not serving: its lease must not keep its nodes waiting for a takeover.
+                let _ = membership.leave().await;
+                return Err(e);
+            }
+        };
         let store = Store::shared(shared, Some(Arc::new(membership)), timeouts, clock);
         Ok((store, recovery))
     }

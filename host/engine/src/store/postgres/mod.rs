@@ -35,9 +35,11 @@
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
-//! - **An engine starts alone** (`recovery`): it waits for a crashed predecessor's lease
-//!   to lapse, refuses to serve beside a live engine, and recovers the fleet by the rule
-//!   of `store::recovery`.
+//! - **A flow step's claim** is the database's as well as the conductor's: owner and
+//!   epoch in the node's row, every write under it fenced (`leases`, `nodes`, and the
+//!   engine's side in `membership`).
+//! - **Engines start beside one another** (`recovery`): one that joins recovers what no
+//!   live engine holds, by the rule of `store::recovery`.
 //!
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.

@@ -1,16 +1,14 @@
-//! An engine starting alone on the shared store: it waits for a crashed predecessor's
-//! lease to lapse, refuses to serve beside another live engine, and recovers the fleet by
-//! the rule every backend applies (`store::recovery`): busy nodes failed, waiting ones
-//! re-derived for the timeouts configured now.
+//! An engine starting on the shared store, beside whichever engines serve it: it recovers
+//! the fleet by the rule every backend applies (`store::recovery`), except for what a live
+//! engine holds.
 //!
-//! Alone, because the conductor's claims on a node are still this process's own (its
-//! reservations): two engines serving one database could both run a step on one node.
-//! The claims that let several engines share a fleet are the database's (`leases`), and
-//! serving turns them on when the conductor takes them.
+//! A busy node whose claim a live engine holds is that engine's step, going on: left
+//! alone. A busy node no live engine claims was left by an engine that is gone without a
+//! takeover (an engine of a deployd before the database's claims, a fleet restored or
+//! copied in): failed in `restarted`'s words. A busy node a dead engine still claims is
+//! its survivors' to take over (`leases`), naming it. Waiting nodes are re-derived for the
+//! timeouts configured now, whoever claims them.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::nodes::{Guard, lock, write};
@@ -23,30 +21,7 @@ use crate::store::{Recovery, StoreError};
 const PAGE: usize = 256;
 
 impl SharedStore {
-    /// Waits until no engine but `me` holds a live lease, for at most a lease and a
-    /// renewal (what a crashed engine's lease takes to lapse); refuses if one still does.
-    pub async fn wait_alone(&self, me: &Lease) -> Result<(), StoreError> {
-        let times = self.lease_times();
-        let until = Instant::now() + times.lease + times.renew_every;
-        loop {
-            let others: Vec<String> = self
-                .engines()
-                .await?
-                .into_iter()
-                .filter(|e| e.alive && e.id != me.id)
-                .map(|e| format!("{} (id {})", e.hostname, e.id))
-                .collect();
-            if others.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= until {
-                return Err(StoreError::NotAlone(others.join(", ")));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    /// Recovers the fleet for `me`, alone on the store (see the module's doc).
+    /// Recovers the fleet for `me`, an engine that has just joined (see the module's doc).
     pub async fn recover(&self, me: &Lease) -> Result<Recovery, StoreError> {
         let mut report = Recovery::default();
         let mut marker = None;
@@ -75,7 +50,9 @@ impl SharedStore {
         }
     }
 
-    /// Fails a node still busy under its row's lock, in the words of `restarted`.
+    /// Fails a node still busy under its row's lock, in the words of `restarted`, unless a
+    /// live engine claims it (its step goes on) or a dead one does (a survivor takes it
+    /// over, naming that engine).
     async fn fail_restarted(
         &self,
         uuid: Uuid,
@@ -95,7 +72,7 @@ impl SharedStore {
         let Ok(failed) = state.next(Event::Fail) else {
             return Ok(None);
         };
-        if !state.is_busy() {
+        if !state.is_busy() || locked.claim.owner.is_some() {
             return Ok(None);
         }
         let why = restarted(uuid, state, failed);
