@@ -5,6 +5,7 @@
 mod baremetal_cli;
 mod benches;
 mod client_suites;
+mod cluster;
 mod deployd_cli;
 mod images;
 mod ironic_api;

@@ -10,8 +10,10 @@
 //! | [`vm`] | the musl agent, a ramdisk, a bootable test OS image, console logs | end-to-end tests |
 //! | [`netns`] | a network namespace with a tap for a VM and a veth pair to it, the real dnsmasq in it | end-to-end tests |
 //! | [`postgres`] | a real PostgreSQL cluster on loopback, a database per test | engine tests |
+//! | [`balancer`] | Debian's haproxy in front of several engines | end-to-end tests |
 //! | [`processes`] | the real `deployd` binary as `serve` and `lab` processes, and calls to them | end-to-end tests |
 
+pub mod balancer;
 pub mod emulators;
 pub mod lab;
 pub mod netns;
