@@ -188,7 +188,7 @@ fn a_driver_uploaded_on_the_shared_store_loads_in_an_engine_with_an_empty_data_d
     third.stop();
     CLUSTER.psql(
         deployd_test_support::postgres::database_of(&url),
-        "UPDATE driver_components SET body = body || '\\x00'::bytea",
+        "UPDATE driver_versions SET body = body || '\\x00'::bytea",
     );
     let fourth = Engine::start(&dir.path().join("fourth"), &flags);
     let log = fourth.log_text();
@@ -198,6 +198,94 @@ fn a_driver_uploaded_on_the_shared_store_loads_in_an_engine_with_an_empty_data_d
     );
     assert!(!listed(&fourth));
     fourth.stop();
+}
+
+/// Engines on one database follow each other's driver uploads as they run: a driver
+/// loaded through one is listed by the other within moments and deploys a node through
+/// it, and an unload through the second is the first's too. A node's flow pinned to an
+/// uploaded version carries on through an engine that never loaded that version: the
+/// engine running the flow is killed after a newer version was uploaded, and an engine
+/// started in its place (an empty data directory) fetches the pinned one from the store.
+#[test]
+fn a_driver_uploaded_through_one_engine_deploys_through_another_and_a_pinned_version_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = CLUSTER.database();
+    let flags = shared_flags(dir.path(), 40, &url);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let port = emulators::free_tcp_port();
+    let first = Engine::start_on(port, &dir.path().join("first"), &flags);
+    let second = Engine::start(&dir.path().join("second"), &flags);
+    let lists = |engine: &Engine, name: &str| ok(engine, &["driver", "list"]).contains(name);
+    let soon = |check: &dyn Fn() -> bool| {
+        (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            check()
+        })
+    };
+    ok(&first, &["driver", "load", deployd_fixtures::TEMPLATE]);
+    assert!(
+        soon(&|| lists(&second, "template")),
+        "{}",
+        second.log_text()
+    );
+    let create = [
+        "node",
+        "create",
+        "--driver",
+        "template",
+        "--name",
+        "t1",
+        "--instance-info",
+        "image_source=http://example.invalid/img",
+    ];
+    ok(&second, &create);
+    for step in ["manage", "provide", "deploy", "undeploy"] {
+        ok(&second, &["node", step, "t1", "--wait"]);
+    }
+    ok(&second, &["node", "delete", "t1"]);
+    ok(&second, &["driver", "unload", "template"]);
+    assert!(soon(&|| !lists(&first, "template")), "{}", first.log_text());
+    second.stop();
+
+    // A version of agent_redfish of the store's own (its limits make it one), pinned by a
+    // deploy on the first engine; then a newer one uploaded.
+    let upload = |deadline: &str| {
+        let loaded = ok(
+            &first,
+            &[
+                "driver",
+                "load",
+                deployd_fixtures::AGENT_REDFISH,
+                "--deadline-ms",
+                deadline,
+            ],
+        );
+        assert!(loaded.starts_with("loaded agent_redfish"), "{loaded}");
+    };
+    upload("20000");
+    let lab = Lab::start(&dir.path().join("lab"), 1, &first.url, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let node = enroll(&first.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    provision(&first.url, &node, "active");
+    let pinned = wait_node(&first.url, &node, 30, |n| written(n) >= 1 << 20);
+    let version = pinned["driver_internal_info"]["driver_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(version.contains("+20000ms"), "{version}");
+    upload("25000");
+    first.kill();
+    let standin = Engine::start_on(port, &dir.path().join("standin"), &flags);
+    wait_active(&standin, &node, &[]);
+    let disk = Path::new(lab.machines[0]["disk"].as_str().unwrap());
+    assert_eq!(sha256_of(disk), sha);
+    let log = standin.log_text();
+    assert!(
+        log.contains("loaded a pinned driver version from the shared store")
+            && log.contains(&version),
+        "{log}"
+    );
 }
 
 /// A fleet moves between the backends through a backup: taken from an engine on sled,

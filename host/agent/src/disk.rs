@@ -217,12 +217,7 @@ impl DiskWriter {
     }
 
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
-        if self.offset == 0
-            && !chunk.is_empty()
-            && let Some(began) = &self.began
-        {
-            began.notify_one();
-        }
+        let first = self.offset == 0 && !chunk.is_empty();
         self.pending.extend_from_slice(chunk);
         // Whole blocks only, the rest kept for the next: every block but the last then
         // starts at a multiple of BLOCK, so every punch is aligned to the device's
@@ -234,6 +229,12 @@ impl DiskWriter {
         }
         self.offset += chunk.len() as u64;
         self.written.store(self.offset, Ordering::Relaxed);
+        // Told once the count shows the bytes: a heartbeat it wakes that read the count
+        // before (it was told as the first chunk came, and the count still said 0) did
+        // not see the transfer start, and the history dated it at the next heartbeat.
+        if first && let Some(began) = &self.began {
+            began.notify_one();
+        }
         if let Some(rate) = self.throttle {
             let due = self.started + Duration::from_secs_f64(self.offset as f64 / rate as f64);
             tokio::time::sleep_until(due).await;

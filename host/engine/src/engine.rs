@@ -31,6 +31,8 @@ pub struct Engine {
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     keeper: JoinHandle<()>,
+    /// Follows other engines' driver uploads on the shared store (see `driver_host::kept`).
+    drivers: JoinHandle<()>,
 }
 
 /// How often the store's high-water mark is raised (see [`crate::store::manifest`]):
@@ -128,7 +130,7 @@ impl Engine {
                 .compiling_with(config.plugins.compiler.clone()),
         );
         load_drivers(config, &registry).await?;
-        load_kept_drivers(&store, &registry).await?;
+        crate::driver_host::kept::load_all(&store, &registry).await?;
         store
             .announce_drivers(&crate::hardware::Hardware::new(&registry).types())
             .await
@@ -176,6 +178,7 @@ impl Engine {
             Some(images.clone()),
             config.conductor(),
         );
+        let drivers = tokio::spawn(follow_drivers(conductor.clone()));
         let sweeper = Sweeper::spawn(store.clone(), config.sweeper(), Arc::new(conductor.clone()));
         let app = Arc::new(App::new(
             conductor.clone(),
@@ -217,6 +220,7 @@ impl Engine {
             stop,
             server,
             keeper: keeper(store_for_checkpoints),
+            drivers,
         })
     }
 
@@ -225,6 +229,7 @@ impl Engine {
         self.stop.send_replace(true);
         let _ = self.server.await;
         self.sweeper.shutdown().await;
+        self.drivers.abort();
         if let Err(e) = self.store.leave().await {
             tracing::warn!("could not end this engine's lease on the shared store: {e}");
         }
@@ -238,35 +243,38 @@ impl Engine {
     }
 }
 
-/// The driver components the shared store keeps (uploads through any engine on it), after
-/// the plugins directory's; one whose bytes no longer match the sha256 recorded at upload
-/// is refused by name, one that does not load is reported and skipped.
-async fn load_kept_drivers(store: &Store, registry: &Registry) -> anyhow::Result<()> {
-    use sha2::Digest;
-    let kept = store
-        .kept_drivers()
-        .await
-        .context("reading the drivers the shared store keeps")?;
-    for driver in kept {
-        let found = hex::encode(sha2::Sha256::digest(&driver.body));
-        if found != driver.sha256 {
-            tracing::error!(
-                name = %driver.name,
-                "skipping a driver: the shared store's copy has sha256 {found}, not the {} recorded at upload; upload it again",
-                driver.sha256
-            );
-            continue;
-        }
-        match registry.load(&driver.body, Limits::default()).await {
-            Ok(d) => {
-                tracing::info!(name = %d.description.name, "loaded driver from the shared store")
-            }
+/// Keeps this engine's drivers in step with every engine's uploads and unloads on the
+/// shared store, for as long as the engine runs (nothing to do on sled): a listener whose
+/// connection ended listens again (after a pause when it cannot yet) and loads what the
+/// store keeps again, for what it missed meanwhile. Each change is recorded in this
+/// engine's row, for the other engines' `/v1/conductors`.
+async fn follow_drivers(conductor: Arc<Conductor>) {
+    use crate::driver_host::kept;
+    let (store, registry) = (conductor.store(), conductor.registry());
+    loop {
+        let mut changed = match store.drivers_changed().await {
+            Ok(Some(changed)) => changed,
+            Ok(None) => return,
             Err(e) => {
-                tracing::error!(name = %driver.name, "skipping a kept driver that does not load: {e}")
+                tracing::warn!(error = %e, "cannot listen for other engines' driver uploads; trying again");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
             }
+        };
+        if let Err(e) = kept::load_all(store, registry).await {
+            tracing::warn!("{e:#}");
         }
+        loop {
+            if let Err(e) = conductor.announce_drivers().await {
+                tracing::warn!(error = %e, "cannot record this engine's drivers in the shared store");
+            }
+            let Some(name) = changed.next().await else {
+                break;
+            };
+            kept::follow(store, registry, &name).await;
+        }
+        tracing::warn!("the driver listener's connection ended; listening again");
     }
-    Ok(())
 }
 
 /// The bundled drivers, then every `*.wasm` in the plugins directory (which may replace a

@@ -286,9 +286,8 @@ async fn receive_and_load(
     })?;
     // The shared store keeps uploads for every engine on it; else the plugins directory.
     if app.conductor.store().keeps_drivers() {
-        let name = &driver.description.name;
         app.conductor
-            .keep_driver(name, &driver.hash, &bytes)
+            .keep_driver(&driver, &bytes)
             .await
             .map_err(|e| server_error(format!("driver loaded but not kept: {e}")))?;
         return Ok((StatusCode::CREATED, Json(doc(&app, &driver))));

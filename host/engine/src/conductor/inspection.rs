@@ -75,7 +75,7 @@ impl Conductor {
         self.store.apply_event(node, Event::Wait, None).await?;
         let booted = async {
             let record = self.store.node(node).await.map_err(|e| e.to_string())?;
-            let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+            let driver = self.driver_for(&record).await.map_err(|e| e.to_string())?;
             let power = driver.description.power.clone();
             let services = self.registry.services().clone();
             bmc::set_boot_device(&services, node, &power, BootDevice::Pxe, false)
@@ -179,7 +179,7 @@ impl Conductor {
 
     async fn power_off_after_inspection(&self, node: Uuid) -> Result<(), String> {
         let record = self.store.node(node).await.map_err(|e| e.to_string())?;
-        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).await.map_err(|e| e.to_string())?;
         let services = self.registry.services().clone();
         bmc::act(&services, node, &driver.description.power, PowerAction::Off).await
     }

@@ -26,6 +26,7 @@ impl Conductor {
         let record = self.store.node(node).await?;
         let driver = self
             .driver_for(&record)
+            .await
             .map_err(|e| ConductorError::Invalid(e.to_string()))?;
         let services = self.registry.services().clone();
         bmc::set_boot_device(

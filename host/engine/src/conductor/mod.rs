@@ -286,7 +286,7 @@ impl Conductor {
                     .map_err(|source| StoreError::IllegalTransition { node, source })?;
                 match (&config_drive, event) {
                     (Some(drive), _) => {
-                        self.check_config_drive_writer(&current)?;
+                        self.check_config_drive_writer(&current).await?;
                         self.store.set_config_drive(node, Some(drive)).await?;
                     }
                     (None, Event::Rebuild) => {}
@@ -487,10 +487,11 @@ impl Conductor {
     /// Only drivers whose agent writes the image write a config drive (after it, on a
     /// partition at the end of the disk); any other is refused rather than deployed
     /// without the instance's hostname, keys and network.
-    fn check_config_drive_writer(&self, node: &Node) -> Result<(), ConductorError> {
+    async fn check_config_drive_writer(&self, node: &Node) -> Result<(), ConductorError> {
         use crate::driver_host::capability::bindings::Family;
         let driver = self
             .driver_for(node)
+            .await
             .map_err(|e| ConductorError::Invalid(e.to_string()))?;
         match driver.description.family {
             Family::Agent => Ok(()),
@@ -585,20 +586,24 @@ impl Conductor {
         Err(StoreError::Changed(format!("node {node}")).into())
     }
 
-    /// The driver version a node's flow uses: the pinned one if any, else the active one.
-    pub fn driver_for(&self, node: &Node) -> Result<Arc<LoadedDriver>, PluginError> {
+    /// The driver version a node's flow uses: the pinned one if any (fetched from the
+    /// shared store when another engine started the flow on a version this one has not
+    /// loaded), else the active one.
+    pub async fn driver_for(&self, node: &Node) -> Result<Arc<LoadedDriver>, PluginError> {
         match node
             .body
             .driver_internal_info
             .get(DRIVER_HASH)
             .and_then(Value::as_str)
         {
-            Some(hash) => self.registry.version(hash).ok_or_else(|| {
-                PluginError::NotLoaded(format!(
-                    "{} (version {hash}, which this node started with)",
-                    node.body.driver
-                ))
-            }),
+            Some(hash) => crate::driver_host::kept::pinned(&self.store, &self.registry, hash)
+                .await
+                .ok_or_else(|| {
+                    PluginError::NotLoaded(format!(
+                        "{} (version {hash}, which this node started with)",
+                        node.body.driver
+                    ))
+                }),
             None => self
                 .component(&node.body)
                 .ok_or_else(|| PluginError::NotLoaded(node.body.driver.clone())),
@@ -654,6 +659,7 @@ impl Conductor {
         let record = self.store.node(node).await?;
         let driver = self
             .driver_for(&record)
+            .await
             .map_err(|_| ConductorError::NoDriver(record.body.driver.clone()))?;
         let claim = self.claim_for_operator(node, "power").await?;
         let target = match action {
@@ -687,7 +693,7 @@ impl Conductor {
 
     /// Validates a node for its driver: (power/management, deploy).
     pub async fn validate(&self, node: &Node) -> (Result<(), String>, Result<(), String>) {
-        let driver = match self.driver_for(node) {
+        let driver = match self.driver_for(node).await {
             Ok(d) => d,
             Err(e) => return (Err(e.to_string()), Err(e.to_string())),
         };

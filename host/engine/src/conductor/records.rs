@@ -146,11 +146,11 @@ impl Conductor {
     /// (the shared store: see [`Store::keeps_drivers`](crate::store::Store::keeps_drivers)).
     pub async fn keep_driver(
         &self,
-        name: &str,
-        sha256: &str,
+        driver: &crate::driver_host::LoadedDriver,
         body: &[u8],
     ) -> Result<(), StoreError> {
-        self.store.keep_driver(name, sha256, body).await?;
+        let kept = crate::driver_host::kept::upload(driver, body);
+        self.store.keep_driver(&kept).await?;
         self.announce_drivers().await
     }
 

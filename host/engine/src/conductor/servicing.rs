@@ -131,7 +131,7 @@ impl Conductor {
 
     async fn power_step(&self, node: Uuid, action: PowerAction) -> Result<(), String> {
         let record = self.store.node(node).await.map_err(|e| e.to_string())?;
-        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).await.map_err(|e| e.to_string())?;
         let services = self.registry.services().clone();
         bmc::act(&services, node, &driver.description.power, action).await
     }

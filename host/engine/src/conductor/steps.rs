@@ -36,7 +36,7 @@ impl Conductor {
     /// Whether the node's BMC is configured for its driver's power backend.
     async fn verify(&self, node: Uuid) -> Result<(), String> {
         let record = self.store.node(node).await.map_err(|e| e.to_string())?;
-        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).await.map_err(|e| e.to_string())?;
         let services = self.registry.services();
         bmc::check(services, node, &driver.description.power)
             .await
@@ -148,7 +148,7 @@ impl Conductor {
         use crate::deploy_image::DEPLOY_IMAGE;
         use crate::images::{Images, STAGED_TOKEN};
         let record = self.store.node(node).await.map_err(|e| e.to_string())?;
-        let driver = self.driver_for(&record).map_err(|e| e.to_string())?;
+        let driver = self.driver_for(&record).await.map_err(|e| e.to_string())?;
         let writes_image = !matches!(driver.description.family, Family::Fake)
             && record.body.instance_info.contains_key("image_source");
         let mut prepared = match writes_image {
@@ -306,7 +306,7 @@ impl Conductor {
     }
 
     async fn call_on(&self, record: Node, export: Export) -> Result<Reply, PluginError> {
-        let driver = self.driver_for(&record)?;
+        let driver = self.driver_for(&record).await?;
         self.registry.call_on(&driver, record, export).await
     }
 }

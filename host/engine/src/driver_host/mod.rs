@@ -11,6 +11,7 @@
 //!   (`deployd serve`), or a blocking thread.
 //! - [`artifact_cache`]: those artifacts, each with a digest checked before its code runs.
 //! - [`component_file`]: uploaded components in the plugins directory, with their sha256.
+//! - [`kept`]: uploaded components in the shared store, followed across its engines.
 //!
 //! - [`capability`]: what a driver may do to the world, one module per import of the
 //!   driver world, and the world's bindings.
@@ -23,6 +24,7 @@ pub mod component_file;
 pub mod driver;
 pub mod error;
 pub mod imports;
+pub mod kept;
 pub mod registry;
 pub mod runtime;
 pub mod sandbox;

@@ -91,6 +91,26 @@ impl Registry {
 
     /// Validates and loads a component, making it the active version of its name.
     pub async fn load(&self, bytes: &[u8], limits: Limits) -> Result<Arc<LoadedDriver>, LoadError> {
+        let driver = self.prepare(bytes, limits).await?;
+        Ok(self.activate(driver))
+    }
+
+    /// Validates and loads a component as a version for the flows pinned to it (one
+    /// another engine started), leaving its name's active version as it is.
+    pub async fn load_version(
+        &self,
+        bytes: &[u8],
+        limits: Limits,
+    ) -> Result<Arc<LoadedDriver>, LoadError> {
+        let driver = self.prepare(bytes, limits).await?;
+        let mut drivers = self.write();
+        drivers.versions.insert(driver.id.clone(), driver.clone());
+        Ok(driver)
+    }
+
+    /// A component validated and compiled (or found loaded already), not yet a version
+    /// of the registry's.
+    async fn prepare(&self, bytes: &[u8], limits: Limits) -> Result<Arc<LoadedDriver>, LoadError> {
         let hash = hex::encode(Sha256::digest(bytes));
         let limits = Limits {
             memory_bytes: limits.memory_bytes.min(runtime::MAX_MEMORY),
@@ -98,7 +118,7 @@ impl Registry {
         };
         let id = version_id(&hash, &limits);
         if let Some(driver) = self.known(&hash, &id, limits) {
-            return Ok(self.activate(driver));
+            return Ok(driver);
         }
         let imports = super::imports::check(bytes)?;
         let _turn = self
@@ -108,7 +128,7 @@ impl Registry {
             .expect("the compile semaphore is never closed");
         // Another upload of the same code may have compiled it while this one waited.
         if let Some(driver) = self.known(&hash, &id, limits) {
-            return Ok(self.activate(driver));
+            return Ok(driver);
         }
         let component = self.compile(bytes, &hash).await?;
         let pre = self
@@ -144,9 +164,8 @@ impl Registry {
                 Err(e) => return Err(LoadError::Describe(e)),
             };
         check_description(&driver.description)?;
-        let driver = self.activate(Arc::new(driver));
         tracing::info!(name = %driver.description.name, version = %driver.description.version, world = driver.world(), id = %driver.id, "driver loaded");
-        Ok(driver)
+        Ok(Arc::new(driver))
     }
 
     /// This version if loaded, or a new version of code already compiled (other limits).

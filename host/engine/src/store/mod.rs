@@ -38,7 +38,7 @@ pub use documents::Cascade;
 pub use expiry::{SweeperWaker, TimedOut};
 pub use handle::{Filed, Store, Touched};
 pub use pages::{DocumentPages, NodePages, Pages};
-pub use postgres::EngineInfo;
+pub use postgres::{EngineInfo, KeptDriver, Notifications};
 
 pub use touches::progress_fingerprint;
 

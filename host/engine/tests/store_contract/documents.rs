@@ -333,46 +333,76 @@ async fn a_node_delete_takes_its_documents_and_leaves_others_alone<F: Fixture>()
     assert!(store.document("Portgroup", kept).await.is_ok());
 }
 
-/// Uploaded driver components: the store that keeps them (the shared store) keeps one per
-/// name, its sha256 as given, a new upload replacing the old, a forgotten one gone; the
-/// store that does not (sled: its engine keeps them in the plugins directory) says so
-/// when asked to keep one, and lists none.
-async fn driver_components_are_kept_by_name_where_the_store_keeps_them<F: Fixture>() {
+/// Uploaded driver components: the store that keeps them (the shared store) keeps every
+/// version by its id, with its sha256 and limits as given, and one active version per
+/// name, a new upload replacing the active one while the old stays fetchable by id (a
+/// flow pinned to it); a forgotten name goes with every version of it. The store that
+/// does not (sled: its engine keeps them in the plugins directory) says so when asked to
+/// keep one, and has none.
+async fn driver_components_are_kept_by_version_where_the_store_keeps_them<F: Fixture>() {
+    use deployd_engine::store::postgres::KeptDriver;
     let f = F::open(Timeouts::uniform(CALLBACK)).await;
     let store = f.store();
+    let upload = |name: &str, version: &str, limits: serde_json::Value| KeptDriver {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        sha256: version.split('+').next().unwrap().to_owned(),
+        limits,
+        body: format!("\0asm {version}").into_bytes(),
+    };
     let kept = || async {
         let all = store.kept_drivers().await.unwrap();
         all.into_iter()
-            .map(|d| (d.name, d.sha256, d.body))
+            .map(|d| (d.name, d.version))
             .collect::<Vec<_>>()
     };
     if !store.keeps_drivers() {
-        let Err(StoreError::Unsupported { .. }) = store.keep_driver("t", "00", b"\0asm").await
+        let Err(StoreError::Unsupported { .. }) = store
+            .keep_driver(&upload("t", "00", serde_json::json!({})))
+            .await
         else {
             panic!("a store that keeps no driver kept one");
         };
         assert!(kept().await.is_empty());
+        assert_eq!(store.kept_driver("t").await.unwrap(), None);
+        assert_eq!(store.driver_version("00").await.unwrap(), None);
         store.forget_driver("t").await.unwrap();
         return;
     }
-    store.keep_driver("b", "bb", b"\0asm b").await.unwrap();
-    store.keep_driver("a", "aa", b"\0asm a").await.unwrap();
-    store.keep_driver("b", "b2", b"\0asm b2").await.unwrap();
+    let first = upload("b", "bb", serde_json::json!({}));
+    let limited = upload(
+        "b",
+        "b2+1048576b+5000ms+16384e",
+        serde_json::json!({"deadline_ms": 5000}),
+    );
+    store.keep_driver(&first).await.unwrap();
+    store
+        .keep_driver(&upload("a", "aa", serde_json::json!({})))
+        .await
+        .unwrap();
+    store.keep_driver(&limited).await.unwrap();
     let ours = |s: &str| s.to_owned();
     assert_eq!(
         kept().await,
         [
-            (ours("a"), ours("aa"), b"\0asm a".to_vec()),
-            (ours("b"), ours("b2"), b"\0asm b2".to_vec())
+            (ours("a"), ours("aa")),
+            (ours("b"), limited.version.clone())
         ]
     );
-    store.forget_driver("a").await.unwrap();
-    store.forget_driver("a").await.unwrap();
-    assert_eq!(kept().await.len(), 1);
+    assert_eq!(store.kept_driver("b").await.unwrap(), Some(limited.clone()));
+    assert_eq!(store.driver_version("bb").await.unwrap(), Some(first));
+    // The same version uploaded again is one row, active again.
+    store.keep_driver(&limited).await.unwrap();
+    assert_eq!(kept().await.len(), 2);
+    store.forget_driver("b").await.unwrap();
+    store.forget_driver("b").await.unwrap();
+    assert_eq!(kept().await, [(ours("a"), ours("aa"))]);
+    assert_eq!(store.driver_version("bb").await.unwrap(), None);
+    assert_eq!(store.kept_driver("b").await.unwrap(), None);
 }
 
 on_both_backends!(
-    driver_components_are_kept_by_name_where_the_store_keeps_them,
+    driver_components_are_kept_by_version_where_the_store_keeps_them,
     documents_keep_their_unique_values_and_a_refused_write_changes_nothing,
     two_writers_never_both_take_one_name,
     documents_are_listed_in_uuid_order_after_a_marker,

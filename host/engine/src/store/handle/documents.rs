@@ -92,23 +92,21 @@ impl Store {
         matches!(self.backend, Backend::Shared(..))
     }
 
-    /// Keeps `body`, sha256 `sha256`, as driver `name`'s uploaded component.
-    pub async fn keep_driver(
-        &self,
-        name: &str,
-        sha256: &str,
-        body: &[u8],
-    ) -> Result<(), StoreError> {
+    /// Keeps `driver` as the active version of its name's uploaded component (an earlier
+    /// version stays for the flows pinned to it), where every engine on the store hears
+    /// of it ([`Store::drivers_changed`]).
+    pub async fn keep_driver(&self, driver: &KeptDriver) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(_) => Err(StoreError::Unsupported {
                 backend: "sled",
                 operation: "keep a driver (its engine keeps them in the plugins directory)",
             }),
-            Backend::Shared(s, _) => Box::pin(s.keep_driver(name, sha256, body)).await,
+            Backend::Shared(s, _) => Box::pin(s.keep_driver(driver)).await,
         }
     }
 
-    /// Forgets driver `name`'s uploaded component (nothing where none is kept).
+    /// Forgets driver `name`'s uploaded component, every version of it (nothing where
+    /// none is kept).
     pub async fn forget_driver(&self, name: &str) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sled(_) => Ok(()),
@@ -116,11 +114,37 @@ impl Store {
         }
     }
 
-    /// The uploaded driver components the store keeps (none on sled).
+    /// The uploaded driver components the store keeps, each name's active version (none
+    /// on sled).
     pub async fn kept_drivers(&self) -> Result<Vec<KeptDriver>, StoreError> {
         match &self.backend {
             Backend::Sled(_) => Ok(Vec::new()),
             Backend::Shared(s, _) => Box::pin(s.kept_drivers()).await,
+        }
+    }
+
+    /// Driver `name`'s active uploaded version, if the store keeps one.
+    pub async fn kept_driver(&self, name: &str) -> Result<Option<KeptDriver>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(None),
+            Backend::Shared(s, _) => Box::pin(s.kept_driver(name)).await,
+        }
+    }
+
+    /// An uploaded version by its id, active or not, if the store keeps it.
+    pub async fn driver_version(&self, id: &str) -> Result<Option<KeptDriver>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(None),
+            Backend::Shared(s, _) => Box::pin(s.driver_version(id)).await,
+        }
+    }
+
+    /// The names of drivers uploaded or unloaded on any engine from now on; none on sled
+    /// (its one engine is the only one to upload).
+    pub async fn drivers_changed(&self) -> Result<Option<Notifications>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(None),
+            Backend::Shared(s, _) => Ok(Some(Box::pin(s.listen_drivers()).await?)),
         }
     }
 }

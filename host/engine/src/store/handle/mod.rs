@@ -23,7 +23,9 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::documents::Doc;
-use super::postgres::{DeadlineListener, EngineInfo, KeptDriver, Membership, SharedStore};
+use super::postgres::{
+    DeadlineListener, EngineInfo, KeptDriver, Membership, Notifications, SharedStore,
+};
 use super::sled;
 use super::sled::SledStore;
 use super::{

@@ -30,8 +30,9 @@
 //!   milestone, shown in the words of `store::history` (`history`).
 //! - **Documents** (chassis, port groups, allocations, …) are rows by kind and uuid, each
 //!   unique value a row of its own, taken by its insert (`documents`).
-//! - **Uploaded drivers** are rows by name with their sha256, loaded by every engine
-//!   that starts on the database (`drivers`).
+//! - **Uploaded drivers** are rows by version (sha256 and limits) with each name's
+//!   active one, loaded by every engine that starts on the database and by every engine
+//!   running when one is uploaded or unloaded (`drivers`, notified to `listener`).
 //! - **Edits and deletions** lock the node's row and apply the rules above the backends
 //!   (`store::edits`); a name is unique by the table's constraint (`edits`).
 //!
@@ -72,7 +73,7 @@ use crate::state_machine::Timeouts;
 
 pub use drivers::KeptDriver;
 pub use leases::{DeadEngine, EngineInfo, LeaseTimes, Renewed, TakenOver};
-pub use listener::DeadlineListener;
+pub use listener::{DeadlineListener, Notifications};
 pub use membership::Membership;
 pub use schema::SCHEMA_VERSION;
 

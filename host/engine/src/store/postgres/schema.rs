@@ -104,6 +104,25 @@ const MIGRATIONS: &[&str] = &[
         uploaded_at timestamptz NOT NULL DEFAULT now()
     );
     "#,
+    // 6: driver components by version (sha256 and limits), so a node pinned to a version
+    // finds it on any engine; each name's active version names one.
+    r#"
+    CREATE TABLE driver_versions (
+        id text PRIMARY KEY,
+        name text NOT NULL,
+        sha256 text NOT NULL,
+        limits jsonb NOT NULL DEFAULT '{}',
+        body bytea NOT NULL,
+        uploaded_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX driver_versions_name ON driver_versions (name);
+    INSERT INTO driver_versions (id, name, sha256, body, uploaded_at)
+        SELECT sha256, name, sha256, body, uploaded_at FROM driver_components
+        ON CONFLICT (id) DO NOTHING;
+    ALTER TABLE driver_components ADD COLUMN version text REFERENCES driver_versions (id);
+    UPDATE driver_components SET version = sha256;
+    ALTER TABLE driver_components ALTER COLUMN version SET NOT NULL, DROP COLUMN body;
+    "#,
 ];
 
 /// The version this deployd writes.
