@@ -15,7 +15,8 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
     let agent_dir = agent_dir.display().to_string();
     let bin = support::BIN.display().to_string();
     let store_url = deployd_test_support::postgres::CLUSTER.database();
-    let benches: [(&[&str], &str); 9] = [
+    let cluster_url = deployd_test_support::postgres::CLUSTER.database();
+    let benches: [(&[&str], &str); 10] = [
         (
             &[
                 "core",
@@ -90,6 +91,20 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
                 "20",
             ],
             "sweep, 1000 expired: 1000 failed",
+        ),
+        (
+            &[
+                "cluster",
+                "--store-url",
+                &cluster_url,
+                "--nodes",
+                "300",
+                "--seconds",
+                "1",
+                "--connections",
+                "6",
+            ],
+            "its claims taken over after",
         ),
         (
             &["fleet", "--machines", "3", "--image-kb", "64"],

@@ -1,9 +1,13 @@
 //! Three engines serving one fleet on the shared store (the test cluster's PostgreSQL),
 //! behind Debian's haproxy, the lab's agents and every call pointed at the balancer, as an
-//! operator runs them: one engine killed mid-deploy while every node keeps deploying.
+//! operator runs them: one engine killed mid-deploy while every node keeps deploying, and
+//! the database itself crashing mid-deploy.
 
 use deployd_test_support::{
-    balancer::Balancer, emulators, postgres::CLUSTER, processes as support,
+    balancer::Balancer,
+    emulators,
+    postgres::{CLUSTER, Cluster},
+    processes as support,
 };
 
 use std::path::Path;
@@ -13,10 +17,9 @@ use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
 
 use crate::seed_end_to_end::{enroll, flags, state, written};
 
-/// Three engines on one new database, each with a data directory of its own and the
+/// Three engines on the database at `url`, each with a data directory of its own and the
 /// balancer's url as their public one, and the balancer in front of them.
-fn three_engines(dir: &Path, timeout: u64) -> (Vec<Engine>, Balancer) {
-    let url = CLUSTER.database();
+fn three_engines(dir: &Path, timeout: u64, url: String) -> (Vec<Engine>, Balancer) {
     let ports: Vec<u16> = (0..3).map(|_| emulators::free_tcp_port()).collect();
     let addrs: Vec<String> = ports
         .iter()
@@ -61,7 +64,7 @@ fn logs(engines: &[Engine], dir: &Path) -> String {
 #[test]
 fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_deploy() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut engines, balancer) = three_engines(dir.path(), 10);
+    let (mut engines, balancer) = three_engines(dir.path(), 10, CLUSTER.database());
     let api = balancer.url.as_str();
     let lab = Lab::start(&dir.path().join("lab"), 4, api, "1M");
     let img = dir.path().join("image.raw");
@@ -126,5 +129,177 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
         all = listed();
     }
     assert!(expected(&all), "{all:?}");
+    drop(balancer);
+}
+
+/// The database crashes mid-deploy under three engines (PostgreSQL stopped in immediate
+/// mode, its connections cut, and started again from its write-ahead log): the nodes
+/// enrolled (acknowledged) just before are there after, every node of both
+/// families ends active with the image, none failed on the way (a 10 s deploy timeout:
+/// the agents' heartbeats meet a database that is down, and carry on once it is back).
+#[test]
+fn the_database_crashing_mid_deploy_loses_no_acknowledged_write_and_fails_no_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = Cluster::own();
+    let (engines, balancer) = three_engines(dir.path(), 10, own.database());
+    let api = balancer.url.as_str();
+    let lab = Lab::start(&dir.path().join("lab"), 2, api, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 12 << 20);
+    let nodes: Vec<String> = ["agent_redfish", "pxe_redfish"]
+        .iter()
+        .zip(&lab.machines)
+        .map(|(driver, m)| enroll(api, m, driver, &img, &sha))
+        .collect();
+    for n in &nodes {
+        provision(api, n, "active");
+    }
+    for n in &nodes {
+        wait_node(api, n, 60, |n| written(n) >= 1 << 20);
+    }
+    // Writes acknowledged just before the crash, through each engine in turn.
+    for i in 0..3 {
+        let body = serde_json::json!({"name": format!("acknowledged-{i}"), "driver": "fake", "extra": {"i": i}});
+        let (status, node) = call("POST", &format!("{api}/v1/nodes"), Some(body));
+        assert_eq!(status, 201, "{node}");
+    }
+    own.crash_and_restart();
+
+    for n in &nodes {
+        let done = wait_node(api, n, 120, |n| {
+            let s = state(n);
+            if matches!(s, "deploy failed" | "error") {
+                panic!("{}\n{}", n["last_error"], logs(&engines, dir.path()));
+            }
+            s == "active"
+        });
+        assert_eq!(done["last_error"], Value::Null, "{done}");
+    }
+    for i in 0..3 {
+        let (status, node) = call("GET", &format!("{api}/v1/nodes/acknowledged-{i}"), None);
+        assert_eq!(
+            (status, &node["extra"]["i"]),
+            (200, &serde_json::json!(i)),
+            "{node}"
+        );
+    }
+    for m in &lab.machines {
+        let disk = Path::new(m["disk"].as_str().unwrap());
+        assert_eq!(sha256_of(disk), sha, "{} holds the image", m["name"]);
+    }
+    let met_it = engines.iter().any(|e| {
+        let log = e.log_text();
+        log.contains("listening again") || log.contains("could not renew")
+    });
+    assert!(
+        met_it,
+        "no engine met the crash: {}",
+        logs(&engines, dir.path())
+    );
+    drop(balancer);
+}
+
+/// One of three engines paused (SIGSTOP) past its lease while the nodes deploy: the
+/// survivors declare it dead and carry every node on. Resumed (SIGCONT), it finds it was
+/// declared dead and rejoins under a new epoch; from the moment it was declared dead until
+/// it rejoined, no BMC heard from it (the lab's BMC records who called, by `User-Agent`).
+/// Every node ends active with the image, none failed.
+#[test]
+fn an_engine_paused_past_its_lease_acts_on_no_machine_once_declared_dead_and_rejoins() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engines, balancer) = three_engines(dir.path(), 30, CLUSTER.database());
+    let api = balancer.url.as_str();
+    let lab = Lab::start(&dir.path().join("lab"), 4, api, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 24 << 20);
+    let families = ["agent_redfish", "pxe_redfish"];
+    let nodes: Vec<String> = lab
+        .machines
+        .iter()
+        .enumerate()
+        .map(|(i, m)| enroll(api, m, families[i % 2], &img, &sha))
+        .collect();
+    for n in &nodes {
+        provision(api, n, "active");
+    }
+    for n in &nodes {
+        wait_node(api, n, 60, |n| written(n) >= 1 << 20);
+    }
+    let (paused, survivor) = (&engines[0], &engines[1]);
+    let port = paused.url.rsplit(':').next().unwrap().to_owned();
+    // Whether the survivor lists the paused engine alive.
+    let alive = || -> bool {
+        let (_, all) = call("GET", &format!("{}/v1/conductors", survivor.url), None);
+        let all = all["conductors"].as_array().cloned().unwrap_or_default();
+        all.iter().any(|c| {
+            c["hostname"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(":{port}"))
+                && c["alive"] == true
+        })
+    };
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    paused.pause();
+    let declared = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !alive()
+    });
+    assert!(declared, "the paused engine was not declared dead");
+    let dead_from = now_ms();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    paused.resume();
+    let mut dead_until = now_ms();
+    let rejoined = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if alive() {
+            return true;
+        }
+        dead_until = now_ms();
+        false
+    });
+    assert!(rejoined, "{}", paused.log_text());
+    assert!(
+        paused.log_text().contains("rejoined under a new epoch"),
+        "{}",
+        paused.log_text()
+    );
+
+    for n in &nodes {
+        let done = wait_node(api, n, 120, |n| {
+            let s = state(n);
+            if matches!(s, "deploy failed" | "error") {
+                panic!("{}\n{}", n["last_error"], logs(&engines, dir.path()));
+            }
+            s == "active"
+        });
+        assert_eq!(done["last_error"], Value::Null, "{done}");
+    }
+    for m in &lab.machines {
+        let disk = Path::new(m["disk"].as_str().unwrap());
+        assert_eq!(sha256_of(disk), sha, "{} holds the image", m["name"]);
+    }
+    let requests: Vec<Value> = reqwest::blocking::get(format!("{}/lab/requests", lab.bmc))
+        .unwrap()
+        .json()
+        .unwrap();
+    let mine = format!(":{port})");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["user_agent"].as_str().unwrap().starts_with("deployd/")),
+        "the BMC names its callers: {requests:?}"
+    );
+    let while_dead: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["user_agent"].as_str().unwrap().ends_with(&mine))
+        .filter(|r| (dead_from..dead_until).contains(&r["at_ms"].as_u64().unwrap()))
+        .collect();
+    assert!(while_dead.is_empty(), "{while_dead:?}");
     drop(balancer);
 }

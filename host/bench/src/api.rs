@@ -15,7 +15,6 @@
 //! `--store-url` the engine runs on that shared store (an empty database) instead of sled.
 
 use std::fmt::Write as _;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -83,24 +82,22 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
             r?;
         }
     }
-    let mut lua_nodes = String::from("nodes = {\n");
-    for (i, uuid) in uuids.iter().enumerate() {
-        let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
+    let tokens: Vec<String> = (0..uuids.len())
+        .map(|i| format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx"))
+        .collect();
+    for (uuid, token) in uuids.iter().zip(&tokens) {
         engine.conductor.agents().issued(*uuid, token.clone());
-        writeln!(lua_nodes, "  {{\"{uuid}\", \"{token}\"}},")?;
     }
-    lua_nodes += "}\n";
     // Steady state: each node's driver has seen a heartbeat and recorded its step (the
     // test driver's one durable scratch write per node), as mid-deploy nodes have.
     let warm = Instant::now();
     let callback = deployd_engine::agent_sessions::CallbackUrl::parse("http://127.0.0.1:9")
         .expect("a valid url");
     runtime.block_on(async {
-        for (i, uuid) in uuids.iter().enumerate() {
-            let token = format!("bench-token-{i:08}-xxxxxxxxxxxxxxxxxxxxxxxx");
+        for (uuid, token) in uuids.iter().zip(&tokens) {
             let answered = engine
                 .conductor
-                .heartbeat(*uuid, &token, &callback, "13.0.0", None, Default::default())
+                .heartbeat(*uuid, token, &callback, "13.0.0", None, Default::default())
                 .await;
             if let Err(e) = answered {
                 anyhow::bail!("the warm-up heartbeat of node {uuid} was refused: {e}");
@@ -116,26 +113,17 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
         warm.elapsed().as_secs_f64()
     );
     let heartbeat = dir.join("heartbeat.lua");
-    std::fs::write(
-        &heartbeat,
-        lua_nodes.clone()
-            + &r#"
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
-request = function()
-  local n = nodes[math.random(#nodes)]
-  local body = '{"callback_url": "http://127.0.0.1:9", "agent_version": "13.0.0", "agent_token": "' .. n[2] .. '"}'
-  return wrk.format(nil, "/v1/heartbeat/" .. n[1], nil, body)
-end
-"#
-            .replace("@VERSION@", &deployd_wire::version::MAX.to_string()),
-    )?;
+    let nodes = uuids.iter().copied().zip(tokens.iter().map(String::as_str));
+    std::fs::write(&heartbeat, super::wrk::heartbeats(nodes))?;
     let get = dir.join("get.lua");
+    let mut reads = String::from("nodes = {\n");
+    for uuid in &uuids {
+        writeln!(reads, "  {{\"{uuid}\"}},")?;
+    }
     std::fs::write(
         &get,
-        lua_nodes
-            + &r#"
+        reads
+            + &r#"}
 wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
 request = function()
   return wrk.format("GET", "/v1/nodes/" .. nodes[math.random(#nodes)][1])
@@ -150,43 +138,21 @@ end
         ("GET /v1/nodes/{uuid}", &get),
     ] {
         let (cpu_before, wall) = (super::cpu_seconds_of("self"), Instant::now());
-        let out = Command::new("wrk")
-            .args([
-                "-t1",
-                &format!("-c{}", args.connections),
-                &format!("-d{}s", args.seconds),
-                "--latency",
-                "-s",
-            ])
-            .arg(script)
-            .arg(&url)
-            .output()
-            .context("running wrk (apt-get install wrk)")?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = |prefix: &str| {
-            text.lines()
-                .find(|l| l.trim_start().starts_with(prefix))
-                .unwrap_or("")
-                .trim()
-                .to_owned()
-        };
+        let report =
+            super::wrk::Load::start(script, &url, args.connections, args.seconds)?.report()?;
         let cpu = super::cpu_seconds_of("self") - cpu_before;
-        let requests: f64 = text
-            .lines()
-            .find(|l| l.contains("requests in"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0.0);
         println!(
             "{what}: {} | p50 {} | p99 {} | {}",
-            line("Requests/sec:"),
-            line("50%"),
-            line("99%"),
-            line("Non-2xx").replace("Non-2xx or 3xx responses:", "non-2xx:")
+            report.line("Requests/sec:"),
+            report.line("50%"),
+            report.line("99%"),
+            report
+                .line("Non-2xx")
+                .replace("Non-2xx or 3xx responses:", "non-2xx:")
         );
         println!(
             "{what}, engine CPU: {:.1} µs per request ({:.2} of 2 cores busy); load average {}",
-            cpu * 1e6 / requests.max(1.0),
+            cpu * 1e6 / report.requests().max(1.0),
             cpu / wall.elapsed().as_secs_f64(),
             super::load_average()
         );

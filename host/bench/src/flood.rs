@@ -108,6 +108,14 @@ impl Served {
     }
 }
 
+impl Served {
+    /// SIGKILL: no shutdown at all, as a crash.
+    pub(crate) fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();

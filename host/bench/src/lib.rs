@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod cluster;
 pub mod compare;
 pub mod core;
 pub mod fleet;
@@ -10,9 +11,11 @@ pub mod flood;
 pub mod plugins;
 pub mod ports;
 pub mod shared_store;
+pub mod wrk;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
+pub use self::cluster::{ClusterBench, run_cluster};
 pub use self::compare::{CompareBench, run_compare};
 pub use self::core::{CoreBench, run_core};
 pub use self::fleet::{FleetBench, run_fleet};

@@ -49,7 +49,11 @@ async fn bench(args: &SharedStoreBench) -> anyhow::Result<()> {
             SharedStore::connect(&args.store_url, timeouts).await?,
         ));
     }
-    let fleet = populate(&engines[0], &args.store_url, args.nodes.max(1)).await?;
+    let fake = NewNode {
+        driver: "fake".into(),
+        ..Default::default()
+    };
+    let fleet = populate(&engines[0], &args.store_url, args.nodes.max(1), fake).await?;
     println!("store: {} nodes in wait call-back", fleet.len());
 
     let fleet = Arc::new(fleet);
@@ -127,12 +131,13 @@ async fn bench(args: &SharedStoreBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One node walked to wait call-back by the store, copied into a fleet of `n`.
-async fn populate(store: &SharedStore, url: &str, n: usize) -> anyhow::Result<Vec<Uuid>> {
-    let new = NewNode {
-        driver: "fake".into(),
-        ..Default::default()
-    };
+/// One node (`new`) walked to wait call-back by the store, copied into a fleet of `n`.
+pub(crate) async fn populate(
+    store: &SharedStore,
+    url: &str,
+    n: usize,
+    new: NewNode,
+) -> anyhow::Result<Vec<Uuid>> {
     let template = store.create_node(new).await?.uuid();
     for event in ENROLL_TO_WAIT_CALL_BACK {
         store.apply_event(template, None, event, None, None).await?;
@@ -163,7 +168,7 @@ async fn populate(store: &SharedStore, url: &str, n: usize) -> anyhow::Result<Ve
 }
 
 /// A plain connection for the fixture's SQL.
-async fn sql(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+pub(crate) async fn sql(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     Ok(client)

@@ -25,6 +25,9 @@ pub enum Bench {
     /// The shared store (PostgreSQL): touches by several engines, sweeps with nothing and
     /// with 1,000 expired.
     SharedStore(deployd_bench::SharedStoreBench),
+    /// Engines serving one shared store (PostgreSQL) under heartbeats, beside one on
+    /// sled; the takeover of a killed engine.
+    Cluster(deployd_bench::ClusterBench),
     /// One bench by this build and a previous one (`--engine-bin`), alternated: medians
     /// and ratios.
     Compare(deployd_bench::CompareBench),
@@ -40,6 +43,7 @@ pub fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Flood(args) => deployd_bench::run_flood(&args),
         Bench::Ports(args) => deployd_bench::run_ports(&args),
         Bench::SharedStore(args) => deployd_bench::run_shared_store(&args),
+        Bench::Cluster(args) => deployd_bench::run_cluster(&args),
         Bench::Compare(args) => deployd_bench::run_compare(&args),
     }
 }

@@ -497,6 +497,7 @@ async fn two_engines_claim_a_node_in_turn_and_the_holders_writes_are_fenced() {
     let node = walked(&shared, &TO_WAIT_CALL_BACK[..5]).await;
 
     let held = at_a.try_claim(node, "deploy").await.unwrap();
+    a.may_act(node).unwrap();
     match at_b.try_claim(node, "update").await {
         Err(Refused::Held(h)) => {
             assert_eq!((h.host.as_str(), h.task), ("engine-a:6385", None))
@@ -572,6 +573,14 @@ async fn two_engines_claim_a_node_in_turn_and_the_holders_writes_are_fenced() {
     })
     .await;
     assert!(rejoined, "A did not rejoin");
+    // Nor does A act on the node's machine any more (its BMC, its agent), though it may
+    // act on a node it claims afresh under its new epoch.
+    let Err(StoreError::Fenced(why)) = a.may_act(node) else {
+        panic!("a step of the epoch that died may still act");
+    };
+    assert!(why.contains("declared dead"), "{why}");
+    let other = walked(&shared, &TO_WAIT_CALL_BACK).await;
+    a.may_act(other).unwrap();
     let Err(StoreError::Fenced(_)) = a.apply_event(node, Event::Fail, None).await else {
         panic!("a dead engine's transition landed");
     };

@@ -2,10 +2,13 @@
 //! Ironic's (and deployd's) `redfish` power and boot interfaces use: read the system,
 //! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget`; what the systems
 //! report of their hardware and virtual media is in [`crate::redfish_hardware`]. Plus
-//! `/lab/machines`, not Redfish, for tests and the demo to see and break machines.
+//! `/lab/machines`, not Redfish, for tests and the demo to see and break machines, and
+//! `/lab/requests`: every Redfish request the BMC answered, when and from whom (its
+//! `User-Agent`: deployd's engines name themselves in theirs), so a test can tell which
+//! engine acted on a machine.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::Router;
@@ -19,7 +22,60 @@ use super::machine::{Boot, Machine, MachineView};
 
 pub type Machines = Arc<BTreeMap<String, Arc<Machine>>>;
 
+/// The most requests `/lab/requests` keeps (the oldest go first).
+const KEPT_REQUESTS: usize = 100_000;
+
+/// The Redfish requests the BMC answered, oldest first.
+#[derive(Clone, Default)]
+struct Requests(Arc<Mutex<std::collections::VecDeque<Value>>>);
+
+impl Requests {
+    fn record(&self, request: &axum::extract::Request) {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let agent = request
+            .headers()
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() == KEPT_REQUESTS {
+            kept.pop_front();
+        }
+        kept.push_back(json!({
+            "at_ms": at,
+            "user_agent": agent,
+            "method": request.method().as_str(),
+            "path": request.uri().path(),
+        }));
+    }
+
+    fn list(&self) -> Vec<Value> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter().cloned().collect()
+    }
+}
+
 pub fn router(machines: Machines) -> Router {
+    let requests = Requests::default();
+    let recorder = requests.clone();
+    let record = move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let recorder = recorder.clone();
+        async move {
+            if request.uri().path().starts_with("/redfish/") {
+                recorder.record(&request);
+            }
+            next.run(request).await
+        }
+    };
+    let listed = Router::new().route(
+        "/lab/requests",
+        get(move || {
+            let requests = requests.clone();
+            async move { Json(requests.list()) }
+        }),
+    );
     Router::new()
         .route("/redfish/v1", get(service_root))
         .route("/redfish/v1/", get(service_root))
@@ -33,6 +89,8 @@ pub fn router(machines: Machines) -> Router {
         .route("/lab/machines", get(list))
         .route("/lab/machines/{id}/kill-agent", post(kill_agent))
         .with_state(machines)
+        .layer(axum::middleware::from_fn(record))
+        .merge(listed)
 }
 
 /// A refusal, answered as a Redfish error body (`error.message`) with its status.

@@ -1,7 +1,8 @@
 //! Debian's haproxy in front of several engines on loopback, as an operator runs engines
-//! that share one store: round robin, each engine checked every 500 ms (`GET /`), a call
-//! that meets a dead engine's refused connection sent to another. Stopped by its pid when
-//! dropped.
+//! that share one store: round robin, each engine checked every 500 ms (`GET /`, given a
+//! second), a call that meets a dead engine's refused connection sent to another, and a
+//! call to an engine that stopped answering (a paused process) cut after 10 s of silence,
+//! as a client's retry then goes elsewhere. Stopped by its pid when dropped.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -36,7 +37,8 @@ defaults
   mode http
   timeout connect 1s
   timeout client 120s
-  timeout server 120s
+  timeout server 10s
+  timeout check 1s
   retries 3
   option redispatch
 frontend api

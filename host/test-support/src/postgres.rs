@@ -31,6 +31,8 @@ pub struct Cluster {
     /// The shell that stops the server when this pipe closes; also used to stop it early.
     keeper: Mutex<Child>,
     databases: AtomicU32,
+    /// Its data, log and certificates.
+    dir: PathBuf,
 }
 
 /// The test binary's cluster.
@@ -138,12 +140,17 @@ impl Cluster {
         let keeper = as_server_user(Command::new("sh").args([
             "-c",
             r#"bin="$1"; data="$2"; port="$3"; dir="$4"
-               "$bin/postgres" -D "$data" -p "$port" -c listen_addresses=127.0.0.1 \
-                 -c unix_socket_directories= -c max_connections=300 -c fsync=on \
-                 -c synchronous_commit=on -c ssl=on -c ssl_cert_file="$dir/server.crt" \
-                 -c ssl_key_file="$dir/server.key" >"$dir/server.log" 2>&1 &
-               pid=$!
-               read _
+               start() {
+                 "$bin/postgres" -D "$data" -p "$port" -c listen_addresses=127.0.0.1 \
+                   -c unix_socket_directories= -c max_connections=300 -c fsync=on \
+                   -c synchronous_commit=on -c ssl=on -c ssl_cert_file="$dir/server.crt" \
+                   -c ssl_key_file="$dir/server.key" >>"$dir/server.log" 2>&1 &
+                 pid=$!
+               }
+               start
+               while read command && [ "$command" = crash ]; do
+                 kill -QUIT "$pid"; wait "$pid"; start
+               done
                kill -INT "$pid"; wait "$pid"; rm -rf "$dir""#,
             "keeper",
         ]))
@@ -160,6 +167,7 @@ impl Cluster {
             bin,
             keeper: Mutex::new(keeper),
             databases: AtomicU32::new(0),
+            dir: dir.clone(),
         };
         cluster.wait_ready(&dir);
         cluster
@@ -235,6 +243,35 @@ impl Cluster {
             .args(["-U", role, "-d", database, "-c", sql])
             .output()
             .expect("psql runs")
+    }
+
+    /// A cluster of the caller's own, for a test that stops its server (the test binary's
+    /// [`CLUSTER`] serves every other test meanwhile).
+    pub fn own() -> Cluster {
+        Cluster::start()
+    }
+
+    /// Stops the server in immediate mode (SIGQUIT: no checkpoint, every connection cut,
+    /// as a crash leaves it) and starts it again, recovering from its write-ahead log;
+    /// returns once it answers.
+    pub fn crash_and_restart(&self) {
+        let mut keeper = self.keeper.lock().unwrap();
+        let stdin = keeper.stdin.as_mut().expect("the server is running");
+        stdin.write_all(b"crash\n").expect("telling the keeper");
+        stdin.flush().expect("telling the keeper");
+        drop(keeper);
+        // The old server's port is free once it stopped: wait for it to go first.
+        for _ in 0..100 {
+            let down = !Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if down {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.wait_ready(&self.dir);
     }
 
     /// Stops the server now (a fast shutdown); the cluster cannot be used after.

@@ -153,6 +153,25 @@ impl Engine {
         );
     }
 
+    /// SIGSTOP: the process keeps its sockets and answers nothing, as a machine that
+    /// froze (or a process starved of CPU) does, until [`Engine::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`Engine::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {}", self.child.id());
+    }
+
     /// SIGKILL: no shutdown at all, as a crash.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

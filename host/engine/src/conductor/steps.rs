@@ -215,6 +215,13 @@ impl Conductor {
     ) -> Result<(), ConductorError> {
         use ProvisionState as S;
         match (state, outcome) {
+            // The step failed because this engine may not act now (on the shared store,
+            // unsure of its lease, or declared dead since it claimed the node): not the
+            // node's failure. Left as it is, for this engine's next step once its lease is
+            // sure again, or for the survivor that takes it over.
+            (_, Outcome::Fail(reason)) if self.store.may_act(node).is_err() => {
+                tracing::warn!(%node, "a step's failure was not recorded, since this engine may not act on the node now: {reason}");
+            }
             (_, Outcome::Fail(reason)) => {
                 self.store
                     .apply_event_from(node, state, Event::Fail, Some(reason.clone()))

@@ -54,6 +54,8 @@ impl Host for HostState {
         params: String,
         wait: bool,
     ) -> Result<String, CapabilityError> {
+        // A command acts on the machine: not from an engine unsure of its lease.
+        self.services.store.may_act(self.node)?;
         run_command(self.agent_endpoint()?, name, params, wait).await
     }
 

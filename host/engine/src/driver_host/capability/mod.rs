@@ -51,10 +51,17 @@ impl Services {
         agents: Arc<AgentSessions>,
         max_concurrent_calls: u32,
     ) -> Arc<Services> {
+        // The engine names itself to BMCs and agents (their logs tell engines apart).
+        let user_agent = format!(
+            "deployd/{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            store.conductor_name()
+        );
         Arc::new(Services {
             store,
             agents,
             http: reqwest::Client::builder()
+                .user_agent(user_agent)
                 .timeout(std::time::Duration::from_secs(20))
                 .build()
                 .expect("an HTTP client with default TLS-less settings"),

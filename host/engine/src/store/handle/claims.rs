@@ -33,6 +33,16 @@ impl Store {
         }
     }
 
+    /// Whether this engine may act on `node`'s machine (its BMC, its agent) now: always on
+    /// sled; on the shared store while it is sure of its lease, under the epoch it claimed
+    /// the node with (see `postgres::Membership::may_act`).
+    pub fn may_act(&self, node: Uuid) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.may_act(node),
+            _ => Ok(()),
+        }
+    }
+
     /// The lease this engine holds `node`'s claim under, which fences its writes to it.
     pub(super) fn claimed(&self, node: Uuid) -> Option<Lease> {
         match &self.backend {

@@ -98,6 +98,26 @@ impl Membership {
         claimed
     }
 
+    /// Whether this engine may act on `node`'s machine (its BMC, its agent) now: only
+    /// while it is sure of its lease and, when it holds the node's claim, only under the
+    /// epoch it claimed it with. An engine declared dead while it was paused rejoins under
+    /// a new epoch, and the steps it was running when it stopped act no more.
+    pub fn may_act(&self, node: Uuid) -> Result<(), StoreError> {
+        let lease = self.current().ok_or_else(|| {
+            StoreError::Fenced(format!(
+                "engine {} has not renewed its lease in time, so it does not act on node {node}",
+                self.hostname
+            ))
+        })?;
+        match self.claim_of(node) {
+            Some(claim) if claim != lease => Err(StoreError::Fenced(format!(
+                "engine {} claimed node {node} under epoch {}, which ended when it was declared dead; it does not act on it",
+                self.hostname, claim.epoch
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The lease this engine claimed `node` under, while it holds that claim.
     pub fn claim_of(&self, node: Uuid) -> Option<Lease> {
         self.claims_held().get(&node).copied()

@@ -77,7 +77,10 @@ impl Bmc {
     }
 }
 
+/// The node's BMC, if this engine may act on the node now (on the shared store, not
+/// while it is unsure of its lease: see `Store::may_act`).
 async fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
+    services.store.may_act(node)?;
     let node = services.store.node(node).await?;
     Bmc::resolve(power, &node.body.driver_info, &services.bmc)
         .map_err(CapabilityError::NotConfigured)

@@ -1,0 +1,116 @@
+//! `wrk` (Debian package `wrk`): the load generator of the API benches, run as a second
+//! process on loopback, and the figures read from its report.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context;
+use uuid::Uuid;
+
+/// A `wrk` script sending heartbeats to random nodes of `nodes` (each with its agent
+/// token), as the API's version allows.
+pub fn heartbeats<'a>(nodes: impl IntoIterator<Item = (Uuid, &'a str)>) -> String {
+    let mut script = String::from("nodes = {\n");
+    for (uuid, token) in nodes {
+        let _ = writeln!(script, "  {{\"{uuid}\", \"{token}\"}},");
+    }
+    script
+        + &r#"}
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
+request = function()
+  local n = nodes[math.random(#nodes)]
+  local body = '{"callback_url": "http://127.0.0.1:9", "agent_version": "13.0.0", "agent_token": "' .. n[2] .. '"}'
+  return wrk.format(nil, "/v1/heartbeat/" .. n[1], nil, body)
+end
+"#
+        .replace("@VERSION@", &deployd_wire::version::MAX.to_string())
+}
+
+/// One `wrk` run under way.
+pub struct Load(Child);
+
+/// What a `wrk` run reported.
+pub struct Report {
+    pub text: String,
+}
+
+impl Load {
+    /// Starts `wrk` with `script` against `url`: one thread, `connections` connections,
+    /// for `seconds`.
+    pub fn start(script: &Path, url: &str, connections: u32, seconds: u64) -> anyhow::Result<Load> {
+        let child = Command::new("wrk")
+            .args([
+                "-t1",
+                &format!("-c{}", connections.max(1)),
+                &format!("-d{seconds}s"),
+                "--latency",
+                "-s",
+            ])
+            .arg(script)
+            .arg(url)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("running wrk (apt-get install wrk)")?;
+        Ok(Load(child))
+    }
+
+    /// Waits for the run's report.
+    pub fn report(self) -> anyhow::Result<Report> {
+        let out = self.0.wait_with_output()?;
+        Ok(Report {
+            text: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })
+    }
+}
+
+impl Report {
+    /// The report's line that starts with `prefix`, trimmed ("" if none).
+    pub fn line(&self, prefix: &str) -> String {
+        self.text
+            .lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or("")
+            .trim()
+            .to_owned()
+    }
+
+    /// Requests answered in all.
+    pub fn requests(&self) -> f64 {
+        self.text
+            .lines()
+            .find(|l| l.contains("requests in"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Requests a second.
+    pub fn rate(&self) -> f64 {
+        self.line("Requests/sec:")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Answers that were not 2xx or 3xx.
+    pub fn refused(&self) -> u64 {
+        self.line("Non-2xx or 3xx responses:")
+            .split_whitespace()
+            .last()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A latency percentile's line value ("50%" → "1.23ms").
+    pub fn latency(&self, percentile: &str) -> String {
+        self.line(percentile)
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("?")
+            .to_owned()
+    }
+}
