@@ -64,7 +64,8 @@ fn logs(engines: &[Engine], dir: &Path) -> String {
 #[test]
 fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_deploy() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut engines, balancer) = three_engines(dir.path(), 10, CLUSTER.database());
+    let url = CLUSTER.database();
+    let (mut engines, balancer) = three_engines(dir.path(), 10, url.clone());
     let api = balancer.url.as_str();
     let lab = Lab::start(&dir.path().join("lab"), 4, api, "1M");
     let img = dir.path().join("image.raw");
@@ -82,6 +83,22 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
     for n in &nodes {
         wait_node(api, n, 60, |n| written(n) >= 1 << 20);
     }
+    // An engine that heard no agent (outside the balancer) shows each node's agent as it
+    // last reported to whichever engine heard it.
+    let reader = Engine::start(&dir.path().join("reader"), &["--store-url", &url]);
+    for n in &nodes {
+        let (_, node) = call("GET", &format!("{}/v1/nodes/{n}", reader.url), None);
+        assert!(written(&node) >= 1 << 20, "{node}");
+        let info = &node["driver_internal_info"];
+        assert!(info["agent_last_heartbeat"].is_string(), "{node}");
+        assert!(
+            info["agent_url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("http")),
+            "{node}"
+        );
+    }
+    reader.stop();
     let killed = engines.remove(0);
     let killed_url = killed.url.clone();
     killed.kill();
@@ -114,11 +131,12 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
             .map(|c| (port_of(c["hostname"].as_str().unwrap()), c["alive"] == true))
             .collect()
     };
+    // The survivors alive; the killed engine and the reader (stopped) not.
+    let survivors: Vec<String> = engines.iter().map(|e| port_of(&e.url)).collect();
     let expected = |all: &[(String, bool)]| {
-        all.len() == 3
-            && all
-                .iter()
-                .all(|(port, up)| *up == (*port != port_of(&killed_url)))
+        all.len() == 4
+            && all.iter().any(|(port, _)| *port == port_of(&killed_url))
+            && all.iter().all(|(port, up)| *up == survivors.contains(port))
     };
     let mut all = listed();
     for _ in 0..300 {
@@ -302,4 +320,54 @@ fn an_engine_paused_past_its_lease_acts_on_no_machine_once_declared_dead_and_rej
         .collect();
     assert!(while_dead.is_empty(), "{while_dead:?}");
     drop(balancer);
+}
+
+/// `deployd demo --engines 3`: the demo's story told by three engines sharing a PostgreSQL
+/// cluster the demo starts from Debian's binaries, behind its own balancer; one engine is
+/// killed midway, the others carry every node on, and the killed agent's node times out
+/// as on one engine. It exits 0, listing the killed engine dead.
+#[test]
+fn deployd_demo_with_three_engines_tells_the_story_through_a_killed_engine() {
+    let out = std::process::Command::new(&*support::BIN)
+        .args([
+            "demo",
+            "--engines",
+            "3",
+            "--machines",
+            "3",
+            "--image-mb",
+            "16",
+            "--throttle",
+            "2M",
+            "--timeout",
+            "3",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running deployd demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for said in [
+        "3 engines",
+        "killed the engine at",
+        "killed the agent of",
+        "the demo ended as expected",
+    ] {
+        assert!(stdout.contains(said), "{said:?} not in:\n{stdout}");
+    }
+    let listed: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.contains("GET /v1/conductors"))
+        .skip(1)
+        .collect();
+    assert_eq!(listed.len(), 3, "{stdout}");
+    assert_eq!(
+        listed.iter().filter(|l| l.ends_with("dead")).count(),
+        1,
+        "{stdout}"
+    );
 }

@@ -148,6 +148,8 @@ fn no_module_of_the_engine_depends_on_itself_through_others() {
 /// here or in [`STORE_WRITES`], so a new one must be placed.
 const STORE_READS: &[&str] = &[
     "export",
+    "records_agents",
+    "agents_heard",
     "may_act",
     "kept_driver",
     "driver_version",
@@ -215,6 +217,7 @@ const STORE_READS: &[&str] = &[
 /// The store's writes: only the conductor (and the sweeper, the engine) call them.
 const STORE_WRITES: &[&str] = &[
     "import",
+    "touch_heard",
     "claim_node",
     "release_node",
     "announce_drivers",

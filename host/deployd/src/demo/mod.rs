@@ -11,9 +11,16 @@
 //! With `--vm`, the machines are QEMU virtual machines that network-boot a real ramdisk
 //! and then boot the deployed OS; the killed "agent" is a VM whose power is cut.
 //!
+//! With `--engines N`, N engines tell it, sharing a PostgreSQL cluster the demo starts,
+//! behind a balancer of the demo's own; one engine is killed midway too, and every node
+//! keeps deploying.
+//!
 //! - [`screen`]: the live progress table and the summary.
 //! - [`vms`]: what the VMs need before the story, and how they are enrolled.
+//! - [`cluster`] and [`postgres`]: the engines sharing a store, and its database.
 
+mod cluster;
+mod postgres;
 mod screen;
 mod vms;
 
@@ -59,6 +66,10 @@ pub struct DemoArgs {
     /// Keep the temporary directory (engine data, disks, logs) and say where it is.
     #[arg(long)]
     pub keep: bool,
+    /// Engines telling the story (default 1, on sled); more share a PostgreSQL cluster
+    /// the demo starts from Debian's binaries, and one of them is killed midway.
+    #[arg(long, default_value_t = 1)]
+    pub engines: usize,
     #[command(flatten)]
     pub vm: vms::VmDemoArgs,
 }
@@ -85,6 +96,11 @@ impl Plan {
         anyhow::ensure!(plan.machines >= 1, "--machines must be at least 1");
         anyhow::ensure!(plan.timeout >= 1, "--timeout must be at least 1 s");
         anyhow::ensure!(plan.image_mb >= 1, "--image-mb must be at least 1");
+        anyhow::ensure!(args.engines >= 1, "--engines must be at least 1");
+        anyhow::ensure!(
+            args.engines == 1 || !vm,
+            "--engines and --vm do not go together (a VM reaches one engine's address)"
+        );
         Ok(plan)
     }
 }
@@ -151,8 +167,11 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
         None => plan.timeout.max(2) - 1,
     };
     let kill_after = config.api.ramdisk_heartbeat_timeout as f64 * KILL_AFTER_HEARTBEAT;
-    let engine = Engine::start(&config, Clock::new()).await?;
-    let api_url = format!("http://{}", engine.addr);
+    let mut engines = match args.engines {
+        1 => Engines::One(Engine::start(&config, Clock::new()).await?),
+        n => Engines::Shared(cluster::Cluster::start(dir, n, &serve_flags(&config, dir)).await?),
+    };
+    let api_url = engines.url();
     let exe = std::env::current_exe().context("finding this executable")?;
     let lab_args = LabArgs {
         machines: plan.machines,
@@ -181,9 +200,16 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
     };
     let lab = Lab::start(&lab_args, mode).await?;
     let write_secs = (plan.image_mb << 20) as f64 / plan.throttle as f64;
+    let serving = match &engines {
+        Engines::One(_) => format!("engine {api_url} (sled in {})", config.data_dir.display()),
+        Engines::Shared(cluster) => format!(
+            "{} engines {:?} on one PostgreSQL database, behind the balancer {api_url}",
+            cluster.addrs().len(),
+            cluster.addrs()
+        ),
+    };
     println!(
-        "engine {api_url} (sled in {}), lab BMC http://{} with {} {}",
-        config.data_dir.display(),
+        "{serving}, lab BMC http://{} with {} {}",
         lab.addr,
         plan.machines,
         if vm.is_some() {
@@ -248,6 +274,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
     };
     let mut screen = Screen::new(rows, plan.image_mb << 20, started);
     let mut killed = false;
+    let mut engine_killed = false;
     // A VM boots its ramdisk before it writes.
     let boot_allowance = if vm.is_some() { 120.0 } else { 60.0 };
     loop {
@@ -272,6 +299,17 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
                     "killed the agent of"
                 },
                 screen.rows[v].machine.name
+            ));
+        }
+        // With engines sharing the store, one is killed once a write is a quarter done.
+        if let Engines::Shared(cluster) = &mut engines
+            && !engine_killed
+            && (0..screen.rows.len()).any(|r| screen.fraction(r) >= 0.25)
+        {
+            let addr = cluster.kill(0).await?;
+            engine_killed = true;
+            screen.note(format!(
+                "killed the engine at {addr} (SIGKILL) mid-deploy: the balancer sends its calls to the others, which take its nodes over once its 10 s lease lapses"
             ));
         }
         screen.draw();
@@ -299,9 +337,93 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
             println!("  {line}");
         }
     }
+    if let Engines::Shared(_) = &engines {
+        conductors(&api_url).await;
+    }
     lab.stop();
-    engine.shutdown().await?;
+    engines.shutdown().await?;
     Ok(ok)
+}
+
+/// Who tells the story: one engine on sled in this process, or engines sharing a store.
+enum Engines {
+    One(Engine),
+    Shared(cluster::Cluster),
+}
+
+impl Engines {
+    /// Where clients and agents call.
+    fn url(&self) -> String {
+        match self {
+            Engines::One(engine) => format!("http://{}", engine.addr),
+            Engines::Shared(cluster) => cluster.url.clone(),
+        }
+    }
+
+    async fn shutdown(self) -> anyhow::Result<()> {
+        match self {
+            Engines::One(engine) => engine.shutdown().await,
+            Engines::Shared(cluster) => {
+                cluster.stop().await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `deployd serve`'s flags for what `config` sets beside the defaults.
+fn serve_flags(config: &Config, dir: &Path) -> Vec<String> {
+    let c = &config.conductor;
+    [
+        (
+            "--deploy-callback-timeout",
+            c.deploy_callback_timeout.to_string(),
+        ),
+        (
+            "--clean-callback-timeout",
+            c.clean_callback_timeout.to_string(),
+        ),
+        (
+            "--check-provision-state-interval",
+            c.check_provision_state_interval.to_string(),
+        ),
+        (
+            "--ramdisk-heartbeat-timeout",
+            config.api.ramdisk_heartbeat_timeout.to_string(),
+        ),
+        ("--file-url-allowed-path", dir.display().to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_owned(), value])
+    .collect()
+}
+
+/// The engines as `GET /v1/conductors` lists them at the end: the killed one dead.
+async fn conductors(api_url: &str) {
+    let listed: Option<serde_json::Value> = async {
+        let text = reqwest::Client::new()
+            .get(format!("{api_url}/v1/conductors"))
+            .header("X-OpenStack-Ironic-API-Version", "latest")
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        serde_json::from_str(&text).ok()
+    }
+    .await;
+    let Some(listed) = listed else {
+        return;
+    };
+    println!(
+        "
+the engines, as GET /v1/conductors lists them:"
+    );
+    for c in listed["conductors"].as_array().into_iter().flatten() {
+        let alive = if c["alive"] == true { "alive" } else { "dead" };
+        println!("  {:24} {alive}", c["hostname"].as_str().unwrap_or("?"));
+    }
 }
 
 /// Every active VM boots its deployed disk: the line its console printed. True when

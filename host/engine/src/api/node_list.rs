@@ -362,7 +362,13 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
         if !q.shows_child(&node) {
             continue;
         }
-        let agent = app.conductor.agents().get(node.uuid());
+        let agent = match app.conductor.store().records_agents() {
+            // On its blocking thread, as the pages of the shared store are read.
+            true => {
+                tokio::runtime::Handle::current().block_on(app.conductor.agent_view(node.uuid()))
+            }
+            false => app.conductor.agents().get(node.uuid()),
+        };
         let view = NodeView {
             base,
             conductor: app.conductor.store().conductor_name(),

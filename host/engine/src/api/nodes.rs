@@ -83,7 +83,7 @@ async fn show(
     Query(q): Query<ShowQuery>,
 ) -> Result<Response, ApiError> {
     let node = find(&app, &ident).await?;
-    let agent = app.conductor.agents().get(node.uuid());
+    let agent = app.conductor.agent_view(node.uuid()).await;
     let only = q
         .fields
         .as_deref()
@@ -310,7 +310,7 @@ async fn update(
             }
         }
     }
-    let agent = app.conductor.agents().get(updated.uuid());
+    let agent = app.conductor.agent_view(updated.uuid()).await;
     Ok(Json(NodeView {
         base: &app.base(),
         conductor: app.conductor.store().conductor_name(),

@@ -224,6 +224,25 @@ impl Conductor {
         &self.agents
     }
 
+    /// What the node's agent last said in a heartbeat, as the API shows it: where engines
+    /// share the nodes, what the store kept (whichever engine heard it); else what this
+    /// engine heard.
+    pub async fn agent_view(&self, node: Uuid) -> Option<crate::agent_sessions::AgentSession> {
+        if !self.store.records_agents() {
+            return self.agents.get(node);
+        }
+        let heard = self.store.agents_heard(&[node]).await.ok()?.remove(&node)?;
+        Some(crate::agent_sessions::AgentSession {
+            url: heard
+                .url
+                .and_then(|u| crate::agent_sessions::CallbackUrl::parse(&u).ok()),
+            version: heard.version,
+            last_heartbeat: heard.at_micros.map(crate::clock::Timestamp::from_micros),
+            status_message: heard.status_message,
+            ..Default::default()
+        })
+    }
+
     /// Whether a flow step (or an operator's change) is running on the node.
     pub fn is_busy(&self, node: Uuid) -> bool {
         self.reservations.holder(node).is_some()
@@ -438,7 +457,21 @@ impl Conductor {
         // ended in between would hand this one a node from before its writes (a pxe
         // deploy started its image write twice that way).
         let claim = self.claim(node, "heartbeat").await;
-        let touched = match self.store.touch(node, report.fingerprint()).await {
+        // Where engines share the nodes, what the agent said goes with the touch, for a
+        // read through any engine; on sled this engine's memory is where it is read.
+        let heard = self
+            .store
+            .records_agents()
+            .then(|| crate::store::AgentHeard {
+                url: Some(url.as_str().to_owned()),
+                version: Some(version.to_owned()),
+                status_message: report.message.clone(),
+                at_micros: None,
+            });
+        let touched = self
+            .store
+            .touch_heard(node, report.fingerprint(), heard.as_ref());
+        let touched = match touched.await {
             // The store cannot write, and remembers the touch until it can: acknowledged,
             // and nothing else of it is acted on (no write would be taken). The agent's
             // next heartbeat after that brings its news again.

@@ -40,7 +40,7 @@ pub use handle::{Filed, Store, Touched};
 pub use pages::{DocumentPages, NodePages, Pages};
 pub use postgres::{EngineInfo, KeptDriver, Notifications};
 
-pub use touches::progress_fingerprint;
+pub use touches::{AgentHeard, progress_fingerprint};
 
 /// How a node's provision state is written (a byte), for every backend.
 pub(crate) use self::sled::record;

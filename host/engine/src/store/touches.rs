@@ -62,3 +62,20 @@ pub fn progress_fingerprint<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u6
         });
     hash.max(1)
 }
+
+/// What a heartbeat said of its agent, kept with the touch where several engines share the
+/// nodes (the shared store), so a node read through any engine shows its agent's last
+/// report: its command API, its version, its own account of its work, and when (the
+/// store's clock, set by the touch).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AgentHeard {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// When the heartbeat was heard, in microseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_micros: Option<i64>,
+}

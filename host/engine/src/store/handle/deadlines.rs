@@ -12,12 +12,26 @@ impl Store {
     /// A touch that also reports the agent's progress (see
     /// [`super::progress_fingerprint`]).
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
+        self.touch_heard(uuid, progress, None).await
+    }
+
+    /// [`Store::touch`] that keeps what the heartbeat said of its agent where several
+    /// engines read it (the shared store; on sled its one engine keeps it in memory).
+    pub async fn touch_heard(
+        &self,
+        uuid: Uuid,
+        progress: Option<u64>,
+        heard: Option<&AgentHeard>,
+    ) -> Result<Touched, StoreError> {
         let (provision, recorded, read) = match &self.backend {
             Backend::Sled(s) => {
                 let touched = s.touch(uuid, progress)?;
                 (touched.provision, touched.recorded, Some(touched))
             }
-            Backend::Shared(s, _) => (Box::pin(s.touch(uuid, progress)).await?, true, None),
+            Backend::Shared(s, _) => {
+                let touched = s.touch_heard(uuid, progress, heard);
+                (Box::pin(touched).await?, true, None)
+            }
         };
         Ok(Touched {
             provision,
@@ -35,6 +49,24 @@ impl Store {
         match &touched.read {
             Some(read) => read.node(),
             None => self.node(touched.uuid).await,
+        }
+    }
+
+    /// Whether the store keeps what heartbeats said of their agents (the shared store, whose
+    /// nodes any engine reads), rather than each engine in its memory.
+    pub fn records_agents(&self) -> bool {
+        matches!(self.backend, Backend::Shared(..))
+    }
+
+    /// What each of `nodes` last heard from its agent, where the store keeps it (none on
+    /// sled).
+    pub async fn agents_heard(
+        &self,
+        nodes: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, AgentHeard>, StoreError> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Default::default()),
+            Backend::Shared(s, _) => Box::pin(s.agents_heard(nodes)).await,
         }
     }
 

@@ -29,8 +29,8 @@ use super::postgres::{
 use super::sled;
 use super::sled::SledStore;
 use super::{
-    Cascade, DocumentPages, FaultStep, NodePages, Recovery, StoreConfig, StoreError, SweeperWaker,
-    TimedOut, backup_records, health, history,
+    AgentHeard, Cascade, DocumentPages, FaultStep, NodePages, Recovery, StoreConfig, StoreError,
+    SweeperWaker, TimedOut, backup_records, health, history,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::config_drive::ConfigDrive;

@@ -123,6 +123,11 @@ const MIGRATIONS: &[&str] = &[
     UPDATE driver_components SET version = sha256;
     ALTER TABLE driver_components ALTER COLUMN version SET NOT NULL, DROP COLUMN body;
     "#,
+    // 7: what each node's agent last said in a heartbeat (any engine's), beside the hot
+    // columns a touch writes; not indexed, so the touch stays a heap-only update.
+    r#"
+    ALTER TABLE nodes ADD COLUMN agent jsonb;
+    "#,
 ];
 
 /// The version this deployd writes.

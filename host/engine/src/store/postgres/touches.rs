@@ -4,8 +4,8 @@
 //! under load, a group is as large as the load makes it. Every touch is acknowledged
 //! after its group's commit (synchronous commit), never before.
 //!
-//! A touch writes `updated_at`, `deadline` and the progress columns, none of them
-//! indexed: a heap-only update. The deadline is derived in the statement from the
+//! A touch writes `updated_at`, `deadline`, the progress columns and what the heartbeat
+//! said of its agent (`agent`), none of them indexed: a heap-only update. The deadline is derived in the statement from the
 //! timeouts the row carries for its state (`callback_ms`, `stall_ms`), the earlier wins.
 
 use std::collections::HashMap;
@@ -19,8 +19,8 @@ use super::rows::{self, PROVISION};
 use super::{SharedStore, db_error, pool_error};
 use crate::node::Provision;
 use crate::state_machine::ProvisionState;
-use crate::store::StoreError;
 use crate::store::touches::progressed;
+use crate::store::{AgentHeard, StoreError};
 
 /// The most touches in one statement.
 const MAX_GROUP: usize = 2_000;
@@ -31,6 +31,8 @@ const WORKERS: usize = 2;
 struct Touch {
     uuid: Uuid,
     progress: Option<u64>,
+    /// The agent's report, as JSON.
+    heard: Option<String>,
     reply: oneshot::Sender<Result<Provision, StoreError>>,
 }
 
@@ -55,10 +57,22 @@ impl SharedStore {
     /// Moves a waiting node's `provision_updated_at` and deadline to the database's now,
     /// with the agent's `progress` mark (see `Store::touch`); committed when it returns.
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Provision, StoreError> {
+        self.touch_heard(uuid, progress, None).await
+    }
+
+    /// [`SharedStore::touch`] that keeps what the heartbeat said of its agent (`heard`),
+    /// stamped with the database's now.
+    pub async fn touch_heard(
+        &self,
+        uuid: Uuid,
+        progress: Option<u64>,
+        heard: Option<&AgentHeard>,
+    ) -> Result<Provision, StoreError> {
         let (reply, answer) = oneshot::channel();
         let touch = Touch {
             uuid,
             progress,
+            heard: heard.and_then(|h| serde_json::to_string(h).ok()),
             reply,
         };
         self.touches
@@ -72,6 +86,28 @@ impl SharedStore {
 }
 
 impl SharedStore {
+    /// What each of `nodes` last heard from its agent in a touch (those that heard it).
+    pub async fn agents_heard(
+        &self,
+        nodes: &[Uuid],
+    ) -> Result<HashMap<Uuid, AgentHeard>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT uuid, agent::text FROM nodes WHERE uuid = ANY($1) AND agent IS NOT NULL",
+                &[&nodes],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let heard = serde_json::from_str(r.get::<_, &str>(1)).ok()?;
+                Some((r.get(0), heard))
+            })
+            .collect())
+    }
+
     /// Records progress seen elsewhere than in a heartbeat (see `Store::report_progress`)
     /// under the node's row lock, on the database's clock; returns whether it was
     /// progress. The deadline only moves later, so the node's place in the sweeper's index
@@ -121,12 +157,13 @@ async fn work(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Touch>>>) {
 
 /// Writes one group and answers each of its touches.
 async fn write(pool: &Pool, group: Vec<Touch>) {
-    // One row per node: the last progress mark reported wins, and every touch of the node
-    // gets the row's answer.
-    let mut marks: HashMap<Uuid, Option<u64>> = HashMap::with_capacity(group.len());
+    // One row per node: the last progress mark and report heard win, and every touch of
+    // the node gets the row's answer.
+    let mut marks: HashMap<Uuid, Mark> = HashMap::with_capacity(group.len());
     for t in &group {
-        let mark = marks.entry(t.uuid).or_insert(None);
-        *mark = t.progress.or(*mark);
+        let mark = marks.entry(t.uuid).or_default();
+        mark.progress = t.progress.or(mark.progress);
+        mark.heard = t.heard.clone().or(mark.heard.take());
     }
     let answers = match update(pool, &marks).await {
         Ok(answers) => answers,
@@ -155,6 +192,13 @@ async fn write(pool: &Pool, group: Vec<Touch>) {
     }
 }
 
+/// What a group writes of one node: its last progress mark and agent report.
+#[derive(Default)]
+struct Mark {
+    progress: Option<u64>,
+    heard: Option<String>,
+}
+
 /// What a group's statement did to one node.
 enum Answer {
     Touched(Provision),
@@ -169,16 +213,16 @@ impl From<Result<Provision, StoreError>> for Answer {
 }
 
 /// The statement of a group, on the database's clock: `$1` the nodes, `$2` their progress
-/// marks, `$3` the codes of the states a touch applies in. The rows are locked in uuid
+/// marks, `$3` the codes of the states a touch applies in, `$4` their agents' reports. The rows are locked in uuid
 /// order first: two groups in flight that share nodes then wait for each other in one
 /// order, never in a cycle (a deadlock, which PostgreSQL would break by failing one).
 static TOUCH: LazyLock<String> = LazyLock::new(|| {
     let returned: Vec<String> = PROVISION.split(", ").map(|c| format!("n.{c}")).collect();
     format!(
         "WITH t AS (
-             SELECT t.uuid, t.progress, n.progress IS DISTINCT FROM t.progress
+             SELECT t.uuid, t.progress, t.heard, n.progress IS DISTINCT FROM t.progress
                     AND t.progress IS NOT NULL AS moved
-             FROM unnest($1::uuid[], $2::int8[]) AS t(uuid, progress)
+             FROM unnest($1::uuid[], $2::int8[], $4::text[]) AS t(uuid, progress, heard)
              JOIN nodes n ON n.uuid = t.uuid
              ORDER BY n.uuid
              FOR UPDATE OF n
@@ -190,7 +234,10 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
              deadline = LEAST(
                  now() + n.callback_ms * interval '1 millisecond',
                  CASE WHEN t.moved THEN now() ELSE n.progress_at END
-                     + n.stall_ms * interval '1 millisecond')
+                     + n.stall_ms * interval '1 millisecond'),
+             agent = CASE WHEN t.heard IS NULL THEN n.agent
+                 ELSE t.heard::jsonb || jsonb_build_object(
+                     'at_micros', (extract(epoch FROM now()) * 1000000)::int8) END
          FROM t
          WHERE n.uuid = t.uuid AND n.state = ANY($3::int2[])
          RETURNING n.uuid, {}",
@@ -201,14 +248,18 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
 /// The group's statement, then (only when some node was not touched) why not.
 async fn update(
     pool: &Pool,
-    marks: &HashMap<Uuid, Option<u64>>,
+    marks: &HashMap<Uuid, Mark>,
 ) -> Result<HashMap<Uuid, Answer>, StoreError> {
     let client = pool.get().await.map_err(pool_error)?;
     let uuids: Vec<Uuid> = marks.keys().copied().collect();
-    let progress: Vec<Option<i64>> = uuids.iter().map(|u| marks[u].map(|m| m as i64)).collect();
+    let progress: Vec<Option<i64>> = uuids
+        .iter()
+        .map(|u| marks[u].progress.map(|m| m as i64))
+        .collect();
+    let heard: Vec<Option<&str>> = uuids.iter().map(|u| marks[u].heard.as_deref()).collect();
     let statement = client.prepare_cached(&TOUCH).await.map_err(db_error)?;
     let rows = client
-        .query(&statement, &[&uuids, &progress, &rows::touchable()])
+        .query(&statement, &[&uuids, &progress, &rows::touchable(), &heard])
         .await
         .map_err(db_error)?;
     let mut answers = HashMap::with_capacity(uuids.len());
