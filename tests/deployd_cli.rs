@@ -20,6 +20,19 @@ fn deployd(engine: &Engine, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `deployd node create` of node `t1` with the template driver (`plugins/template`), which
+/// deploys at once.
+pub(crate) const CREATE_T1: [&str; 8] = [
+    "node",
+    "create",
+    "--driver",
+    "template",
+    "--name",
+    "t1",
+    "--instance-info",
+    "image_source=http://example.invalid/img",
+];
+
 pub(crate) fn ok(engine: &Engine, args: &[&str]) -> String {
     let (success, text) = deployd(engine, args);
     assert!(success, "deployd {args:?} failed: {text}");
@@ -114,19 +127,7 @@ fn the_deployd_cli_drives_a_node_and_manages_drivers_without_a_restart() {
     );
     let loaded = ok(&engine, &["driver", "load", deployd_fixtures::TEMPLATE]);
     assert!(loaded.starts_with("loaded template 0.1.0"), "{loaded}");
-    ok(
-        &engine,
-        &[
-            "node",
-            "create",
-            "--driver",
-            "template",
-            "--name",
-            "t1",
-            "--instance-info",
-            "image_source=http://example.invalid/img",
-        ],
-    );
+    ok(&engine, &CREATE_T1);
     for step in ["manage", "provide", "deploy"] {
         ok(&engine, &["node", step, "t1", "--wait"]);
     }

@@ -228,17 +228,7 @@ fn a_driver_uploaded_through_one_engine_deploys_through_another_and_a_pinned_ver
         "{}",
         second.log_text()
     );
-    let create = [
-        "node",
-        "create",
-        "--driver",
-        "template",
-        "--name",
-        "t1",
-        "--instance-info",
-        "image_source=http://example.invalid/img",
-    ];
-    ok(&second, &create);
+    ok(&second, &crate::deployd_cli::CREATE_T1);
     for step in ["manage", "provide", "deploy", "undeploy"] {
         ok(&second, &["node", step, "t1", "--wait"]);
     }

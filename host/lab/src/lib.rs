@@ -10,12 +10,14 @@
 //!   then boot their deployed disk (`--vm`).
 //! - [`os_image`]: a tiny OS image that boots on a PC and prints a line, to deploy onto
 //!   the VMs and see them boot it.
+//! - [`postgres`]: a PostgreSQL cluster of its own, for the demo's engines to share.
 //! - [`operator`]: enrolling them into an engine and walking them through its states
 //!   over the HTTP API (the demo's and the fleet bench's operator).
 
 pub mod machine;
 pub mod operator;
 pub mod os_image;
+pub mod postgres;
 pub mod redfish;
 pub mod redfish_hardware;
 pub mod vm;

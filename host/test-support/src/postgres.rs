@@ -38,25 +38,15 @@ pub struct Cluster {
 /// The test binary's cluster.
 pub static CLUSTER: LazyLock<Cluster> = LazyLock::new(Cluster::start);
 
-/// The newest installed server's `bin` folder.
+/// The newest installed server's `bin` folder (the lab's rule: the demo runs it too).
 fn server_bin() -> PathBuf {
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin"))
-        .filter(|bin| bin.join("postgres").exists())
-        .collect();
-    versions.sort();
-    versions.pop().expect(
-        "PostgreSQL's server is not installed: run .ci/run once, or: apt-get install postgresql-15",
-    )
+    deployd_lab::postgres::server_bin().unwrap_or_else(|e| panic!("{e}: run .ci/run once"))
 }
 
 fn as_server_user(command: &mut Command) -> &mut Command {
-    if rustix::process::geteuid().is_root() {
+    if let Some(id) = deployd_lab::postgres::server_user() {
         use std::os::unix::process::CommandExt;
-        command.uid(NOBODY).gid(NOBODY);
+        command.uid(id).gid(id);
     }
     command
 }
@@ -118,18 +108,11 @@ impl Cluster {
             std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).expect("chown");
         }
         let data = dir.join("data");
-        let init = as_server_user(Command::new(bin.join("initdb")).args([
-            "--no-sync",
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--locale=C",
-            "-U",
-            USER,
-            "-D",
-        ]))
-        .arg(&data)
-        .output()
-        .expect("initdb runs");
+        let initdb = deployd_lab::postgres::initdb_args(USER);
+        let init = as_server_user(Command::new(bin.join("initdb")).args(initdb))
+            .arg(&data)
+            .output()
+            .expect("initdb runs");
         assert!(
             init.status.success(),
             "initdb failed: {}",

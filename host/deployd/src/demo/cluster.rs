@@ -1,5 +1,5 @@
 //! `deployd demo --engines N`: the story told by N engines (`deployd serve` processes)
-//! sharing a PostgreSQL cluster the demo starts ([`super::postgres`]), behind a balancer of
+//! sharing a PostgreSQL cluster the demo starts (`deployd_lab::postgres`), behind a balancer of
 //! the demo's own that every call and every agent goes through. One engine is SIGKILLed
 //! midway: the balancer sends its calls to the others, which take its nodes over once its
 //! lease lapses, and every deploy carries on.
@@ -15,7 +15,7 @@ use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 
-use super::postgres::Postgres;
+use deployd_lab::postgres::Postgres;
 
 /// The engines, their database and the balancer in front of them.
 pub struct Cluster {

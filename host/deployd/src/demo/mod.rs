@@ -17,10 +17,10 @@
 //!
 //! - [`screen`]: the live progress table and the summary.
 //! - [`vms`]: what the VMs need before the story, and how they are enrolled.
-//! - [`cluster`] and [`postgres`]: the engines sharing a store, and its database.
+//! - [`cluster`]: the engines sharing a store, on a PostgreSQL of the lab's
+//!   (`deployd_lab::postgres`).
 
 mod cluster;
-mod postgres;
 mod screen;
 mod vms;
 
@@ -338,7 +338,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
         }
     }
     if let Engines::Shared(_) = &engines {
-        conductors(&api_url).await;
+        conductors(&api_url, engine_killed).await;
     }
     lab.stop();
     engines.shutdown().await?;
@@ -398,9 +398,11 @@ fn serve_flags(config: &Config, dir: &Path) -> Vec<String> {
     .collect()
 }
 
-/// The engines as `GET /v1/conductors` lists them at the end: the killed one dead.
-async fn conductors(api_url: &str) {
-    let listed: Option<serde_json::Value> = async {
+/// The engines as `GET /v1/conductors` lists them at the end: once one was killed, when
+/// the survivors have declared it dead (its lease lapses 10 s after it was killed; the
+/// deploys may end sooner).
+async fn conductors(api_url: &str, one_killed: bool) {
+    let listed = || async {
         let text = reqwest::Client::new()
             .get(format!("{api_url}/v1/conductors"))
             .header("X-OpenStack-Ironic-API-Version", "latest")
@@ -410,19 +412,28 @@ async fn conductors(api_url: &str) {
             .text()
             .await
             .ok()?;
-        serde_json::from_str(&text).ok()
-    }
-    .await;
-    let Some(listed) = listed else {
-        return;
+        let listed: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let all: Vec<(String, bool)> = listed["conductors"]
+            .as_array()?
+            .iter()
+            .map(|c| {
+                (
+                    c["hostname"].as_str().unwrap_or("?").to_owned(),
+                    c["alive"] == true,
+                )
+            })
+            .collect();
+        Some(all)
     };
-    println!(
-        "
-the engines, as GET /v1/conductors lists them:"
-    );
-    for c in listed["conductors"].as_array().into_iter().flatten() {
-        let alive = if c["alive"] == true { "alive" } else { "dead" };
-        println!("  {:24} {alive}", c["hostname"].as_str().unwrap_or("?"));
+    let mut all = listed().await.unwrap_or_default();
+    let until = Instant::now() + Duration::from_secs(20);
+    while one_killed && all.iter().all(|(_, alive)| *alive) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        all = listed().await.unwrap_or_default();
+    }
+    println!("\nthe engines, as GET /v1/conductors lists them:");
+    for (hostname, alive) in all {
+        println!("  {hostname:24} {}", if alive { "alive" } else { "dead" });
     }
 }
 

@@ -1,7 +1,9 @@
-//! A PostgreSQL cluster of the demo's own (`deployd demo --engines N`): Debian's server
-//! (`apt-get install postgresql-15`), initialised in the demo's temporary directory and
-//! served on a free loopback port with no Unix socket, as nobody when the demo runs as
-//! root (the server refuses root). A fast shutdown, by pid, when dropped.
+//! A PostgreSQL cluster of its own, for the demo (`deployd demo --engines N`): Debian's
+//! server (`apt-get install postgresql-15`), initialised in a temporary directory and
+//! served on a free loopback port with no Unix socket, as nobody when this process is
+//! root (the server refuses root). A fast shutdown, by pid, when dropped. The tests'
+//! cluster (`deployd-test-support`) finds and runs the server the same way
+//! ([`server_bin`], [`server_user`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,32 +28,24 @@ impl Postgres {
         let bin = server_bin()?;
         let home = dir.join("postgres");
         std::fs::create_dir_all(&home)?;
-        if rustix::process::geteuid().is_root() {
+        if server_user().is_some() {
             use std::os::unix::fs::PermissionsExt;
             // The server's user passes through the demo's directory to its own.
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
             std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY))?;
         }
         let data = home.join("data");
-        let init = as_server_user(Command::new(bin.join("initdb")).args([
-            "--no-sync",
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--locale=C",
-            "-U",
-            USER,
-            "-D",
-        ]))
-        .arg(&data)
-        .output()
-        .await
-        .context("running initdb")?;
+        let init = as_server_user(Command::new(bin.join("initdb")).args(initdb_args(USER)))
+            .arg(&data)
+            .output()
+            .await
+            .context("running initdb")?;
         anyhow::ensure!(
             init.status.success(),
             "initdb failed: {}",
             String::from_utf8_lossy(&init.stderr)
         );
-        let port = deployd_lab::machine::free_port();
+        let port = crate::machine::free_port();
         let log = std::fs::File::create(home.join("server.log"))?;
         let child = as_server_user(Command::new(bin.join("postgres")).arg("-D").arg(&data))
             .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
@@ -112,7 +106,7 @@ impl Drop for Postgres {
 }
 
 /// The newest installed server's `bin` folder.
-fn server_bin() -> anyhow::Result<PathBuf> {
+pub fn server_bin() -> anyhow::Result<PathBuf> {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -121,14 +115,34 @@ fn server_bin() -> anyhow::Result<PathBuf> {
         .filter(|bin| bin.join("postgres").exists())
         .collect();
     versions.sort();
-    versions.pop().context(
-        "--engines needs PostgreSQL's server, which is not installed: apt-get install postgresql-15",
-    )
+    versions
+        .pop()
+        .context("PostgreSQL's server is not installed: apt-get install postgresql-15")
+}
+
+/// `initdb`'s arguments, up to the data directory: one superuser `user` that loopback
+/// trusts, UTF-8 in the C locale, no sync (a scratch cluster).
+pub fn initdb_args(user: &str) -> [&str; 7] {
+    [
+        "--no-sync",
+        "--auth=trust",
+        "--encoding=UTF8",
+        "--locale=C",
+        "-U",
+        user,
+        "-D",
+    ]
+}
+
+/// The uid (and gid) the server runs as: nobody's when this process is root, since the
+/// server refuses to run as root; `None` to run as this process does.
+pub fn server_user() -> Option<u32> {
+    rustix::process::geteuid().is_root().then_some(NOBODY)
 }
 
 fn as_server_user(command: &mut Command) -> &mut Command {
-    if rustix::process::geteuid().is_root() {
-        command.uid(NOBODY).gid(NOBODY);
+    if let Some(id) = server_user() {
+        command.uid(id).gid(id);
     }
     command
 }
