@@ -112,9 +112,8 @@ pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
         "warm-up: one heartbeat per node in {:.1} s",
         warm.elapsed().as_secs_f64()
     );
-    let heartbeat = dir.join("heartbeat.lua");
     let nodes = uuids.iter().copied().zip(tokens.iter().map(String::as_str));
-    std::fs::write(&heartbeat, super::wrk::heartbeats(nodes))?;
+    let heartbeat = super::wrk::heartbeats(&dir, "heartbeat", nodes)?;
     let get = dir.join("get.lua");
     let mut reads = String::from("nodes = {\n");
     for uuid in &uuids {

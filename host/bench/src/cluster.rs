@@ -97,11 +97,7 @@ async fn bench(args: &ClusterBench) -> anyhow::Result<()> {
     let urls: Vec<String> = served.iter().map(|s| s.url.clone()).collect();
     println!("{engines} engines on the shared store, {n} nodes in wait call-back: {urls:?}");
     warm_up(&urls, &fleet).await?;
-    let script = dir.join("heartbeats.lua");
-    std::fs::write(
-        &script,
-        super::wrk::heartbeats(fleet.iter().map(|&u| (u, TOKEN))),
-    )?;
+    let script = super::wrk::heartbeats(dir, "shared", fleet.iter().map(|&u| (u, TOKEN)))?;
     let per_engine = (args.connections / engines as u32).max(1);
     let reports = load(&urls, &script, per_engine, args.seconds)?;
     summary(&format!("{engines} engines on PostgreSQL"), &reports);
@@ -113,11 +109,7 @@ async fn bench(args: &ClusterBench) -> anyhow::Result<()> {
     })
     .await?;
     warm_up(std::slice::from_ref(&sled.url), &sled_fleet).await?;
-    let sled_script = dir.join("sled-heartbeats.lua");
-    std::fs::write(
-        &sled_script,
-        super::wrk::heartbeats(sled_fleet.iter().map(|&u| (u, TOKEN))),
-    )?;
+    let sled_script = super::wrk::heartbeats(dir, "sled", sled_fleet.iter().map(|&u| (u, TOKEN)))?;
     let reports = load(
         std::slice::from_ref(&sled.url),
         &sled_script,

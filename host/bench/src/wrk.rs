@@ -8,15 +8,27 @@ use std::process::{Child, Command, Stdio};
 use anyhow::Context;
 use uuid::Uuid;
 
-/// A `wrk` script sending heartbeats to random nodes of `nodes` (each with its agent
-/// token), as the API's version allows.
-pub fn heartbeats<'a>(nodes: impl IntoIterator<Item = (Uuid, &'a str)>) -> String {
-    let mut script = String::from("nodes = {\n");
+/// Writes a `wrk` script, `<name>.lua` in `dir`, sending heartbeats to random nodes of
+/// `nodes` (each with its agent token), as the API's version allows; returns its path. The
+/// nodes go in a file of their own (`<name>.nodes`) that the script reads when it starts:
+/// a Lua function holds at most 65,536 constants, fewer than the nodes of a large fleet.
+pub fn heartbeats<'a>(
+    dir: &Path,
+    name: &str,
+    nodes: impl IntoIterator<Item = (Uuid, &'a str)>,
+) -> anyhow::Result<std::path::PathBuf> {
+    let list = dir.join(format!("{name}.nodes"));
+    let mut text = String::new();
     for (uuid, token) in nodes {
-        let _ = writeln!(script, "  {{\"{uuid}\", \"{token}\"}},");
+        let _ = writeln!(text, "{uuid} {token}");
     }
-    script
-        + &r#"}
+    std::fs::write(&list, text)?;
+    let script = dir.join(format!("{name}.lua"));
+    let lua = r#"nodes = {}
+for line in io.lines("@LIST@") do
+  local uuid, token = line:match("(%S+) (%S+)")
+  nodes[#nodes + 1] = {uuid, token}
+end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
@@ -26,7 +38,10 @@ request = function()
   return wrk.format(nil, "/v1/heartbeat/" .. n[1], nil, body)
 end
 "#
-        .replace("@VERSION@", &deployd_wire::version::MAX.to_string())
+    .replace("@LIST@", &list.display().to_string())
+    .replace("@VERSION@", &deployd_wire::version::MAX.to_string());
+    std::fs::write(&script, lua)?;
+    Ok(script)
 }
 
 /// One `wrk` run under way.
@@ -52,14 +67,18 @@ impl Load {
             .arg(script)
             .arg(url)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .context("running wrk (apt-get install wrk)")?;
         Ok(Load(child))
     }
 
-    /// Waits for the run's report.
+    /// Waits for the run's report; one whose script failed (wrk then sends its default
+    /// request, and its figures measure something else) is an error.
     pub fn report(self) -> anyhow::Result<Report> {
         let out = self.0.wait_with_output()?;
+        let complaint = String::from_utf8_lossy(&out.stderr);
+        anyhow::ensure!(complaint.trim().is_empty(), "wrk: {}", complaint.trim());
         Ok(Report {
             text: String::from_utf8_lossy(&out.stdout).into_owned(),
         })
