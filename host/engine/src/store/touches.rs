@@ -66,7 +66,8 @@ pub fn progress_fingerprint<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u6
 /// What a heartbeat said of its agent, kept with the touch where several engines share the
 /// nodes (the shared store), so a node read through any engine shows its agent's last
 /// report: its command API, its version, its own account of its work, and when (the
-/// store's clock, set by the touch).
+/// store's clock, set by the touch). What a heartbeat does not say stays as the last one
+/// said it (a heartbeat without a status message keeps the last message).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentHeard {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -236,7 +236,7 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
                  CASE WHEN t.moved THEN now() ELSE n.progress_at END
                      + n.stall_ms * interval '1 millisecond'),
              agent = CASE WHEN t.heard IS NULL THEN n.agent
-                 ELSE t.heard::jsonb || jsonb_build_object(
+                 ELSE coalesce(n.agent, '{{}}') || t.heard::jsonb || jsonb_build_object(
                      'at_micros', (extract(epoch FROM now()) * 1000000)::int8) END
          FROM t
          WHERE n.uuid = t.uuid AND n.state = ANY($3::int2[])
