@@ -219,11 +219,19 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let store = self.reservations.store.clone();
-        match (store, tokio::runtime::Handle::try_current()) {
+        // Most claims (every one on sled) were never the store's: let go at once, with no
+        // runtime looked up and no handle cloned on the heartbeat's path.
+        if !self.in_store {
+            return self.reservations.let_go(self.node);
+        }
+        match (
+            &self.reservations.store,
+            tokio::runtime::Handle::try_current(),
+        ) {
             // The reservation goes once the store's claim was let go (see the module's doc).
-            (Some(store), Ok(runtime)) if self.in_store => {
-                let (reservations, node) = (self.reservations.clone(), self.node);
+            (Some(store), Ok(runtime)) => {
+                let (store, reservations, node) =
+                    (store.clone(), self.reservations.clone(), self.node);
                 runtime.spawn(async move {
                     store.release_node(node).await;
                     reservations.let_go(node);
