@@ -657,6 +657,7 @@ async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, 
 /// What goes with a node when it is deleted: (kind, unique fields).
 pub const OF_NODE: &[(&str, &[&str])] = &[
     (crate::conductor::inspection::INVENTORY, &[]),
+    (crate::driver_host::capability::image::IMAGE_WRITE, &[]),
     (PORTGROUP.kind, PORTGROUP.unique),
     (VOLUME_CONNECTOR.kind, VOLUME_CONNECTOR.unique),
     (VOLUME_TARGET.kind, VOLUME_TARGET.unique),

@@ -277,25 +277,10 @@ impl Conductor {
         doc.insert("node_uuid".into(), json!(node));
         doc.insert("inventory".into(), inventory);
         doc.insert("plugin_data".into(), plugin_data);
-        let replaced = self
-            .store
-            .update_document(
-                INVENTORY,
-                node,
-                &[],
-                |d: &mut Doc| -> Result<(), StoreError> {
-                    *d = doc.clone();
-                    Ok(())
-                },
-            )
-            .await;
-        match replaced {
-            Err(StoreError::DocumentNotFound { .. }) => {
-                self.store.insert_document(INVENTORY, node, &doc, &[]).await
-            }
-            other => other.map(drop),
-        }
-        .map_err(|e| e.to_string())
+        self.store
+            .put_document(INVENTORY, node, &doc)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// A port for each MAC found that no port has (Ironic's `ports` hook); a MAC another

@@ -43,6 +43,16 @@ impl Store {
         }
     }
 
+    /// The epoch this engine acts under, while it is sure of its lease (none while it is
+    /// not); 0 on sled, whose one engine holds no lease. What an engine started under an
+    /// epoch is its own only while that epoch lives (`engines`).
+    pub fn acting_epoch(&self) -> Option<i64> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.current().map(|l| l.epoch),
+            _ => Some(0),
+        }
+    }
+
     /// The lease this engine holds `node`'s claim under, which fences its writes to it.
     pub(super) fn claimed(&self, node: Uuid) -> Option<Lease> {
         match &self.backend {

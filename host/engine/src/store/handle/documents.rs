@@ -73,6 +73,28 @@ impl Store {
         }
     }
 
+    /// Writes a document whose kind has no unique fields, whether or not one was there
+    /// (a node's inventory, its image write).
+    pub async fn put_document(
+        &self,
+        kind: &'static str,
+        uuid: Uuid,
+        doc: &Doc,
+    ) -> Result<(), StoreError> {
+        let replaced = self
+            .update_document(kind, uuid, &[], |d: &mut Doc| -> Result<(), StoreError> {
+                d.clone_from(doc);
+                Ok(())
+            })
+            .await;
+        match replaced {
+            Err(StoreError::DocumentNotFound { .. }) => {
+                self.insert_document(kind, uuid, doc, &[]).await
+            }
+            other => other.map(drop),
+        }
+    }
+
     /// Deletes a document and frees its unique values.
     pub async fn delete_document(
         &self,
