@@ -5,8 +5,9 @@
 //! 1. The fleets: `--nodes` nodes of the test driver in `wait call-back`, each with an
 //!    agent token's hash on record (on PostgreSQL copied in SQL from one node the store
 //!    walked there, as `bench shared-store` does; on sled through the store's batches).
-//! 2. A warm-up: one heartbeat per node, spread over the engines (each node's driver
-//!    records its step once, as mid-deploy nodes have; every engine learns the tokens).
+//! 2. A warm-up: one heartbeat per node through each engine (each node's driver records
+//!    its step once, as mid-deploy nodes have; every engine learns each token, as it does
+//!    from an agent whose heartbeats a balancer spreads).
 //! 3. Heartbeats (a token checked, a touch, the WASM driver's call): `wrk` against every
 //!    engine at once, `--connections` split between them, for `--seconds`; then against
 //!    the engine on sled alone with all of them. The aggregate rate, each engine's p50 and
@@ -177,7 +178,7 @@ async fn sled_fleet(dir: &std::path::Path, n: usize) -> anyhow::Result<Vec<Uuid>
     Ok(fleet)
 }
 
-/// One heartbeat per node, the nodes spread over the engines at `urls`, 64 at a time.
+/// One heartbeat per node through each engine at `urls` in turn, 64 at a time.
 async fn warm_up(urls: &[String], fleet: &[Uuid]) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let started = Instant::now();
@@ -188,10 +189,13 @@ async fn warm_up(urls: &[String], fleet: &[Uuid]) -> anyhow::Result<()> {
     })
     .to_string();
     let version = deployd_wire::version::MAX.to_string();
-    let refused = futures_util::stream::iter(fleet.iter().enumerate())
-        .map(|(i, uuid)| {
+    let through_each = urls
+        .iter()
+        .flat_map(|url| fleet.iter().map(move |uuid| (url, uuid)));
+    let refused = futures_util::stream::iter(through_each)
+        .map(|(url, uuid)| {
             let request = http
-                .post(format!("{}/v1/heartbeat/{uuid}", urls[i % urls.len()]))
+                .post(format!("{url}/v1/heartbeat/{uuid}"))
                 .header("Content-Type", "application/json")
                 .header("X-OpenStack-Ironic-API-Version", &version)
                 .body(body.clone());
@@ -206,7 +210,7 @@ async fn warm_up(urls: &[String], fleet: &[Uuid]) -> anyhow::Result<()> {
         .fold(0u64, |sum, r| async move { sum + r })
         .await;
     println!(
-        "warm-up: one heartbeat per node in {:.1} s ({refused} refused)",
+        "warm-up: one heartbeat per node through each engine in {:.1} s ({refused} refused)",
         started.elapsed().as_secs_f64()
     );
     Ok(())

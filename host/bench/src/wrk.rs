@@ -32,6 +32,12 @@ end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["X-OpenStack-Ironic-API-Version"] = "@VERSION@"
+-- Each run its own sequence: unseeded, every wrk process would pick the same nodes in
+-- the same order, and runs against several engines would send each node's heartbeats
+-- to all of them at once.
+init = function(args)
+  math.randomseed(tonumber(args[1]) or 0)
+end
 request = function()
   local n = nodes[math.random(#nodes)]
   local body = '{"callback_url": "http://127.0.0.1:9", "agent_version": "13.0.0", "agent_token": "' .. n[2] .. '"}'
@@ -54,8 +60,12 @@ pub struct Report {
 
 impl Load {
     /// Starts `wrk` with `script` against `url`: one thread, `connections` connections,
-    /// for `seconds`.
+    /// for `seconds`; the script's random choices seeded by the clock (each run its own).
     pub fn start(script: &Path, url: &str, connections: u32, seconds: u64) -> anyhow::Result<Load> {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32)
+            % 1_000_000_007;
         let child = Command::new("wrk")
             .args([
                 "-t1",
@@ -66,6 +76,7 @@ impl Load {
             ])
             .arg(script)
             .arg(url)
+            .args(["--", &seed.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

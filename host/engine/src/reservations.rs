@@ -138,8 +138,10 @@ impl Reservations {
         self.lock().keys().copied().collect()
     }
 
-    /// This process's reservation of `node`, or who holds it here.
-    fn reserve(self: &Arc<Self>, node: Uuid, operation: &'static str) -> Result<Claim, Held> {
+    /// This process's reservation of `node` now, or who holds it here; the store's claim
+    /// is the caller's to take, in a statement of its own (a heartbeat's touch: see
+    /// `Store::touch_heard`), and to report with [`Claim::taken_in_store`].
+    pub fn reserve(self: &Arc<Self>, node: Uuid, operation: &'static str) -> Result<Claim, Held> {
         let mut held = self.lock();
         if let Some(&by) = held.get(&node) {
             return Err(Held {
@@ -176,22 +178,9 @@ impl Reservations {
         let Some(store) = self.store.as_ref().filter(|s| s.claims_in_store()) else {
             return Ok(reserved);
         };
-        reserved.in_store = true;
-        match store.claim_node(reserved.node).await {
-            Ok(()) => Ok(reserved),
-            Err(e) => {
-                // Refused: the store holds nothing of it to let go.
-                reserved.in_store = false;
-                Err(match e {
-                    StoreError::NotOwner { node, owner } => Refused::Held(Held {
-                        node,
-                        host: owner,
-                        task: None,
-                    }),
-                    e => Refused::Store(e),
-                })
-            }
-        }
+        reserved.asking_store();
+        let claimed = store.claim_node(reserved.node).await;
+        reserved.taken_in_store(claimed)
     }
 
     /// The name this engine's own tasks hold nodes under.
@@ -214,6 +203,31 @@ impl Reservations {
 impl Claim {
     pub fn node(&self) -> Uuid {
         self.node
+    }
+
+    /// Notes that the store's claim is being asked for with this reservation (before it
+    /// is): dropped on the way, it lets go of whatever the store took.
+    pub fn asking_store(&mut self) {
+        self.in_store = true;
+    }
+
+    /// This reservation with the store's claim, as the store answered when asked for it:
+    /// refused, the store holds nothing of it to let go (and the reservation goes).
+    pub fn taken_in_store(mut self, claimed: Result<(), StoreError>) -> Result<Claim, Refused> {
+        if claimed.is_ok() {
+            self.in_store = true;
+            return Ok(self);
+        }
+        self.in_store = false;
+        match claimed {
+            Ok(()) => unreachable!("taken above"),
+            Err(StoreError::NotOwner { node, owner }) => Err(Refused::Held(Held {
+                node,
+                host: owner,
+                task: None,
+            })),
+            Err(e) => Err(Refused::Store(e)),
+        }
     }
 }
 

@@ -220,6 +220,8 @@ const STORE_WRITES: &[&str] = &[
     "import",
     "touch_heard",
     "claim_node",
+    "intend",
+    "refused",
     "put_document",
     "release_node",
     "announce_drivers",

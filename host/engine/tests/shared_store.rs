@@ -688,3 +688,52 @@ async fn a_blocking_thread_reads_the_fleet_page_by_page() {
     .unwrap();
     assert_eq!(seen, all);
 }
+
+/// Two engines (two connections each, as their own handles) claim the same 200 nodes at
+/// once, many times over: the claims go in groups, and each node is had by exactly one
+/// engine in each round, the other told who holds it; every release then frees them all
+/// for the next round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_claims_by_two_engines_at_once_give_each_node_to_exactly_one() {
+    let url = CLUSTER.database();
+    let (one, two) = (engine(&url).await, engine(&url).await);
+    let a = one.register("engine-a", "", &[]).await.unwrap();
+    let b = two.register("engine-b", "", &[]).await.unwrap();
+    let mut nodes = Vec::new();
+    for _ in 0..200 {
+        nodes.push(one.create_node(fake_node()).await.unwrap().uuid());
+    }
+    let (one, two) = (std::sync::Arc::new(one), std::sync::Arc::new(two));
+    for round in 0..25 {
+        let claims = nodes.iter().flat_map(|&node| {
+            let (one, two) = (one.clone(), two.clone());
+            [
+                tokio::spawn(async move { (node, "engine-a", one.claim(node, &a).await) }),
+                tokio::spawn(async move { (node, "engine-b", two.claim(node, &b).await) }),
+            ]
+        });
+        let mut had = std::collections::HashMap::new();
+        for claim in futures_util::future::join_all(claims.collect::<Vec<_>>()).await {
+            let (node, by, got) = claim.unwrap();
+            match got {
+                Ok(()) => assert!(
+                    had.insert(node, by).is_none(),
+                    "round {round}: both had {node}"
+                ),
+                Err(StoreError::NotOwner { .. }) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        assert_eq!(had.len(), nodes.len(), "round {round}: a node no one had");
+        let releases = had.iter().map(|(&node, &by)| {
+            let (store, lease) = match by {
+                "engine-a" => (one.clone(), a),
+                _ => (two.clone(), b),
+            };
+            tokio::spawn(async move { store.release(node, &lease).await })
+        });
+        for released in futures_util::future::join_all(releases.collect::<Vec<_>>()).await {
+            released.unwrap().unwrap();
+        }
+    }
+}

@@ -452,11 +452,20 @@ impl Conductor {
         ca: Option<Arc<crate::agent_sessions::AgentCa>>,
         report: crate::agent_sessions::AgentReport,
     ) -> Result<(), ConductorError> {
-        // Claimed before the touch: the node the touch reads is then the one the step
-        // sees, since no other step can write it meanwhile. Claimed after, a step that
-        // ended in between would hand this one a node from before its writes (a pxe
-        // deploy started its image write twice that way).
-        let claim = self.claim(node, "heartbeat").await;
+        // Claimed with the touch (this engine's reservation first, then, on the shared
+        // store, the database's claim in the touch's own statement): the node the touch
+        // reads is then the one the step sees, since no other step can write it
+        // meanwhile. Claimed after, a step that ended in between would hand this one a
+        // node from before its writes (a pxe deploy started its image write twice that
+        // way).
+        let mut reserved: Result<Claim, ConductorError> = self
+            .reservations
+            .reserve(node, "heartbeat")
+            .map_err(Into::into);
+        let claiming = reserved.is_ok() && self.store.claims_in_store();
+        if let (true, Ok(claim)) = (claiming, reserved.as_mut()) {
+            claim.asking_store();
+        }
         // Where engines share the nodes, what the agent said goes with the touch, for a
         // read through any engine; on sled this engine's memory is where it is read.
         let heard = self
@@ -467,16 +476,24 @@ impl Conductor {
                 version: Some(version.to_owned()),
                 status_message: report.message.clone(),
                 at_micros: None,
+                boot: Some(token_hash(token)[..16].to_owned()),
             });
         let touched = self
             .store
-            .touch_heard(node, report.fingerprint(), heard.as_ref());
+            .touch_heard(node, report.fingerprint(), heard.as_ref(), claiming);
         let touched = match touched.await {
             // The store cannot write, and remembers the touch until it can: acknowledged,
             // and nothing else of it is acted on (no write would be taken). The agent's
             // next heartbeat after that brings its news again.
             Ok(p) if !p.recorded => return Ok(()),
-            Ok(p) => Some(p),
+            Ok(mut p) => {
+                let claimed = p.claim.take();
+                reserved = match (reserved, claimed) {
+                    (Ok(claim), Some(claimed)) => claim.taken_in_store(claimed).map_err(Into::into),
+                    (reserved, _) => reserved,
+                };
+                Some(p)
+            }
             // Heartbeats in other states are only recorded (Ironic's record-only states).
             Err(StoreError::NotWaiting { .. }) => None,
             Err(e) => return Err(e.into()),
@@ -487,7 +504,13 @@ impl Conductor {
         let heard = self
             .agents
             .heartbeat(node, token, url, version, ca, report, now);
-        if heard.first {
+        // Where the store keeps what agents said, it tells whether this boot was heard
+        // before, by any engine: each engine's memory would note one first per engine.
+        let first = match touched.as_ref().and_then(|t| t.new_boot) {
+            Some(new_boot) => new_boot,
+            None => heard.first,
+        };
+        if first {
             let note = format!("First heartbeat from agent {version} at {}", url.as_str());
             self.store.milestone(node, note).await?;
         }
@@ -513,7 +536,7 @@ impl Conductor {
         ) {
             return Ok(());
         }
-        self.spawn(claim?, Step::Heartbeat(touched));
+        self.spawn(reserved?, Step::Heartbeat(Box::new(touched)));
         Ok(())
     }
 

@@ -341,7 +341,7 @@ pub(super) enum Step {
     Verify,
     Clean,
     Deploy,
-    Heartbeat(crate::store::Touched),
+    Heartbeat(Box<crate::store::Touched>),
     /// Undeploy with cleaning, or cleaning (provide, manual): the driver's tear-down.
     TearDown,
     /// Undeploy without cleaning.

@@ -79,4 +79,8 @@ pub struct AgentHeard {
     /// When the heartbeat was heard, in microseconds since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_micros: Option<i64>,
+    /// Which boot of the agent it was (a digest of its token, which each boot gets anew):
+    /// the touch tells whether the store heard this boot before, whichever engine did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
 }

@@ -12,43 +12,92 @@ impl Store {
     /// A touch that also reports the agent's progress (see
     /// [`super::progress_fingerprint`]).
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Touched, StoreError> {
-        self.touch_heard(uuid, progress, None).await
+        self.touch_heard(uuid, progress, None, false).await
     }
 
     /// [`Store::touch`] that keeps what the heartbeat said of its agent where several
-    /// engines read it (the shared store; on sled its one engine keeps it in memory).
+    /// engines read it (the shared store; on sled its one engine keeps it in memory). With
+    /// `claim`, on the shared store, the touch also claims the node for this engine where
+    /// it applies (see [`Touched::claim`]), as [`Store::claim_node`] would: a heartbeat's
+    /// step then costs no statement of its own to claim its node.
     pub async fn touch_heard(
         &self,
         uuid: Uuid,
         progress: Option<u64>,
         heard: Option<&AgentHeard>,
+        claim: bool,
     ) -> Result<Touched, StoreError> {
-        let (provision, recorded, read) = match &self.backend {
+        let (provision, recorded, read, new_boot, claim) = match &self.backend {
             Backend::Sled(s) => {
                 let touched = s.touch(uuid, progress)?;
-                (touched.provision, touched.recorded, Some(touched))
+                (
+                    touched.provision,
+                    touched.recorded,
+                    Read::Sled(touched),
+                    None,
+                    None,
+                )
             }
-            Backend::Shared(s, _) => {
-                let touched = s.touch_heard(uuid, progress, heard);
-                (Box::pin(touched).await?, true, None)
+            Backend::Shared(s, membership) => {
+                let membership = membership.as_ref().filter(|_| claim);
+                let lease = membership.map(|m| m.intend(uuid));
+                let touched = s.touch_heard(
+                    uuid,
+                    progress,
+                    heard,
+                    lease.as_ref().and_then(|l| l.as_ref().ok()).copied(),
+                );
+                let row = match Box::pin(touched).await {
+                    Ok(row) => row,
+                    Err(e) => {
+                        // Refused before the statement changed the row (the node does not
+                        // wait, or is gone): no claim was taken. Any other error leaves
+                        // it unknown, and the claim's release lets go of what was taken.
+                        if let (
+                            Some(m),
+                            StoreError::NotWaiting { .. } | StoreError::NodeNotFound(_),
+                        ) = (membership, &e)
+                        {
+                            m.refused(uuid);
+                        }
+                        return Err(e);
+                    }
+                };
+                let claim = match (membership, lease, row.claimed) {
+                    (Some(_), Some(Ok(_)), Some(Ok(()))) => Some(Ok(())),
+                    (Some(m), Some(Ok(lease)), refused) => {
+                        m.refused(uuid);
+                        let why = refused.and_then(Result::err).unwrap_or(Refusal::Lapsed);
+                        Some(Err(why.into_error(uuid, &lease)))
+                    }
+                    (_, Some(Err(fenced)), _) => Some(Err(fenced)),
+                    _ => None,
+                };
+                let new_boot = heard.map(|_| row.new_boot);
+                (row.provision, true, Read::Shared(row.body), new_boot, claim)
             }
         };
         Ok(Touched {
             provision,
             recorded,
+            new_boot,
+            claim,
             uuid,
             read,
         })
     }
 
-    /// The node just touched, with its new record: on sled parsed from the bytes the
-    /// touch read (a second read of a page just written cost more than the touch and the
-    /// driver call together under a storm of heartbeats, as `bench api` measured); else
-    /// read again.
+    /// The node just touched, with its new record, parsed from what the touch read: a
+    /// second read of a page just written cost more than the touch and the driver call
+    /// together under a storm of heartbeats on sled, as `bench api` measured; on the
+    /// shared store it was one more round trip per heartbeat.
     pub async fn touched_node(&self, touched: &Touched) -> Result<Node, StoreError> {
         match &touched.read {
-            Some(read) => read.node(),
-            None => self.node(touched.uuid).await,
+            Read::Sled(read) => read.node(),
+            Read::Shared(body) => Ok(Node {
+                body: crate::store::parse_body(touched.uuid, body.as_bytes())?,
+                provision: touched.provision,
+            }),
         }
     }
 

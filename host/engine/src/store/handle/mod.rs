@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use super::documents::Doc;
 use super::postgres::{
-    DeadlineListener, EngineInfo, KeptDriver, Membership, Notifications, SharedStore,
+    DeadlineListener, EngineInfo, KeptDriver, Membership, Notifications, Refusal, SharedStore,
 };
 use super::sled;
 use super::sled::SledStore;
@@ -330,8 +330,22 @@ pub struct Touched {
     /// False for a touch the store could not write and remembers until it can (a full
     /// disk on sled): the heartbeat is acknowledged, and nothing else of it is acted on.
     pub recorded: bool,
+    /// Whether the agent's boot the touch heard of was new to the store (where the store
+    /// keeps what agents said: see [`Store::records_agents`]).
+    pub new_boot: Option<bool>,
+    /// The node's claim the touch was asked to take: taken, or why not (refused by a live
+    /// holder, or fenced); none where it was not asked, or the store's claims are the
+    /// engine's reservations alone (sled).
+    pub claim: Option<Result<(), StoreError>>,
     uuid: Uuid,
-    read: Option<sled::Touched>,
+    read: Read,
+}
+
+/// What a touch read of its node, for [`Store::touched_node`].
+enum Read {
+    Sled(sled::Touched),
+    /// The body's JSON.
+    Shared(std::sync::Arc<str>),
 }
 
 /// A touch is read mostly for its new record.

@@ -107,7 +107,7 @@ impl SharedStore {
     /// Renews `lease`; an engine found declared dead rejoins with a new epoch (and
     /// `lease` is updated to it).
     pub async fn renew(&self, lease: &mut Lease) -> Result<Renewed, StoreError> {
-        let client = self.client().await?;
+        let client = self.lease_client().await?;
         let held = client
             .execute(
                 "UPDATE engines SET lease_until = now() + $3::float8 * interval '1 millisecond'
@@ -152,7 +152,7 @@ impl SharedStore {
     /// Marks every engine whose lease expired dead, if `me`'s own lease lives; returns the
     /// engines this call declared dead (each to exactly one caller).
     pub async fn declare_dead(&self, me: &Lease) -> Result<Vec<DeadEngine>, StoreError> {
-        let client = self.client().await?;
+        let client = self.lease_client().await?;
         let rows = client
             .query(
                 "UPDATE engines SET dead_at = now(), dead_by = $1
@@ -241,48 +241,6 @@ impl SharedStore {
             .await
             .map_err(db_error)?;
         Ok(rows.iter().map(dead_engine).collect())
-    }
-
-    /// Claims a node for `me`: refused while another engine with a live lease holds it.
-    pub async fn claim(&self, node: Uuid, me: &Lease) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db_error)?;
-        let locked = nodes::lock(&tx, node).await?;
-        if let Some(owner) = locked.claim.live_owner
-            && locked.claim.owner != Some((me.id, me.epoch))
-        {
-            return Err(StoreError::NotOwner { node, owner });
-        }
-        let claimed = tx
-            .execute(
-                "UPDATE nodes SET owner = $2, owner_epoch = $3 WHERE uuid = $1
-                   AND EXISTS (SELECT 1 FROM engines e WHERE e.id = $2 AND e.epoch = $3
-                               AND e.dead_at IS NULL AND e.lease_until > now())",
-                &[&node, &me.id, &me.epoch],
-            )
-            .await
-            .map_err(db_error)?;
-        if claimed == 0 {
-            return Err(StoreError::Fenced(format!(
-                "engine {} (epoch {}) cannot claim node {node}: its lease has lapsed",
-                me.id, me.epoch
-            )));
-        }
-        tx.commit().await.map_err(db_error)
-    }
-
-    /// Lets go of `me`'s claim on a node (nothing if it holds none).
-    pub async fn release(&self, node: Uuid, me: &Lease) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE nodes SET owner = NULL, owner_epoch = NULL
-                 WHERE uuid = $1 AND owner = $2 AND owner_epoch = $3",
-                &[&node, &me.id, &me.epoch],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(())
     }
 
     /// Records the drivers `me` runs (what `/v1/conductors` shows of it to other engines).

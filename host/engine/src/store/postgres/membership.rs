@@ -82,20 +82,31 @@ impl Membership {
     /// another engine with a live lease holds it, and fenced while this engine is not
     /// sure of its own lease (it starts nothing then).
     pub async fn claim(&self, node: Uuid) -> Result<(), StoreError> {
+        let lease = self.intend(node)?;
+        let claimed = self.store.claim(node, &lease).await;
+        if claimed.is_err() {
+            self.claims_held().remove(&node);
+        }
+        claimed
+    }
+
+    /// The lease to claim `node` under in a statement of the caller's (a heartbeat's
+    /// touch), noted before it is asked for: a caller dropped while the database takes it
+    /// still lets go of it (`release`). Fenced while this engine is not sure of its lease.
+    pub fn intend(&self, node: Uuid) -> Result<Lease, StoreError> {
         let lease = self.current().ok_or_else(|| {
             StoreError::Fenced(format!(
                 "engine {} has not renewed its lease in time, so it takes no claim on node {node}",
                 self.hostname
             ))
         })?;
-        // Noted before it is asked for: a caller dropped while the database takes it
-        // still lets go of it (`release`).
         self.claims_held().insert(node, lease);
-        let claimed = self.store.claim(node, &lease).await;
-        if claimed.is_err() {
-            self.claims_held().remove(&node);
-        }
-        claimed
+        Ok(lease)
+    }
+
+    /// Forgets the claim [`Membership::intend`] noted: the database refused it.
+    pub fn refused(&self, node: Uuid) {
+        self.claims_held().remove(&node);
     }
 
     /// Whether this engine may act on `node`'s machine (its BMC, its agent) now: only

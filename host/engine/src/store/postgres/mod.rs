@@ -45,11 +45,13 @@
 //! The schema is versioned (`schema`): an engine migrates an older one at start and
 //! refuses a newer one, as the sled store's format check does.
 
+mod claims;
 mod config_drives;
 mod documents;
 mod drivers;
 mod edits;
 mod export;
+mod grouped;
 mod history;
 mod leases;
 mod listener;
@@ -71,6 +73,7 @@ use tokio_postgres::NoTls;
 use super::StoreError;
 use crate::state_machine::Timeouts;
 
+pub use claims::Refusal;
 pub use drivers::KeptDriver;
 pub use leases::{DeadEngine, EngineInfo, LeaseTimes, Renewed, TakenOver};
 pub use listener::{DeadlineListener, Notifications};
@@ -78,7 +81,7 @@ pub use membership::Membership;
 pub use schema::SCHEMA_VERSION;
 
 /// Connections an engine keeps to the shared store.
-const POOL_SIZE: usize = 8;
+const POOL_SIZE: usize = 12;
 
 /// An engine's registration: its row and the epoch its claims carry (see `leases`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +93,9 @@ pub struct Lease {
 /// One engine's handle on the shared store.
 pub struct SharedStore {
     pool: Pool,
+    /// The lease's own connection: renewing it never waits behind the engine's load for
+    /// one of `pool`'s (a lease that lapsed under load would stop every action).
+    leases: Pool,
     /// Where to open a connection of its own (the deadline listener's).
     config: tokio_postgres::Config,
     /// How its connections are made (see `tls`).
@@ -99,7 +105,8 @@ pub struct SharedStore {
     /// Whether transitions and milestones are recorded in the nodes' history
     /// (`[conductor] node_history`); what was recorded before is shown either way.
     history: bool,
-    touches: touches::Batcher,
+    touches: grouped::Grouped<touches::Touch>,
+    claims: claims::Claims,
 }
 
 impl SharedStore {
@@ -108,19 +115,23 @@ impl SharedStore {
     /// newer one. Needs a tokio runtime: the touch batchers run on it.
     pub async fn connect(url: &str, timeouts: Timeouts) -> Result<SharedStore, StoreError> {
         let (config, tls) = config(url)?;
-        let pool = pool(config.clone(), &tls)?;
+        let leases = pool(config.clone(), &tls, 1)?;
+        let pool = pool(config.clone(), &tls, POOL_SIZE)?;
         let mut client = pool.get().await.map_err(pool_error)?;
         schema::migrate(&mut client).await?;
         drop(client);
-        let touches = touches::Batcher::start(pool.clone());
+        let touches = touches::start(pool.clone());
+        let claims = claims::Claims::start(pool.clone());
         Ok(SharedStore {
             pool,
+            leases,
             config,
             tls,
             timeouts,
             lease_times: LeaseTimes::default(),
             history: true,
             touches,
+            claims,
         })
     }
 
@@ -161,13 +172,18 @@ impl SharedStore {
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }
+
+    /// The connection the lease is renewed and dead engines declared on.
+    async fn lease_client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.leases.get().await.map_err(pool_error)
+    }
 }
 
 /// Applies the schema's pending migrations to the database at `url`; returns the version
 /// it was at and the version it is at now. What `deployd store migrate` runs.
 pub async fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
     let (config, tls) = config(url)?;
-    let pool = pool(config, &tls)?;
+    let pool = pool(config, &tls, 1)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     schema::migrate(&mut client).await
 }
@@ -187,7 +203,7 @@ fn config(url: &str) -> Result<(tokio_postgres::Config, tls::Tls), StoreError> {
     Ok((config, tls))
 }
 
-fn pool(config: tokio_postgres::Config, tls: &tls::Tls) -> Result<Pool, StoreError> {
+fn pool(config: tokio_postgres::Config, tls: &tls::Tls, size: usize) -> Result<Pool, StoreError> {
     let recycling = || ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
     };
@@ -198,7 +214,7 @@ fn pool(config: tokio_postgres::Config, tls: &tls::Tls) -> Result<Pool, StoreErr
         }
     };
     Pool::builder(manager)
-        .max_size(POOL_SIZE)
+        .max_size(size)
         .build()
         .map_err(|e| StoreError::Shared(e.to_string()))
 }

@@ -1,8 +1,6 @@
-//! Touches on the shared store, grouped: a heartbeat's touch joins whatever touches are
-//! waiting while the previous statement runs, and the group is one `UPDATE … FROM
-//! unnest(…)` on the database's clock. There is no wait window: a lone touch goes at once;
-//! under load, a group is as large as the load makes it. Every touch is acknowledged
-//! after its group's commit (synchronous commit), never before.
+//! Touches on the shared store, grouped (see `grouped`): a group is one `UPDATE … FROM
+//! unnest(…)` on the database's clock. Every touch is acknowledged after its group's
+//! commit (synchronous commit), never before.
 //!
 //! A touch writes `updated_at`, `deadline`, the progress columns and what the heartbeat
 //! said of its agent (`agent`), none of them indexed: a heap-only update. The deadline is derived in the statement from the
@@ -12,11 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use deadpool_postgres::Pool;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::claims::Refusal;
+use super::grouped::{self, Grouped};
 use super::rows::{self, PROVISION};
-use super::{SharedStore, db_error, pool_error};
+use super::{Lease, SharedStore, db_error, pool_error};
 use crate::node::Provision;
 use crate::state_machine::ProvisionState;
 use crate::store::touches::progressed;
@@ -28,60 +28,65 @@ const MAX_GROUP: usize = 2_000;
 /// fills.
 const WORKERS: usize = 2;
 
-struct Touch {
+pub(super) struct Touch {
     uuid: Uuid,
     progress: Option<u64>,
     /// The agent's report, as JSON.
     heard: Option<String>,
-    reply: oneshot::Sender<Result<Provision, StoreError>>,
+    /// The lease to claim the node under, if the touch claims it.
+    claim: Option<Lease>,
+    reply: oneshot::Sender<Result<TouchedRow, StoreError>>,
 }
 
-/// The queue of touches and the workers that write them.
-pub(super) struct Batcher {
-    queue: mpsc::UnboundedSender<Touch>,
+/// A node as its touch left it.
+#[derive(Clone)]
+pub struct TouchedRow {
+    pub provision: Provision,
+    /// Whether the store heard of this boot of the agent for the first time (the report's
+    /// `boot` was not the last one heard).
+    pub new_boot: bool,
+    /// The node's body, as JSON: the heartbeat's step reads it.
+    pub body: Arc<str>,
+    /// The claim the touch asked for: taken, or why not (none if it asked for none).
+    pub claimed: Option<Result<(), Refusal>>,
 }
 
-impl Batcher {
-    /// Starts the workers; they end when the batcher is dropped.
-    pub(super) fn start(pool: Pool) -> Batcher {
-        let (queue, rx) = mpsc::unbounded_channel();
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..WORKERS {
-            tokio::spawn(work(pool.clone(), rx.clone()));
-        }
-        Batcher { queue }
-    }
+/// Starts the workers that write touches' groups.
+pub(super) fn start(pool: Pool) -> Grouped<Touch> {
+    Grouped::start(pool, WORKERS, MAX_GROUP, write)
 }
 
 impl SharedStore {
     /// Moves a waiting node's `provision_updated_at` and deadline to the database's now,
     /// with the agent's `progress` mark (see `Store::touch`); committed when it returns.
     pub async fn touch(&self, uuid: Uuid, progress: Option<u64>) -> Result<Provision, StoreError> {
-        self.touch_heard(uuid, progress, None).await
+        Ok(self
+            .touch_heard(uuid, progress, None, None)
+            .await?
+            .provision)
     }
 
     /// [`SharedStore::touch`] that keeps what the heartbeat said of its agent (`heard`),
-    /// stamped with the database's now.
+    /// stamped with the database's now; the node as it is now. With `claim`, the touch
+    /// also claims the node for that lease where it applies (the node waits), as
+    /// `SharedStore::claim` would: a heartbeat's step then costs no statement of its own
+    /// to claim the node.
     pub async fn touch_heard(
         &self,
         uuid: Uuid,
         progress: Option<u64>,
         heard: Option<&AgentHeard>,
-    ) -> Result<Provision, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let touch = Touch {
+        claim: Option<Lease>,
+    ) -> Result<TouchedRow, StoreError> {
+        let heard = heard.and_then(|h| serde_json::to_string(h).ok());
+        let touch = |reply| Touch {
             uuid,
             progress,
-            heard: heard.and_then(|h| serde_json::to_string(h).ok()),
+            heard,
+            claim,
             reply,
         };
-        self.touches
-            .queue
-            .send(touch)
-            .map_err(|_| StoreError::Unavailable("the shared store is closing".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Unavailable("the shared store is closing".into()))?
+        self.touches.ask(touch).await?
     }
 }
 
@@ -135,28 +140,8 @@ impl SharedStore {
     }
 }
 
-async fn work(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Touch>>>) {
-    loop {
-        let mut group = Vec::new();
-        {
-            let mut rx = rx.lock().await;
-            match rx.recv().await {
-                Some(t) => group.push(t),
-                None => return,
-            }
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(t) => group.push(t),
-                    Err(_) => break,
-                }
-            }
-        }
-        write(&pool, group).await;
-    }
-}
-
 /// Writes one group and answers each of its touches.
-async fn write(pool: &Pool, group: Vec<Touch>) {
+async fn write(pool: Pool, group: Vec<Touch>) {
     // One row per node: the last progress mark and report heard win, and every touch of
     // the node gets the row's answer.
     let mut marks: HashMap<Uuid, Mark> = HashMap::with_capacity(group.len());
@@ -164,23 +149,23 @@ async fn write(pool: &Pool, group: Vec<Touch>) {
         let mark = marks.entry(t.uuid).or_default();
         mark.progress = t.progress.or(mark.progress);
         mark.heard = t.heard.clone().or(mark.heard.take());
+        mark.claim = t.claim.or(mark.claim);
     }
-    let answers = match update(pool, &marks).await {
+    let answers = match update(&pool, &marks).await {
         Ok(answers) => answers,
         Err(e) => {
             for t in group {
-                let e = match &e {
-                    StoreError::Unavailable(why) => StoreError::Unavailable(why.clone()),
-                    other => StoreError::Shared(other.to_string()),
-                };
-                let _ = t.reply.send(Err(e));
+                let _ = t.reply.send(Err(grouped::for_each(&e)));
             }
             return;
         }
     };
     for t in group {
         let answer = match answers.get(&t.uuid) {
-            Some(Answer::Touched(p)) => Ok(*p),
+            Some(Answer::Touched(row)) => Ok(TouchedRow {
+                claimed: t.claim.and(row.claimed.clone()),
+                ..row.clone()
+            }),
             Some(&Answer::NotWaiting(state)) => Err(StoreError::NotWaiting {
                 node: t.uuid,
                 state,
@@ -197,19 +182,14 @@ async fn write(pool: &Pool, group: Vec<Touch>) {
 struct Mark {
     progress: Option<u64>,
     heard: Option<String>,
+    claim: Option<Lease>,
 }
 
 /// What a group's statement did to one node.
 enum Answer {
-    Touched(Provision),
+    Touched(TouchedRow),
     NotWaiting(ProvisionState),
     Corrupt(String),
-}
-
-impl From<Result<Provision, StoreError>> for Answer {
-    fn from(r: Result<Provision, StoreError>) -> Answer {
-        r.map_or_else(|e| Answer::Corrupt(e.to_string()), Answer::Touched)
-    }
 }
 
 /// The statement of a group, on the database's clock: `$1` the nodes, `$2` their progress
@@ -221,8 +201,13 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH t AS (
              SELECT t.uuid, t.progress, t.heard, n.progress IS DISTINCT FROM t.progress
-                    AND t.progress IS NOT NULL AS moved
-             FROM unnest($1::uuid[], $2::int8[], $4::text[]) AS t(uuid, progress, heard)
+                    AND t.progress IS NOT NULL AS moved,
+                    t.heard IS NOT NULL AND (n.agent->>'boot') IS DISTINCT FROM
+                        (t.heard::jsonb->>'boot') AS new_boot,
+                    t.owner, t.epoch,
+                    t.owner IS NOT NULL AND {claimable} AS claims
+             FROM unnest($1::uuid[], $2::int8[], $4::text[], $5::int8[], $6::int8[])
+                  AS t(uuid, progress, heard, owner, epoch)
              JOIN nodes n ON n.uuid = t.uuid
              ORDER BY n.uuid
              FOR UPDATE OF n
@@ -237,11 +222,15 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
                      + n.stall_ms * interval '1 millisecond'),
              agent = CASE WHEN t.heard IS NULL THEN n.agent
                  ELSE coalesce(n.agent, '{{}}') || t.heard::jsonb || jsonb_build_object(
-                     'at_micros', (extract(epoch FROM now()) * 1000000)::int8) END
+                     'at_micros', (extract(epoch FROM now()) * 1000000)::int8) END,
+             owner = CASE WHEN t.claims THEN t.owner ELSE n.owner END,
+             owner_epoch = CASE WHEN t.claims THEN t.epoch ELSE n.owner_epoch END
          FROM t
          WHERE n.uuid = t.uuid AND n.state = ANY($3::int2[])
-         RETURNING n.uuid, {}",
-        returned.join(", ")
+         RETURNING n.uuid, t.new_boot, n.body::text, t.owner IS NOT NULL, t.claims, {holder}, {}",
+        returned.join(", "),
+        claimable = super::claims::CLAIMABLE,
+        holder = super::claims::HOLDER,
     )
 });
 
@@ -257,15 +246,44 @@ async fn update(
         .map(|u| marks[u].progress.map(|m| m as i64))
         .collect();
     let heard: Vec<Option<&str>> = uuids.iter().map(|u| marks[u].heard.as_deref()).collect();
+    let owners: Vec<Option<i64>> = uuids.iter().map(|u| marks[u].claim.map(|l| l.id)).collect();
+    let epochs: Vec<Option<i64>> = uuids
+        .iter()
+        .map(|u| marks[u].claim.map(|l| l.epoch))
+        .collect();
     let statement = client.prepare_cached(&TOUCH).await.map_err(db_error)?;
     let rows = client
-        .query(&statement, &[&uuids, &progress, &rows::touchable(), &heard])
+        .query(
+            &statement,
+            &[
+                &uuids,
+                &progress,
+                &rows::touchable(),
+                &heard,
+                &owners,
+                &epochs,
+            ],
+        )
         .await
         .map_err(db_error)?;
     let mut answers = HashMap::with_capacity(uuids.len());
     for row in &rows {
         let uuid: Uuid = row.get(0);
-        answers.insert(uuid, Answer::from(rows::provision(uuid, row, 1)));
+        let claimed = match (row.get::<_, bool>(3), row.get::<_, bool>(4)) {
+            (false, _) => None,
+            (true, true) => Some(Ok(())),
+            (true, false) => Some(Err(Refusal::of(row.get(5)))),
+        };
+        let answer = match rows::provision(uuid, row, 6) {
+            Ok(provision) => Answer::Touched(TouchedRow {
+                provision,
+                new_boot: row.get(1),
+                body: Arc::from(row.get::<_, &str>(2)),
+                claimed,
+            }),
+            Err(e) => Answer::Corrupt(e.to_string()),
+        };
+        answers.insert(uuid, answer);
     }
     if answers.len() < uuids.len() {
         let missing: Vec<Uuid> = uuids
