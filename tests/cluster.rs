@@ -170,6 +170,104 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
     drop(balancer);
 }
 
+/// A BMC that takes every request and never answers, and remembers each one's head (its
+/// request line and headers): a machine whose BMC hangs mid-step.
+struct SilentBmc {
+    url: String,
+    heard: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl SilentBmc {
+    fn start() -> SilentBmc {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heard.clone();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n")
+                        && stream.read(&mut byte).is_ok_and(|n| n == 1)
+                    {
+                        head.push(byte[0]);
+                    }
+                    kept.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&head).into_owned());
+                    // Held open, unanswered, until the caller gives up.
+                    let _ = stream.read_to_end(&mut head);
+                });
+            }
+        });
+        SilentBmc { url, heard }
+    }
+
+    /// Whether a request came from the engine at `engine_url` (its `User-Agent` names it).
+    fn heard_from(&self, engine_url: &str) -> bool {
+        let port = engine_url.rsplit(':').next().unwrap();
+        let name = format!(":{port})");
+        self.heard.lock().unwrap().iter().any(|head| {
+            head.lines()
+                .any(|l| l.to_ascii_lowercase().starts_with("user-agent:") && l.ends_with(&name))
+        })
+    }
+}
+
+/// An engine is SIGKILLed while its step holds a node in `deploying` (waiting on a BMC
+/// that stopped answering): a survivor takes the node over, fails it naming the killed
+/// engine, and runs the driver's clean-up the killed engine never ran (its power-off
+/// reaches the BMC from the survivor).
+#[test]
+fn a_survivor_fails_a_dead_engines_busy_node_and_runs_its_clean_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut engines, balancer) = three_engines(dir.path(), 60, CLUSTER.database());
+    let api = balancer.url.as_str();
+    let lab = Lab::start(&dir.path().join("lab"), 1, api, "1M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 1 << 20);
+    let node = enroll(api, &lab.machines[0], "agent_redfish", &img, &sha);
+    let bmc = SilentBmc::start();
+    let patch = serde_json::json!([
+        {"op": "replace", "path": "/driver_info/redfish_address", "value": bmc.url}
+    ]);
+    let (status, body) = call("PATCH", &format!("{api}/v1/nodes/{node}"), Some(patch));
+    assert_eq!(status, 200, "{body}");
+    // The deploy through one engine, whose step then waits on the BMC.
+    let doomed = engines.remove(0);
+    let doomed_url = doomed.url.clone();
+    provision(&doomed_url, &node, "active");
+    let waiting = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        bmc.heard_from(&doomed_url)
+    });
+    assert!(
+        waiting,
+        "the deploy never called the BMC: {}",
+        doomed.log_text()
+    );
+    let (_, busy) = call("GET", &format!("{api}/v1/nodes/{node}"), None);
+    assert_eq!(state(&busy), "deploying", "{busy}");
+    doomed.kill();
+    let failed = wait_node(api, &node, 60, |n| state(n) == "deploy failed");
+    let why = failed["last_error"].as_str().unwrap_or_default();
+    let port = doomed_url.rsplit(':').next().unwrap();
+    assert!(why.contains(&format!(":{port}")), "{failed}");
+    let cleaned = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        engines.iter().any(|e| bmc.heard_from(&e.url))
+    });
+    assert!(
+        cleaned,
+        "no survivor ran the clean-up: {}",
+        logs(&engines, dir.path())
+    );
+    drop(balancer);
+}
+
 /// The database crashes mid-deploy under three engines (PostgreSQL stopped in immediate
 /// mode, its connections cut, and started again from its write-ahead log): the nodes
 /// enrolled (acknowledged) just before are there after, every node of both

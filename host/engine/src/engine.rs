@@ -179,6 +179,16 @@ impl Engine {
             config.conductor(),
         );
         let drivers = tokio::spawn(follow_drivers(conductor.clone()));
+        // The busy nodes this engine fails as it takes a dead engine's over get the
+        // clean-up their driver owes them, as a timeout's do.
+        if let Some(mut failed) = store.takeover_failures() {
+            let conductor = conductor.clone();
+            tokio::spawn(async move {
+                while let Some(node) = failed.recv().await {
+                    conductor.spawn_clean_up(node, "takeover clean-up", None);
+                }
+            });
+        }
         let sweeper = Sweeper::spawn(store.clone(), config.sweeper(), Arc::new(conductor.clone()));
         let app = Arc::new(App::new(
             conductor.clone(),

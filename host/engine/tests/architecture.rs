@@ -152,6 +152,8 @@ const STORE_READS: &[&str] = &[
     "agents_heard",
     "may_act",
     "acting_epoch",
+    "takeover_failures",
+    "failures",
     "kept_driver",
     "driver_version",
     "drivers_changed",

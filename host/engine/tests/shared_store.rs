@@ -737,3 +737,42 @@ async fn grouped_claims_by_two_engines_at_once_give_each_node_to_exactly_one() {
         }
     }
 }
+
+/// A survivor that takes a dead engine's busy node over hands it on for its driver's
+/// clean-up (the conductor runs it, as after a timeout), the node failed naming the dead
+/// engine; a node the dead engine only waited on is not handed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_hands_on_the_busy_nodes_it_failed_taking_over_for_their_clean_up() {
+    use deployd_engine::store::postgres::Membership;
+    let url = CLUSTER.database();
+    let shared = || async { std::sync::Arc::new(engine(&url).await.with_lease_times(TIMES)) };
+    let store = shared().await;
+    let dying = Membership::join(store.clone(), "dying:6385", "", &[])
+        .await
+        .unwrap();
+    let survivor = Membership::join(shared().await, "survivor:6385", "", &[])
+        .await
+        .unwrap();
+    let mut failures = survivor.failures().expect("the first caller gets them");
+    assert!(survivor.failures().is_none(), "later callers get nothing");
+    let busy = walked(&store, &TO_WAIT_CALL_BACK[..5]).await;
+    let waiting = walked(&store, &TO_WAIT_CALL_BACK).await;
+    dying.claim(busy).await.unwrap();
+    dying.claim(waiting).await.unwrap();
+    // It stops renewing, as a killed engine does.
+    drop(dying);
+    let handed = tokio::time::timeout(Duration::from_secs(15), failures.recv())
+        .await
+        .expect("the busy node handed on within a lease and a renewal");
+    assert_eq!(handed, Some(busy));
+    let node = store.node(busy).await.unwrap();
+    assert_eq!(node.state(), ProvisionState::DeployFailed);
+    let why = node.body.last_error.unwrap_or_default();
+    assert!(why.contains("dying:6385"), "{why}");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), failures.recv())
+            .await
+            .is_err(),
+        "the waiting node was handed on too"
+    );
+}

@@ -282,6 +282,44 @@ impl Conductor {
         self.flow_ended(node).await
     }
 
+    /// Runs the driver's clean-up of a node failed outside any step of this engine (a
+    /// timeout, a takeover), once its claim is had, in the background; `reason` is the
+    /// failure's (none: the node's `last_error` as it reads then).
+    pub fn spawn_clean_up(
+        self: &Arc<Self>,
+        node: Uuid,
+        operation: &'static str,
+        reason: Option<String>,
+    ) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let claim = match me.reservations.claim(node, operation).await {
+                Ok(claim) => claim,
+                Err(refused) => {
+                    let e = ConductorError::from(refused);
+                    tracing::error!(%node, "{operation} not run: {e}");
+                    return;
+                }
+            };
+            let reason = match reason {
+                Some(reason) => Ok(reason),
+                None => me
+                    .store
+                    .node(node)
+                    .await
+                    .map(|n| n.body.last_error.unwrap_or_else(|| "failed".to_owned())),
+            };
+            let done = match reason {
+                Ok(reason) => me.clean_up(node, reason).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = done {
+                tracing::error!(%node, "{operation} failed: {e}");
+            }
+            drop(claim);
+        });
+    }
+
     async fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
         self.agents.forget(node);
         Ok(self.pin(node, None).await?)
@@ -364,21 +402,6 @@ impl TimeoutHook for Arc<Conductor> {
 
     fn timed_out(&self, event: TimedOut) {
         tracing::warn!(node = %event.node, "{}", event.last_error);
-        let me = self.clone();
-        tokio::spawn(async move {
-            let node = event.node;
-            let claim = match me.reservations.claim(node, "timeout clean-up").await {
-                Ok(claim) => claim,
-                Err(refused) => {
-                    let e = ConductorError::from(refused);
-                    tracing::error!(%node, "clean-up after timeout not run: {e}");
-                    return;
-                }
-            };
-            if let Err(e) = me.clean_up(node, event.last_error).await {
-                tracing::error!(%node, "clean-up after timeout failed: {e}");
-            }
-            drop(claim);
-        });
+        self.spawn_clean_up(event.node, "timeout clean-up", Some(event.last_error));
     }
 }

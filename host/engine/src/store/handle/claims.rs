@@ -43,6 +43,16 @@ impl Store {
         }
     }
 
+    /// The busy nodes this engine fails as it takes a dead engine's nodes over, each as
+    /// it is failed, for their driver's clean-up: on the shared store, for the first
+    /// caller; none on sled (its one engine has no other to take over).
+    pub fn takeover_failures(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>> {
+        match &self.backend {
+            Backend::Shared(_, Some(membership)) => membership.failures(),
+            _ => None,
+        }
+    }
+
     /// The epoch this engine acts under, while it is sure of its lease (none while it is
     /// not); 0 on sled, whose one engine holds no lease. What an engine started under an
     /// epoch is its own only while that epoch lives (`engines`).

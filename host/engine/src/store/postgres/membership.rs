@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -40,6 +41,9 @@ pub struct Membership {
     hostname: String,
     /// The nodes this engine holds the database's claim on, and under which lease.
     claims: Mutex<HashMap<Uuid, Lease>>,
+    /// The busy nodes this engine failed taking a dead engine's over, for their driver's
+    /// clean-up (taken once, by the conductor).
+    failed: Mutex<Option<mpsc::UnboundedReceiver<Uuid>>>,
 }
 
 impl Membership {
@@ -53,14 +57,23 @@ impl Membership {
         let renewed_at = Instant::now();
         let lease = store.register(hostname, conductor_group, drivers).await?;
         let held = Arc::new(Mutex::new(Held { lease, renewed_at }));
-        let task = tokio::spawn(keep(store.clone(), held.clone()));
+        let (failing, failed) = mpsc::unbounded_channel();
+        let task = tokio::spawn(keep(store.clone(), held.clone(), failing));
         Ok(Membership {
             held,
             store,
             task,
             hostname: hostname.to_owned(),
             claims: Mutex::default(),
+            failed: Mutex::new(Some(failed)),
         })
+    }
+
+    /// The busy nodes this engine fails as it takes dead engines' nodes over, each as it
+    /// is failed, for the clean-up their driver owes them (the dead engine ran none): the
+    /// first caller gets them, later ones nothing.
+    pub fn failures(&self) -> Option<mpsc::UnboundedReceiver<Uuid>> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// The name this engine registered under (its host and API port).
@@ -185,7 +198,11 @@ impl Drop for Membership {
     }
 }
 
-async fn keep(store: Arc<SharedStore>, held: Arc<Mutex<Held>>) {
+async fn keep(
+    store: Arc<SharedStore>,
+    held: Arc<Mutex<Held>>,
+    failing: mpsc::UnboundedSender<Uuid>,
+) {
     let every = store.lease_times().renew_every;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -228,12 +245,17 @@ async fn keep(store: Arc<SharedStore>, held: Arc<Mutex<Held>>) {
         for engine in dead {
             match store.take_over(&lease, &engine).await {
                 Ok(taken) if taken == Default::default() => {}
-                Ok(taken) => tracing::warn!(
+                Ok(taken) => {
+                    for &node in &taken.failed {
+                        let _ = failing.send(node);
+                    }
+                    tracing::warn!(
                     dead = %engine.hostname,
                     failed = taken.failed.len(),
                     released = taken.released.len(),
                     "an engine's lease expired: its nodes were taken over"
-                ),
+                    )
+                }
                 Err(e) => {
                     tracing::error!(dead = %engine.hostname, error = %e, "taking over a dead engine's nodes failed")
                 }
