@@ -360,6 +360,11 @@ async fn an_engine_past_its_lease_is_fenced_declared_dead_once_and_its_nodes_tak
     assert_eq!((dead.id, dead.hostname.as_str()), (a.id, "engine-a"));
     let taken = store.take_over(&winner, dead).await.unwrap();
     assert_eq!((taken.failed, taken.released), (vec![busy], vec![waiting]));
+    // Settled: the look for orphans reads no node for A any more, nor for B and C, whose
+    // epochs never died.
+    assert!(store.orphaned().await.unwrap().is_empty());
+    let settled = format!("SELECT settled_epoch FROM engines WHERE id = {}", a.id);
+    assert_eq!(CLUSTER.psql(db, &settled), a.epoch.to_string());
     let failed = store.node(busy).await.unwrap();
     assert_eq!(failed.provision.state, ProvisionState::DeployFailed);
     let why = failed.body.last_error.unwrap();
@@ -384,6 +389,10 @@ async fn an_engine_past_its_lease_is_fenced_declared_dead_once_and_its_nodes_tak
         panic!("a claim under the dead epoch landed");
     };
     store.claim(waiting, &a).await.unwrap();
+    assert!(
+        store.orphaned().await.unwrap().is_empty(),
+        "a claim under a live epoch is no orphan"
+    );
     let engines = store.engines().await.unwrap();
     let alive: Vec<(&str, bool)> = engines
         .iter()
@@ -775,4 +784,42 @@ async fn a_survivor_hands_on_the_busy_nodes_it_failed_taking_over_for_their_clea
             .is_err(),
         "the waiting node was handed on too"
     );
+}
+
+/// An engine declared dead that rejoins before any survivor took its nodes over leaves
+/// its old epoch's claims behind: they are found (though it lives again), taken over, and
+/// the epoch settled; its new epoch's claims are left to it.
+#[tokio::test]
+async fn claims_left_under_an_epoch_an_engine_rejoined_past_are_found_and_taken_over() {
+    let url = CLUSTER.database();
+    let db = database_of(&url);
+    let store = engine(&url).await;
+    let mut a = store.register("engine-a", "", &[]).await.unwrap();
+    let b = store.register("engine-b", "", &[]).await.unwrap();
+    let left = walked(&store, &TO_WAIT_CALL_BACK).await;
+    let kept = walked(&store, &TO_WAIT_CALL_BACK).await;
+    store.claim(left, &a).await.unwrap();
+    CLUSTER.psql(
+        db,
+        &format!(
+            "UPDATE engines SET lease_until = now() - interval '1 second' WHERE id = {}",
+            a.id
+        ),
+    );
+    assert_eq!(store.declare_dead(&b).await.unwrap().len(), 1);
+    let old = a;
+    assert_eq!(store.renew(&mut a).await.unwrap(), Renewed::Rejoined);
+    store.claim(kept, &a).await.unwrap();
+    let orphaned = store.orphaned().await.unwrap();
+    assert_eq!(
+        orphaned.iter().map(|d| (d.id, d.epoch)).collect::<Vec<_>>(),
+        [(a.id, old.epoch)]
+    );
+    let taken = store.take_over(&b, &orphaned[0]).await.unwrap();
+    assert_eq!((taken.failed, taken.released), (vec![], vec![left]));
+    assert!(store.orphaned().await.unwrap().is_empty());
+    let Err(StoreError::NotOwner { owner, .. }) = store.claim(kept, &b).await else {
+        panic!("the rejoined engine's new claim was taken over");
+    };
+    assert_eq!(owner, "engine-a");
 }

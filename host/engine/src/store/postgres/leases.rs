@@ -221,6 +221,7 @@ impl SharedStore {
             .await
             .map_err(db_error)?;
         }
+        settle(&tx, dead.id, dead.epoch).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(done)
     }
@@ -228,19 +229,55 @@ impl SharedStore {
     /// Engines declared dead (or claims of an epoch an engine has left behind by
     /// rejoining) that still hold claims on nodes: the takeovers still to do, whoever
     /// declared them. Each engine with the highest such epoch.
+    ///
+    /// Every engine asks at every renewal, and the nodes' `owner` is not indexed (a claim
+    /// is then a heap-only update, as a touch is): the nodes are read only for engines
+    /// with a dead epoch not yet settled (`settled_epoch`), and an engine found to hold
+    /// nothing under its dead epochs is settled at once. A dead epoch gets no new claim
+    /// (a claim needs its engine's live lease), so a settled one stays so.
     pub async fn orphaned(&self) -> Result<Vec<DeadEngine>, StoreError> {
         let client = self.client().await?;
-        let rows = client
+        let unsettled = client
             .query(
-                "SELECT e.id, max(n.owner_epoch), e.hostname
-                 FROM nodes n JOIN engines e ON e.id = n.owner
-                 WHERE e.dead_at IS NOT NULL OR n.owner_epoch < e.epoch
-                 GROUP BY e.id, e.hostname ORDER BY e.id",
+                "SELECT id, CASE WHEN dead_at IS NULL THEN epoch - 1 ELSE epoch END, hostname
+                 FROM engines
+                 WHERE settled_epoch < CASE WHEN dead_at IS NULL THEN epoch - 1 ELSE epoch END
+                 ORDER BY id",
                 &[],
             )
             .await
             .map_err(db_error)?;
-        Ok(rows.iter().map(dead_engine).collect())
+        if unsettled.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = unsettled.iter().map(|r| r.get(0)).collect();
+        let upto: Vec<i64> = unsettled.iter().map(|r| r.get(1)).collect();
+        let held: std::collections::HashMap<i64, i64> = client
+            .query(
+                "SELECT n.owner, max(n.owner_epoch)
+                 FROM nodes n JOIN unnest($1::int8[], $2::int8[]) AS u(id, upto)
+                      ON n.owner = u.id AND n.owner_epoch <= u.upto
+                 GROUP BY n.owner",
+                &[&ids, &upto],
+            )
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let mut orphaned = Vec::new();
+        for row in &unsettled {
+            let (id, upto): (i64, i64) = (row.get(0), row.get(1));
+            match held.get(&id) {
+                Some(&epoch) => orphaned.push(DeadEngine {
+                    id,
+                    epoch,
+                    hostname: row.get(2),
+                }),
+                None => settle(&client, id, upto).await?,
+            }
+        }
+        Ok(orphaned)
     }
 
     /// Records the drivers `me` runs (what `/v1/conductors` shows of it to other engines).
@@ -295,4 +332,20 @@ fn dead_engine(r: &tokio_postgres::Row) -> DeadEngine {
 
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Records that engine `id` holds no claim under any epoch up to `epoch`.
+async fn settle(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+    epoch: i64,
+) -> Result<(), StoreError> {
+    client
+        .execute(
+            "UPDATE engines SET settled_epoch = GREATEST(settled_epoch, $2) WHERE id = $1",
+            &[&id, &epoch],
+        )
+        .await
+        .map_err(db_error)?;
+    Ok(())
 }

@@ -128,6 +128,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE nodes ADD COLUMN agent jsonb;
     "#,
+    // 8: each engine's highest epoch whose claims were all taken over (or found none): the
+    // look for orphaned claims reads the nodes only for engines with a dead epoch above it.
+    r#"
+    ALTER TABLE engines ADD COLUMN settled_epoch bigint NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The version this deployd writes.
