@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
 
-use crate::seed_end_to_end::{enroll, flags, state, written};
+use crate::seed_end_to_end::{enroll, enroll_with, flags, state, written};
 
 /// Three engines on the database at `url`, each with a data directory of its own and the
 /// balancer's url as their public one, and the balancer in front of them.
@@ -168,6 +168,107 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
     }
     assert!(expected(&all), "{all:?}");
     drop(balancer);
+}
+
+/// Conductor groups: an engine of the default group and one of `rack2` on one store. Every
+/// call and every agent goes to the default group's engine; the `rack2` node's steps are
+/// still run by the `rack2` engine alone (its driver's words about the node are in that
+/// engine's log only), the default group's by the other, and both deploy. With the `rack2`
+/// engine gone, a call for its node is refused as Ironic refuses it and changes nothing.
+#[test]
+fn a_node_of_a_conductor_group_is_run_by_its_engine_whichever_engine_a_call_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = CLUSTER.database();
+    let flags = flags(dir.path(), 30);
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend(["--store-url", &url]);
+    let plain = Engine::start(&dir.path().join("plain"), &flags);
+    flags.extend(["--conductor-group", "Rack2"]);
+    let rack = Engine::start(&dir.path().join("rack"), &flags);
+    let (_, me) = call("GET", &format!("{}/v1/conductors", rack.url), None);
+    let mut groups: Vec<&str> = me["conductors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["conductor_group"].as_str().unwrap())
+        .collect();
+    groups.sort();
+    assert_eq!(groups, ["", "rack2"], "{me}");
+
+    let api = plain.url.clone();
+    let api = api.as_str();
+    let lab = Lab::start(&dir.path().join("lab"), 2, api, "4M");
+    let img = dir.path().join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let [grouped, ungrouped] = [&lab.machines[0], &lab.machines[1]];
+    let rack2 = serde_json::json!({"conductor_group": "rack2"});
+    let grouped = enroll_with(api, grouped, "agent_redfish", &img, &sha, rack2);
+    let ungrouped = enroll(api, ungrouped, "agent_redfish", &img, &sha);
+    for n in [&grouped, &ungrouped] {
+        provision(api, n, "active");
+    }
+    let engines = [plain, rack];
+    all_active(
+        api,
+        &[grouped.clone(), ungrouped.clone()],
+        &lab,
+        &sha,
+        &engines,
+        dir.path(),
+    );
+    let [plain, rack] = engines;
+    let acted_on = |engine: &Engine, node: &str| {
+        engine
+            .log_text()
+            .lines()
+            .any(|l| l.contains(node) && l.contains("the agent is writing image"))
+    };
+    let logs = || {
+        format!(
+            "== plain\n{}\n== rack\n{}",
+            plain.log_text(),
+            rack.log_text()
+        )
+    };
+    assert!(
+        acted_on(&rack, &grouped) && !acted_on(&plain, &grouped),
+        "{}",
+        logs()
+    );
+    assert!(
+        acted_on(&plain, &ungrouped) && !acted_on(&rack, &ungrouped),
+        "{}",
+        logs()
+    );
+
+    rack.kill();
+    let power = || {
+        call(
+            "PUT",
+            &format!("{api}/v1/nodes/{grouped}/states/power"),
+            Some(serde_json::json!({"target": "power off"})),
+        )
+    };
+    // Refused at once (its engine cannot be reached), then as Ironic words it once its
+    // lease lapsed (10 s).
+    let mut answer = power();
+    for _ in 0..200 {
+        if answer.0 == 404 {
+            break;
+        }
+        assert_eq!(answer.0, 503, "{}", answer.1);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        answer = power();
+    }
+    assert_eq!(answer.0, 404, "{}", answer.1);
+    assert!(
+        answer.1.to_string().contains("No valid host was found"),
+        "{}",
+        answer.1
+    );
+    let (_, node) = call("GET", &format!("{api}/v1/nodes/{grouped}"), None);
+    assert_eq!(node["power_state"], "power on", "{node}");
+    plain.stop();
 }
 
 /// A BMC that takes every request and never answers, and remembers each one's head (its

@@ -54,23 +54,35 @@ pub(crate) fn enroll(
     image: &Path,
     sha256: &str,
 ) -> String {
-    let (status, node) = call(
-        "POST",
-        &format!("{url}/v1/nodes"),
-        Some(json!({
-            "name": machine["name"],
-            "driver": driver,
-            "driver_info": {
-                "redfish_address": machine["redfish_address"],
-                "redfish_system_id": machine["redfish_system_id"],
-            },
-            "instance_info": {
-                "image_source": image.display().to_string(),
-                "image_os_hash_algo": "sha256",
-                "image_os_hash_value": sha256,
-            },
-        })),
-    );
+    enroll_with(url, machine, driver, image, sha256, json!({}))
+}
+
+/// [`enroll`] with more fields (`more`, an object) in the node's create body.
+pub(crate) fn enroll_with(
+    url: &str,
+    machine: &Value,
+    driver: &str,
+    image: &Path,
+    sha256: &str,
+    more: Value,
+) -> String {
+    let mut body = json!({
+        "name": machine["name"],
+        "driver": driver,
+        "driver_info": {
+            "redfish_address": machine["redfish_address"],
+            "redfish_system_id": machine["redfish_system_id"],
+        },
+        "instance_info": {
+            "image_source": image.display().to_string(),
+            "image_os_hash_algo": "sha256",
+            "image_os_hash_value": sha256,
+        },
+    });
+    for (key, value) in more.as_object().into_iter().flatten() {
+        body[key] = value.clone();
+    }
+    let (status, node) = call("POST", &format!("{url}/v1/nodes"), Some(body));
     assert_eq!(status, 201, "{node}");
     let uuid = node["uuid"].as_str().unwrap().to_owned();
     let (status, port) = call(

@@ -19,6 +19,8 @@
 //! node_history = true                # record every state change (GET …/history)
 //! node_locked_retry_attempts = 3     # an operator's call on a node busy with a step
 //! node_locked_retry_interval = 1     # waits (attempts - 1) x interval s for it, as Ironic
+//! conductor_group = ""               # the nodes this engine runs the steps of (those of
+//!                                    # this group; "" is the default group), as Ironic's
 //!
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
@@ -29,8 +31,7 @@
 //! resume_free_mb = 128               # writes are taken again above this much
 //! url = "postgres://deployd@db/deployd?sslmode=verify-full&sslrootcert=/etc/deployd/db-ca.pem"
 //!                                    # the shared store (PostgreSQL) instead of sled, TLS
-//!                                    # as libpq's sslmode asks; one engine per database
-//!                                    # for now
+//!                                    # as libpq's sslmode asks; several engines may share it
 //!
 //! [api]
 //! auth_strategy = "noauth"           # or "http_basic"
@@ -38,6 +39,10 @@
 //! ramdisk_heartbeat_timeout = 300    # agents heartbeat every 30–60 % of this
 //! public_url = "http://10.0.0.1:6385" # how clients and agents reach the engine (links,
 //!                                    # image urls); default http://<listen>
+//! peer_url = "http://10.0.0.1:6385"  # how other engines on the shared store reach this
+//!                                    # one's API (the calls for its group's nodes);
+//!                                    # default http://<listen>, with the host's name
+//!                                    # when listening on every address
 //! max_connections = 1000             # at the limit the connection idle the longest is
 //!                                    # closed for a new one; if none is idle, a 503
 //! max_connections_per_client = 750   # one client address's share; default 3/4 of max
@@ -105,6 +110,9 @@ pub struct Api {
     pub ramdisk_heartbeat_timeout: u64,
     /// The engine's url as agents reach it (image downloads); default `http://<listen>`.
     pub public_url: Option<String>,
+    /// The engine's url as other engines on the shared store reach it; default
+    /// `http://<listen>` (the host's name for an address that listens on all).
+    pub peer_url: Option<String>,
     /// Served at `/images/<name>`; default `<data_dir>/images`.
     pub images_dir: Option<PathBuf>,
     /// API connections open at once; one more takes the slot of the connection idle the
@@ -157,6 +165,7 @@ impl Default for Api {
             http_basic_auth_user_file: None,
             ramdisk_heartbeat_timeout: 300,
             public_url: None,
+            peer_url: None,
             images_dir: None,
             max_connections: 1000,
             max_connections_per_client: None,
@@ -206,6 +215,9 @@ pub struct Conductor {
     pub node_locked_retry_attempts: u32,
     /// Seconds between those attempts.
     pub node_locked_retry_interval: u64,
+    /// The conductor group whose nodes this engine runs the steps of (see
+    /// [`crate::conductor_groups`]).
+    pub conductor_group: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -252,6 +264,7 @@ impl Default for Conductor {
             node_history: true,
             node_locked_retry_attempts: 3,
             node_locked_retry_interval: 1,
+            conductor_group: String::new(),
         }
     }
 }
@@ -346,6 +359,13 @@ pub struct Overrides {
     /// The engine's url as clients and agents reach it [default: http://<listen>].
     #[arg(long, env = "DEPLOYD_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// The engine's url as other engines on the shared store reach it [default:
+    /// http://<listen>].
+    #[arg(long, env = "DEPLOYD_PEER_URL")]
+    pub peer_url: Option<String>,
+    /// The conductor group whose nodes this engine runs the steps of [default: ""].
+    #[arg(long, env = "DEPLOYD_CONDUCTOR_GROUP")]
+    pub conductor_group: Option<String>,
     /// API connections open at once; more are refused with a 503 [default: 1000].
     #[arg(long, env = "DEPLOYD_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -419,6 +439,15 @@ impl Config {
         if o.public_url.is_some() {
             config.api.public_url = o.public_url.clone();
         }
+        if o.peer_url.is_some() {
+            config.api.peer_url = o.peer_url.clone();
+        }
+        if let Some(group) = &o.conductor_group {
+            config.conductor.conductor_group = group.clone();
+        }
+        config.conductor.conductor_group =
+            crate::conductor_groups::normalise(&config.conductor.conductor_group)
+                .map_err(ConfigError::Invalid)?;
         set(&mut config.api.max_connections, o.max_connections);
         set(&mut config.api.header_read_timeout, o.header_read_timeout);
         if !o.file_url_allowed_paths.is_empty() {
@@ -475,6 +504,7 @@ impl Config {
             node_history: self.conductor.node_history,
             min_free: self.store.min_free_mb << 20,
             resume_free: self.store.resume_free_mb << 20,
+            conductor_group: self.conductor.conductor_group.clone(),
         }
     }
 

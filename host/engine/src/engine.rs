@@ -88,12 +88,25 @@ fn keeper(store: Arc<Store>) -> JoinHandle<()> {
     })
 }
 
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 /// How this engine names itself on the shared store: its host and API port.
 fn engine_name(listen: SocketAddr) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{host}:{}", listen.port())
+    format!("{}:{}", host_name(), listen.port())
+}
+
+/// Where other engines reach this one's API: `api.peer_url`, else the address it listens
+/// on (its host's name where that is every address).
+fn peer_url(config: &Config, listen: SocketAddr) -> String {
+    match &config.api.peer_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if listen.ip().is_unspecified() => format!("http://{}:{}", host_name(), listen.port()),
+        None => format!("http://{listen}"),
+    }
 }
 
 impl Engine {
@@ -105,6 +118,12 @@ impl Engine {
         }
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        // Bound first: on the shared store the engine registers under its port, which
+        // the OS picks for :0.
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let addr = listener.local_addr()?;
         let (store, recovery) = match &config.store.url {
             None => Store::open(
                 &config.data_dir.join("store"),
@@ -114,8 +133,10 @@ impl Engine {
             )
             .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
             Some(url) => {
-                let name = engine_name(config.listen);
-                Store::open_shared(url, &name, &config.store(), config.timeouts(), clock)
+                let name = engine_name(addr);
+                let peer_url = peer_url(config, addr);
+                let store = config.store();
+                Store::open_shared(url, &name, &peer_url, &store, config.timeouts(), clock)
                     .await
                     .with_context(|| format!("opening the shared store as engine {name}"))?
             }
@@ -147,10 +168,6 @@ impl Engine {
                 Auth::http_basic(file).map_err(anyhow::Error::msg)?
             }
         };
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("listening on {}", config.listen))?;
-        let addr = listener.local_addr()?;
         let public_url = match &config.api.public_url {
             Some(url) => url.trim_end_matches('/').to_owned(),
             None => {

@@ -27,6 +27,7 @@
 //! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
+//! - [`conductor_groups`]: which engines run a node's steps, as Ironic's conductor groups.
 //! - [`api`]: the HTTP API, thin handlers over the conductor.
 //! - [`config`]: the TOML file, environment and flags.
 //! - [`engine`]: the pieces above wired together, as `deployd serve` runs them.
@@ -43,6 +44,7 @@ pub mod api;
 pub mod boot_server;
 pub mod clock;
 pub mod conductor;
+pub mod conductor_groups;
 pub mod config;
 pub mod config_drive;
 pub mod deploy_image;

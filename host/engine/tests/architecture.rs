@@ -161,6 +161,7 @@ const STORE_READS: &[&str] = &[
     "claims_in_store",
     "claim_of",
     "conductor_name",
+    "conductor_group",
     "hostname",
     "engines",
     "backend_name",

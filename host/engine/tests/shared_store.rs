@@ -11,7 +11,7 @@ use common::postgres::{CLUSTER, database_of};
 use common::store::{TO_WAIT_CALL_BACK, fake_node};
 use deployd_engine::clock::Clock;
 use deployd_engine::state_machine::{Event, ProvisionState, Timeouts};
-use deployd_engine::store::postgres::{Renewed, SCHEMA_VERSION, SharedStore};
+use deployd_engine::store::postgres::{EngineId, Renewed, SCHEMA_VERSION, SharedStore};
 use deployd_engine::store::{Store, StoreConfig, StoreError};
 use uuid::Uuid;
 
@@ -25,7 +25,16 @@ async fn engine(url: &str) -> SharedStore {
 
 /// A node walked from enroll through `events` by the store's own transitions.
 async fn walked(store: &SharedStore, events: &[Event]) -> Uuid {
-    let uuid = store.create_node(fake_node()).await.unwrap().uuid();
+    walked_from(store, fake_node(), events).await
+}
+
+/// [`walked`], enrolled as `new`.
+async fn walked_from(
+    store: &SharedStore,
+    new: deployd_engine::node::NewNode,
+    events: &[Event],
+) -> Uuid {
+    let uuid = store.create_node(new).await.unwrap().uuid();
     for &event in events {
         store
             .apply_event(uuid, None, event, None, None)
@@ -45,9 +54,10 @@ async fn an_engine_at_start_fails_unclaimed_busy_nodes_and_rederives_waiting_one
     let old = engine(&url).await;
     // A live engine's step holds a busy node of its own.
     let live = std::sync::Arc::new(engine(&url).await);
-    let live = deployd_engine::store::postgres::Membership::join(live, "live:6385", "", &[])
-        .await
-        .unwrap();
+    let live =
+        deployd_engine::store::postgres::Membership::join(live, EngineId::named("live:6385"), &[])
+            .await
+            .unwrap();
     let held = walked(&old, &TO_WAIT_CALL_BACK[..5]).await;
     live.claim(held).await.unwrap();
     let busy = walked(&old, &TO_WAIT_CALL_BACK[..5]).await;
@@ -67,6 +77,7 @@ async fn an_engine_at_start_fails_unclaimed_busy_nodes_and_rederives_waiting_one
     let (store, recovery) = Store::open_shared(
         &url,
         "restarted:6385",
+        "",
         &quiet,
         Timeouts::uniform(longer),
         Clock::new(),
@@ -199,7 +210,10 @@ async fn a_role_that_can_only_read_and_write_the_tables_serves_an_engine() {
     let store = SharedStore::connect(&as_role, Timeouts::uniform(CALLBACK))
         .await
         .unwrap();
-    let lease = store.register("least", "", &[]).await.unwrap();
+    let lease = store
+        .register(&EngineId::named("least"), &[])
+        .await
+        .unwrap();
     let node = walked(&store, &TO_WAIT_CALL_BACK).await;
     store.touch(node, Some(3)).await.unwrap();
     assert!(
@@ -313,11 +327,17 @@ async fn an_engine_past_its_lease_is_fenced_declared_dead_once_and_its_nodes_tak
     let db = database_of(&url);
     let store = engine(&url).await;
     let mut a = store
-        .register("engine-a", "", &["fake".into()])
+        .register(&EngineId::named("engine-a"), &["fake".into()])
         .await
         .unwrap();
-    let b = store.register("engine-b", "", &[]).await.unwrap();
-    let c = store.register("engine-c", "", &[]).await.unwrap();
+    let b = store
+        .register(&EngineId::named("engine-b"), &[])
+        .await
+        .unwrap();
+    let c = store
+        .register(&EngineId::named("engine-c"), &[])
+        .await
+        .unwrap();
     // A is busy deploying one node and waits on another's agent.
     let busy = walked(&store, &TO_WAIT_CALL_BACK[..5]).await;
     let waiting = walked(&store, &TO_WAIT_CALL_BACK).await;
@@ -433,10 +453,10 @@ async fn a_stopped_engines_lease_lapses_and_a_survivor_takes_its_nodes_over() {
     use std::sync::Arc;
     let url = CLUSTER.database();
     let store = Arc::new(engine(&url).await.with_lease_times(TIMES));
-    let a = Membership::join(store.clone(), "engine-a", "", &[])
+    let a = Membership::join(store.clone(), EngineId::named("engine-a"), &[])
         .await
         .unwrap();
-    let b = Membership::join(store.clone(), "engine-b", "", &[])
+    let b = Membership::join(store.clone(), EngineId::named("engine-b"), &[])
         .await
         .unwrap();
     let busy = walked(&store, &TO_WAIT_CALL_BACK[..5]).await;
@@ -472,7 +492,7 @@ async fn a_stopped_engines_lease_lapses_and_a_survivor_takes_its_nodes_over() {
 /// An engine's handle on the database, joined as `name` with short leases.
 async fn joined(shared: &std::sync::Arc<SharedStore>, name: &str) -> std::sync::Arc<Store> {
     use deployd_engine::store::postgres::Membership;
-    let membership = Membership::join(shared.clone(), name, "", &[])
+    let membership = Membership::join(shared.clone(), EngineId::named(name), &[])
         .await
         .unwrap();
     std::sync::Arc::new(Store::shared(
@@ -638,7 +658,7 @@ async fn sweepers_on_two_engines_fail_an_expired_node_once_woken_by_the_deadline
                 .with_lease_times(TIMES),
         );
         let member = Arc::new(
-            Membership::join(store.clone(), name, "", &[])
+            Membership::join(store.clone(), EngineId::named(name), &[])
                 .await
                 .unwrap(),
         );
@@ -706,8 +726,14 @@ async fn a_blocking_thread_reads_the_fleet_page_by_page() {
 async fn grouped_claims_by_two_engines_at_once_give_each_node_to_exactly_one() {
     let url = CLUSTER.database();
     let (one, two) = (engine(&url).await, engine(&url).await);
-    let a = one.register("engine-a", "", &[]).await.unwrap();
-    let b = two.register("engine-b", "", &[]).await.unwrap();
+    let a = one
+        .register(&EngineId::named("engine-a"), &[])
+        .await
+        .unwrap();
+    let b = two
+        .register(&EngineId::named("engine-b"), &[])
+        .await
+        .unwrap();
     let mut nodes = Vec::new();
     for _ in 0..200 {
         nodes.push(one.create_node(fake_node()).await.unwrap().uuid());
@@ -756,10 +782,10 @@ async fn a_survivor_hands_on_the_busy_nodes_it_failed_taking_over_for_their_clea
     let url = CLUSTER.database();
     let shared = || async { std::sync::Arc::new(engine(&url).await.with_lease_times(TIMES)) };
     let store = shared().await;
-    let dying = Membership::join(store.clone(), "dying:6385", "", &[])
+    let dying = Membership::join(store.clone(), EngineId::named("dying:6385"), &[])
         .await
         .unwrap();
-    let survivor = Membership::join(shared().await, "survivor:6385", "", &[])
+    let survivor = Membership::join(shared().await, EngineId::named("survivor:6385"), &[])
         .await
         .unwrap();
     let mut failures = survivor.failures().expect("the first caller gets them");
@@ -794,8 +820,14 @@ async fn claims_left_under_an_epoch_an_engine_rejoined_past_are_found_and_taken_
     let url = CLUSTER.database();
     let db = database_of(&url);
     let store = engine(&url).await;
-    let mut a = store.register("engine-a", "", &[]).await.unwrap();
-    let b = store.register("engine-b", "", &[]).await.unwrap();
+    let mut a = store
+        .register(&EngineId::named("engine-a"), &[])
+        .await
+        .unwrap();
+    let b = store
+        .register(&EngineId::named("engine-b"), &[])
+        .await
+        .unwrap();
     let left = walked(&store, &TO_WAIT_CALL_BACK).await;
     let kept = walked(&store, &TO_WAIT_CALL_BACK).await;
     store.claim(left, &a).await.unwrap();
@@ -822,4 +854,98 @@ async fn claims_left_under_an_epoch_an_engine_rejoined_past_are_found_and_taken_
         panic!("the rejoined engine's new claim was taken over");
     };
     assert_eq!(owner, "engine-a");
+}
+
+/// A node of conductor group `group`, walked to `wait call-back`.
+async fn waiting_in_group(store: &SharedStore, group: &str) -> Uuid {
+    let mut new = fake_node();
+    new.attrs
+        .insert("conductor_group".into(), serde_json::json!(group));
+    walked_from(store, new, &TO_WAIT_CALL_BACK).await
+}
+
+/// Conductor groups on the shared store: an engine claims only its group's nodes (in a
+/// claim of its own and in a heartbeat's touch, which tells the node's group), sweeps only
+/// theirs, and a dead engine's nodes are taken over by its group's survivors alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_claims_sweeps_and_takes_over_only_the_nodes_of_its_conductor_group() {
+    use deployd_engine::store::postgres::Membership;
+    let url = CLUSTER.database();
+    let store = std::sync::Arc::new(engine(&url).await.with_lease_times(TIMES));
+    let in_group = |hostname: &str, group: &str| EngineId {
+        hostname: hostname.into(),
+        conductor_group: group.into(),
+        url: String::new(),
+    };
+    let plain = store.register(&in_group("plain", ""), &[]).await.unwrap();
+    let rack = store
+        .register(&in_group("rack", "rack2"), &[])
+        .await
+        .unwrap();
+    let ours = waiting_in_group(&store, "").await;
+    let theirs = waiting_in_group(&store, "rack2").await;
+
+    let Err(StoreError::Fenced(why)) = store.claim(theirs, &plain).await else {
+        panic!("an engine of the default group claimed a rack2 node");
+    };
+    assert!(why.contains(r#"conductor group "rack2""#), "{why}");
+    assert!(store.claim(ours, &rack).await.is_err());
+    let touched = store
+        .touch_heard(theirs, Some(1), None, Some(plain))
+        .await
+        .unwrap();
+    assert_eq!(touched.conductor_group, "rack2");
+    assert!(
+        matches!(touched.claimed, Some(Err(_))),
+        "the touch claimed it"
+    );
+    let touched = store
+        .touch_heard(theirs, Some(2), None, Some(rack))
+        .await
+        .unwrap();
+    assert!(matches!(touched.claimed, Some(Ok(()))));
+    store.release(theirs, &rack).await.unwrap();
+
+    let later = Some(deployd_engine::clock::Timestamp::from_micros(i64::MAX / 2));
+    let swept = store
+        .fail_expired_at(later, 10, Some(&plain))
+        .await
+        .unwrap();
+    assert_eq!(swept.iter().map(|t| t.node).collect::<Vec<_>>(), [ours]);
+    let swept = store.fail_expired_at(later, 10, Some(&rack)).await.unwrap();
+    assert_eq!(swept.iter().map(|t| t.node).collect::<Vec<_>>(), [theirs]);
+
+    // A rack2 engine dies holding a rack2 node: an engine of the default group leaves it
+    // as it is; one of rack2 takes it over.
+    let held = waiting_in_group(&store, "rack2").await;
+    let dying = Membership::join(store.clone(), in_group("dying", "rack2"), &[])
+        .await
+        .unwrap();
+    dying.claim(held).await.unwrap();
+    let other = Membership::join(store.clone(), in_group("other", ""), &[])
+        .await
+        .unwrap();
+    drop(dying);
+    tokio::time::sleep(TIMES.lease * 3).await;
+    let dead = store.orphaned().await.unwrap();
+    assert_eq!(
+        dead.iter()
+            .map(|d| (d.hostname.as_str(), d.conductor_group.as_str()))
+            .collect::<Vec<_>>(),
+        [("dying", "rack2")],
+        "declared dead, its claim not taken over by the other group's engine"
+    );
+    let mate = Membership::join(store.clone(), in_group("mate", "rack2"), &[])
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMES.lease * 4;
+    while !store.orphaned().await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rack2's survivor took nothing over"
+        );
+        tokio::time::sleep(TIMES.renew_every).await;
+    }
+    mate.claim(held).await.unwrap();
+    drop(other);
 }

@@ -28,7 +28,7 @@ fn this_engine(app: &App, detail: bool) -> Value {
     let store = app.conductor.store();
     let mut doc = json!({
         "hostname": store.conductor_name(),
-        "conductor_group": "",
+        "conductor_group": store.conductor_group(),
         "alive": true,
         "links": view::links(&app.base(), "conductors", store.conductor_name()),
     });

@@ -28,6 +28,7 @@
 //! | [`continue_inspection`] | `POST /v1/continue_inspection` (1.84): an agent's inventory for in-band inspection |
 //! | [`ramdisk`] | the agents' endpoints: `GET /v1/lookup`, `POST /v1/heartbeat/{node}` (1.22) |
 //! | [`conductors`] | `/v1/conductors…` (1.49) |
+//! | [`forward`] | calls for nodes of another conductor group, sent on to an engine of it |
 //! | [`resources`] | the handlers every stored-only resource below shares |
 //! | [`schema`] | resource documents as tables of fields, by microversion |
 //! | [`listing`] | list query parameters and answers of the stored-only resources |
@@ -53,6 +54,7 @@ mod conductors;
 mod continue_inspection;
 mod deploy_templates;
 pub mod drivers;
+pub mod forward;
 pub mod http;
 mod inspection_rules;
 mod listing;
@@ -115,6 +117,8 @@ pub struct App {
     pub lists: Arc<tokio::sync::Semaphore>,
     /// When this engine started (its conductor's `created_at`).
     pub started_at: crate::clock::Timestamp,
+    /// The other engines, which the calls for their conductor groups' nodes are sent to.
+    pub peers: forward::Peers,
 }
 
 impl App {
@@ -135,6 +139,7 @@ impl App {
             public_url,
             public_url_fixed,
             lists: node_list::permits(),
+            peers: forward::Peers::default(),
         }
     }
 
@@ -190,6 +195,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(store_backup::routes())
         .fallback(plumbing::unrouted)
         .method_not_allowed_fallback(plumbing::not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), forward::calls))
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))
         .layer(middleware::from_fn_with_state(
             app.clone(),

@@ -174,6 +174,7 @@ pub fn new_node(body: &[u8], version: Version, hardware: &Hardware) -> Result<Ne
     if let Some(rc) = new.attrs.get("resource_class").and_then(Value::as_str) {
         check_resource_class(rc)?;
     }
+    check_conductor_group(&mut new.attrs)?;
     check_root_device(&new.properties)?;
     if new.driver.is_empty() {
         return Err(ApiError::bad_request("Mandatory field missing: 'driver'"));
@@ -272,6 +273,7 @@ pub fn write_back(
     if let Some(rc) = body.attrs.get("resource_class").and_then(Value::as_str) {
         check_resource_class(rc)?;
     }
+    check_conductor_group(&mut body.attrs)?;
     check_root_device(&body.properties)?;
     if !body.maintenance {
         body.maintenance_reason = None;
@@ -310,6 +312,36 @@ fn check_reasons(
         }
     }
     Ok(())
+}
+
+/// A conductor group as Ironic takes it (see [`crate::conductor_groups::normalise`]),
+/// kept lowercased; the default group is kept as no value.
+fn check_conductor_group(attrs: &mut JsonMap) -> Result<(), ApiError> {
+    let Some(given) = attrs.get("conductor_group") else {
+        return Ok(());
+    };
+    let name = match given {
+        Value::String(name) => name.as_str(),
+        Value::Null => "",
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid conductor group {other}: a conductor group is a string."
+            )));
+        }
+    };
+    match crate::conductor_groups::normalise(name).map_err(ApiError::bad_request)? {
+        name if name.is_empty() => attrs.remove("conductor_group"),
+        name => attrs.insert("conductor_group".into(), Value::String(name)),
+    };
+    Ok(())
+}
+
+/// The conductor group of a node's fields ("" for the default group).
+pub fn conductor_group(attrs: &JsonMap) -> &str {
+    attrs
+        .get("conductor_group")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// `properties.root_device` must be hints the agent can read: a typo there would send the

@@ -56,6 +56,13 @@ async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let mut new = node_doc::new_node(&body, version, &Hardware::new(app.conductor.registry()))?;
+    // As Ironic: a node no engine could run the steps of is not enrolled.
+    let group = node_doc::conductor_group(&new.attrs);
+    if !app.peers.serve(&app, group, &new.driver).await? {
+        return Err(ApiError::bad_request(
+            crate::conductor_groups::no_valid_host(&new.driver, group),
+        ));
+    }
     let given: Vec<String> = new.attrs.keys().cloned().collect();
     settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given).await?;
     let node = app.conductor.enroll(new, !version.at_least(11)).await?;

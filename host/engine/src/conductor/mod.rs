@@ -86,6 +86,10 @@ pub enum ConductorError {
     /// The node's record cannot start this flow (e.g. its local image is unreadable).
     #[error("{0}")]
     Invalid(String),
+    /// The node is of a conductor group (its name) this engine does not serve: an engine
+    /// of that group runs its steps (see [`crate::conductor_groups`]).
+    #[error("node {node} is of conductor group {group:?}, whose steps this engine does not run")]
+    OtherGroup { node: Uuid, group: String },
 }
 
 impl From<Held> for ConductorError {
@@ -492,6 +496,13 @@ impl Conductor {
                     (Ok(claim), Some(claimed)) => claim.taken_in_store(claimed).map_err(Into::into),
                     (reserved, _) => reserved,
                 };
+                // A node of another conductor group: its engines act on the heartbeat
+                // (the caller sends it to one); the touch took no claim for this engine.
+                if let Some(group) = p.conductor_group.take()
+                    && group != self.store.conductor_group()
+                {
+                    return Err(ConductorError::OtherGroup { node, group });
+                }
                 Some(p)
             }
             // Heartbeats in other states are only recorded (Ironic's record-only states).

@@ -216,6 +216,9 @@ pub struct StoreConfig {
     pub min_free: u64,
     /// Free bytes above which writes are taken again.
     pub resume_free: u64,
+    /// The conductor group whose nodes this engine runs the steps of (and sweeps, and
+    /// takes over from a dead engine of the group); "" is the default group.
+    pub conductor_group: String,
 }
 
 impl Default for StoreConfig {
@@ -226,6 +229,7 @@ impl Default for StoreConfig {
             node_history: true,
             min_free: 64 << 20,
             resume_free: 128 << 20,
+            conductor_group: String::new(),
         }
     }
 }

@@ -727,3 +727,97 @@ async fn root_device_hints_are_validated_when_set() {
         .await;
     assert_eq!(created.status, StatusCode::BAD_REQUEST);
 }
+
+/// Conductor groups as Ironic keeps them, on one engine (sled): the engine serves its
+/// configured group only; a node of no served group is not enrolled (400) and, moved to
+/// one by a PATCH, gets no step run (404, Ironic's `NoValidHost`); names are checked and
+/// lowercased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conductor_groups_limit_which_nodes_the_engine_runs_steps_of() {
+    let s = start(|c| c.conductor.conductor_group = "rack1".into()).await;
+    let me = s.get("/v1/conductors/deployd").await.body;
+    assert_eq!(me["conductor_group"], "rack1", "{me}");
+
+    let ungrouped = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "fake-hardware"}),
+        )
+        .await;
+    assert_eq!(
+        ungrouped.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        ungrouped.body
+    );
+    let said = ungrouped.fault();
+    assert!(
+        said.contains("No valid host was found") && said.contains(r#"conductor group """#),
+        "{said}"
+    );
+    let spaced = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "fake-hardware", "conductor_group": "rack 1"}),
+        )
+        .await;
+    assert_eq!(spaced.status, StatusCode::BAD_REQUEST, "{:?}", spaced.body);
+    assert!(
+        spaced.fault().contains("Invalid conductor group"),
+        "{}",
+        spaced.fault()
+    );
+
+    let n = s
+        .node(json!({"driver": "fake-hardware", "conductor_group": "RACK1"}))
+        .await;
+    let path = format!("/v1/nodes/{n}");
+    assert_eq!(s.get(&path).await.body["conductor_group"], "rack1");
+    let provision = format!("{path}/states/provision");
+    let manage = || s.send(Method::PUT, &provision, json!({"target": "manage"}));
+    let moved = s
+        .send(
+            Method::PATCH,
+            &path,
+            json!([{"op": "replace", "path": "/conductor_group", "value": "Rack2"}]),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{:?}", moved.body);
+    assert_eq!(moved.body["conductor_group"], "rack2");
+    let refused = manage().await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND, "{:?}", refused.body);
+    assert!(
+        refused.fault().contains(
+            r#"No conductor service registered which supports driver fake-hardware for conductor group "rack2""#
+        ),
+        "{}",
+        refused.fault()
+    );
+    let power = s
+        .send(
+            Method::PUT,
+            &format!("{path}/states/power"),
+            json!({"target": "power on"}),
+        )
+        .await;
+    assert_eq!(power.status, StatusCode::NOT_FOUND, "{:?}", power.body);
+    assert_eq!(
+        s.get(&path).await.body["provision_state"],
+        "enroll",
+        "a refused call changes nothing"
+    );
+    let listed = s.get("/v1/nodes?conductor_group=rack2").await.body;
+    assert_eq!(listed["nodes"].as_array().unwrap().len(), 1, "{listed}");
+
+    let back = s
+        .send(
+            Method::PATCH,
+            &path,
+            json!([{"op": "replace", "path": "/conductor_group", "value": "rack1"}]),
+        )
+        .await;
+    assert_eq!(back.status, StatusCode::OK, "{:?}", back.body);
+    assert_eq!(manage().await.status, StatusCode::ACCEPTED);
+}

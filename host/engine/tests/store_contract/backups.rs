@@ -96,6 +96,7 @@ async fn restored_on_postgres(bytes: &[u8], records: &str, timeouts: Timeouts) -
     let (store, _) = Store::open_shared(
         &url,
         "restored",
+        "",
         &StoreConfig::default(),
         timeouts,
         Clock::new(),
@@ -357,6 +358,7 @@ async fn a_damaged_backup_or_a_held_database_is_refused_and_leaves_nothing<F: Fi
     let (serving, _) = Store::open_shared(
         &url,
         "serving",
+        "",
         &StoreConfig::default(),
         timeouts,
         Clock::new(),

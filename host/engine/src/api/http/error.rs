@@ -9,10 +9,20 @@ use crate::conductor::ConductorError;
 use crate::conductor::allocations::AllocationError;
 use crate::store::{ErrorClass, StoreError};
 
+/// Set on an answer whose node was of a conductor group this engine does not serve, for
+/// `api::forward` to send the call on (a heartbeat's, found so by its touch).
+#[derive(Clone, Debug)]
+pub struct OtherGroup {
+    pub node: uuid::Uuid,
+    pub group: String,
+}
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// The node was of another conductor group: the answer says so (see [`OtherGroup`]).
+    pub other_group: Option<Box<OtherGroup>>,
 }
 
 impl ApiError {
@@ -20,6 +30,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            other_group: None,
         }
     }
 
@@ -59,7 +70,12 @@ impl std::fmt::Display for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let faultcode = fault::faultcode(self.status.as_u16());
-        (self.status, Json(fault::envelope(faultcode, &self.message))).into_response()
+        let mut response =
+            (self.status, Json(fault::envelope(faultcode, &self.message))).into_response();
+        if let Some(other) = self.other_group {
+            response.extensions_mut().insert(*other);
+        }
+        response
     }
 }
 
@@ -103,6 +119,15 @@ impl From<ConductorError> for ApiError {
             ConductorError::NoDriver(_) | ConductorError::Invalid(_) => {
                 ApiError::bad_request(e.to_string())
             }
+            // Sent on to the group's engines where the call came from; reached only where
+            // none could be (a call already sent on once).
+            ConductorError::OtherGroup { node, ref group } => ApiError {
+                other_group: Some(Box::new(OtherGroup {
+                    node,
+                    group: group.clone(),
+                })),
+                ..ApiError::not_found(e.to_string())
+            },
         }
     }
 }

@@ -27,13 +27,14 @@ impl Store {
         heard: Option<&AgentHeard>,
         claim: bool,
     ) -> Result<Touched, StoreError> {
-        let (provision, recorded, read, new_boot, claim) = match &self.backend {
+        let (provision, recorded, read, new_boot, claim, group) = match &self.backend {
             Backend::Sled(s) => {
                 let touched = s.touch(uuid, progress)?;
                 (
                     touched.provision,
                     touched.recorded,
                     Read::Sled(touched),
+                    None,
                     None,
                     None,
                 )
@@ -74,7 +75,15 @@ impl Store {
                     _ => None,
                 };
                 let new_boot = heard.map(|_| row.new_boot);
-                (row.provision, true, Read::Shared(row.body), new_boot, claim)
+                let group = Some(row.conductor_group);
+                (
+                    row.provision,
+                    true,
+                    Read::Shared(row.body),
+                    new_boot,
+                    claim,
+                    group,
+                )
             }
         };
         Ok(Touched {
@@ -82,6 +91,7 @@ impl Store {
             recorded,
             new_boot,
             claim,
+            conductor_group: group,
             uuid,
             read,
         })

@@ -24,7 +24,8 @@ use uuid::Uuid;
 
 use super::documents::Doc;
 use super::postgres::{
-    DeadlineListener, EngineInfo, KeptDriver, Membership, Notifications, Refusal, SharedStore,
+    DeadlineListener, EngineId, EngineInfo, KeptDriver, Membership, Notifications, Refusal,
+    SharedStore,
 };
 use super::sled;
 use super::sled::SledStore;
@@ -47,6 +48,8 @@ pub struct Store {
     health: Arc<health::Health>,
     waker: Arc<SweeperWaker>,
     timeouts: Timeouts,
+    /// The conductor group whose nodes this engine runs the steps of.
+    conductor_group: String,
 }
 
 /// Where the nodes are. One per engine, so the sled arm's size costs nothing.
@@ -123,17 +126,20 @@ impl Store {
             health,
             waker,
             timeouts,
+            conductor_group: config.conductor_group.clone(),
         };
         Ok((store, recovery))
     }
 
     /// Connects to the shared store at `url` (migrating an older schema), joins it as this
-    /// engine (`name`, its lease kept from now on) beside whichever engines serve it, and
-    /// recovers what no live engine holds (see `postgres::recovery`): what `deployd serve
+    /// engine (`name`, reached by other engines at `peer_url`, in `config`'s conductor
+    /// group; its lease kept from now on) beside whichever engines serve it, and recovers
+    /// what no live engine holds (see `postgres::recovery`): what `deployd serve
     /// --store-url` opens.
     pub async fn open_shared(
         url: &str,
         name: &str,
+        peer_url: &str,
         config: &StoreConfig,
         timeouts: Timeouts,
         clock: Clock,
@@ -143,7 +149,12 @@ impl Store {
             true => shared,
             false => shared.without_history(),
         });
-        let membership = Membership::join(shared.clone(), name, "", &[]).await?;
+        let me = EngineId {
+            hostname: name.to_owned(),
+            conductor_group: config.conductor_group.clone(),
+            url: peer_url.to_owned(),
+        };
+        let membership = Membership::join(shared.clone(), me, &[]).await?;
         let lease = membership.current().ok_or_else(|| {
             StoreError::Fenced("this engine's lease lapsed as soon as it joined".into())
         })?;
@@ -168,6 +179,10 @@ impl Store {
         timeouts: Timeouts,
         clock: Clock,
     ) -> Store {
+        let conductor_group = membership
+            .as_ref()
+            .map_or("", |m| m.conductor_group())
+            .to_owned();
         Store {
             backend: Backend::Shared(shared, membership),
             clock,
@@ -175,6 +190,7 @@ impl Store {
             health: Arc::default(),
             waker: Arc::default(),
             timeouts,
+            conductor_group,
         }
     }
 
@@ -277,6 +293,13 @@ impl Store {
         }
     }
 
+    /// The conductor group whose nodes this engine runs the steps of ("" is the default
+    /// group): other groups' nodes are swept, taken over and acted on by their own
+    /// group's engines.
+    pub fn conductor_group(&self) -> &str {
+        &self.conductor_group
+    }
+
     /// The engines that served this store, the latest registration of each host first
     /// by id; none on sled (its engine is the only one).
     pub async fn engines(&self) -> Result<Vec<EngineInfo>, StoreError> {
@@ -337,6 +360,9 @@ pub struct Touched {
     /// holder, or fenced); none where it was not asked, or the store's claims are the
     /// engine's reservations alone (sled).
     pub claim: Option<Result<(), StoreError>>,
+    /// The node's conductor group, where engines of several groups may hear its agent
+    /// (the shared store; none on sled, whose one engine acts on every heartbeat).
+    pub conductor_group: Option<String>,
     uuid: Uuid,
     read: Read,
 }

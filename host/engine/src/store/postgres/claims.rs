@@ -83,9 +83,12 @@ fn columns(group: &[&Ask]) -> (Vec<Uuid>, Vec<i64>, Vec<i64>) {
 /// Whether the request `t` (`t.owner`, `t.epoch`: the claiming engine's lease) may claim
 /// the locked node `n`: the claiming engine lives, and the node is free, already its own
 /// under this epoch, or held by an engine that does not live (its lease lapsed, or it was
-/// declared dead, or rejoined under another epoch). Shared with the heartbeats' touches.
+/// declared dead, or rejoined under another epoch); and the node is of the claiming
+/// engine's conductor group (see [`crate::conductor_groups`]). Shared with the
+/// heartbeats' touches.
 pub(super) const CLAIMABLE: &str = "(EXISTS (SELECT 1 FROM engines me
-         WHERE me.id = t.owner AND me.epoch = t.epoch AND me.dead_at IS NULL AND me.lease_until > now())
+         WHERE me.id = t.owner AND me.epoch = t.epoch AND me.dead_at IS NULL AND me.lease_until > now()
+           AND me.conductor_group = coalesce(n.body->'attrs'->>'conductor_group', ''))
      AND (n.owner IS NULL OR (n.owner = t.owner AND n.owner_epoch = t.epoch)
           OR NOT EXISTS (SELECT 1 FROM engines e WHERE e.id = n.owner AND e.epoch = n.owner_epoch
                          AND e.dead_at IS NULL AND e.lease_until > now())))";
@@ -93,6 +96,12 @@ pub(super) const CLAIMABLE: &str = "(EXISTS (SELECT 1 FROM engines me
 /// The name of the live engine holding node `n`, if one does.
 pub(super) const HOLDER: &str = "(SELECT e.hostname FROM engines e
      WHERE e.id = n.owner AND e.epoch = n.owner_epoch AND e.dead_at IS NULL AND e.lease_until > now())";
+
+/// Node `n`'s conductor group where the claiming engine `t.owner` is of another (none
+/// when it is of the node's).
+pub(super) const OTHER_GROUP: &str = "(SELECT coalesce(n.body->'attrs'->>'conductor_group', '')
+     FROM engines me WHERE me.id = t.owner
+       AND me.conductor_group <> coalesce(n.body->'attrs'->>'conductor_group', ''))";
 
 /// A group's claims, the rows locked in uuid order first (two groups sharing nodes wait
 /// for each other in one order, never in a cycle): `$1` the nodes, `$2` the claiming
@@ -110,7 +119,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                             owner_epoch = CASE WHEN t.claims THEN t.epoch ELSE n.owner_epoch END
          FROM t
          WHERE n.uuid = t.uuid
-         RETURNING n.uuid, t.claims, {HOLDER}"
+         RETURNING n.uuid, t.claims, {HOLDER}, {OTHER_GROUP}"
     )
 });
 
@@ -154,12 +163,19 @@ pub enum Refusal {
     Held(String),
     /// The claiming engine's own lease lapsed.
     Lapsed,
+    /// The node is of another conductor group (its name) than the claiming engine.
+    OtherGroup(String),
 }
 
 impl Refusal {
-    /// Not claimed, the node's live holder being `holder` (none: the claimer's lease lapsed).
-    pub(super) fn of(holder: Option<String>) -> Refusal {
-        holder.map_or(Refusal::Lapsed, Refusal::Held)
+    /// Not claimed, the node being of `other_group` than the claimer's or held by
+    /// `holder` (neither: the claimer's lease lapsed).
+    pub(super) fn of(holder: Option<String>, other_group: Option<String>) -> Refusal {
+        match (other_group, holder) {
+            (Some(group), _) => Refusal::OtherGroup(group),
+            (None, Some(holder)) => Refusal::Held(holder),
+            (None, None) => Refusal::Lapsed,
+        }
     }
 
     /// The refusal as the store's error for a claim of `node` under `lease`.
@@ -169,6 +185,10 @@ impl Refusal {
             Refusal::Lapsed => StoreError::Fenced(format!(
                 "engine {} (epoch {}) cannot claim node {node}: its lease has lapsed",
                 lease.id, lease.epoch
+            )),
+            Refusal::OtherGroup(group) => StoreError::Fenced(format!(
+                "engine {} does not run the steps of node {node}: the node is of conductor group {group:?}",
+                lease.id
             )),
         }
     }
@@ -195,7 +215,7 @@ async fn claim_all(
         .map(|row| {
             let answer = match row.get::<_, bool>(1) {
                 true => Ok(()),
-                false => Err(Refusal::of(row.get(2))),
+                false => Err(Refusal::of(row.get(2), row.get(3))),
             };
             (row.get(0), answer)
         })

@@ -43,11 +43,36 @@ pub struct EngineInfo {
     pub epoch: i64,
     pub hostname: String,
     pub conductor_group: String,
+    /// Where its API answers other engines (see [`EngineId::url`]).
+    pub url: String,
     pub drivers: Vec<String>,
     pub started_at: Timestamp,
     pub lease_until: Timestamp,
     /// Its lease lives and no engine has declared it dead.
     pub alive: bool,
+}
+
+/// What an engine registers as.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineId {
+    /// Its name in the API (a node's `conductor`, `/v1/conductors`): host and API port.
+    pub hostname: String,
+    /// The nodes whose steps it runs: those of this `conductor_group` (Ironic's
+    /// `[conductor]conductor_group`; "" is the default group).
+    pub conductor_group: String,
+    /// Where its API answers other engines, which send it the step calls for the nodes
+    /// of its group that reach them ("" where no other engine may reach it).
+    pub url: String,
+}
+
+impl EngineId {
+    /// An engine of the default group that other engines cannot reach (tests).
+    pub fn named(hostname: &str) -> EngineId {
+        EngineId {
+            hostname: hostname.to_owned(),
+            ..EngineId::default()
+        }
+    }
 }
 
 /// An engine a survivor declared dead.
@@ -56,6 +81,9 @@ pub struct DeadEngine {
     pub id: i64,
     pub epoch: i64,
     pub hostname: String,
+    /// Its group's engines take its nodes over (they are the ones that may run the
+    /// clean-ups the takeover owes).
+    pub conductor_group: String,
 }
 
 /// What a survivor did with a dead engine's nodes.
@@ -77,21 +105,17 @@ pub enum Renewed {
 
 impl SharedStore {
     /// Registers this engine with a lease of [`LeaseTimes::lease`].
-    pub async fn register(
-        &self,
-        hostname: &str,
-        conductor_group: &str,
-        drivers: &[String],
-    ) -> Result<Lease, StoreError> {
+    pub async fn register(&self, me: &EngineId, drivers: &[String]) -> Result<Lease, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "INSERT INTO engines (hostname, conductor_group, drivers, lease_until)
-                 VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+                "INSERT INTO engines (hostname, conductor_group, url, drivers, lease_until)
+                 VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 millisecond')
                  RETURNING id, epoch",
                 &[
-                    &hostname,
-                    &conductor_group,
+                    &me.hostname,
+                    &me.conductor_group,
+                    &me.url,
                     &drivers,
                     &millis(self.lease_times.lease),
                 ],
@@ -159,7 +183,7 @@ impl SharedStore {
                  WHERE dead_at IS NULL AND lease_until < now() AND id <> $1
                    AND EXISTS (SELECT 1 FROM engines me WHERE me.id = $1 AND me.epoch = $2
                                AND me.dead_at IS NULL AND me.lease_until > now())
-                 RETURNING id, epoch, hostname",
+                 RETURNING id, epoch, hostname, conductor_group",
                 &[&me.id, &me.epoch],
             )
             .await
@@ -239,7 +263,8 @@ impl SharedStore {
         let client = self.client().await?;
         let unsettled = client
             .query(
-                "SELECT id, CASE WHEN dead_at IS NULL THEN epoch - 1 ELSE epoch END, hostname
+                "SELECT id, CASE WHEN dead_at IS NULL THEN epoch - 1 ELSE epoch END, hostname,
+                        conductor_group
                  FROM engines
                  WHERE settled_epoch < CASE WHEN dead_at IS NULL THEN epoch - 1 ELSE epoch END
                  ORDER BY id",
@@ -273,6 +298,7 @@ impl SharedStore {
                     id,
                     epoch,
                     hostname: row.get(2),
+                    conductor_group: row.get(3),
                 }),
                 None => settle(&client, id, upto).await?,
             }
@@ -299,7 +325,7 @@ impl SharedStore {
         let rows = client
             .query(
                 "SELECT id, epoch, hostname, conductor_group, drivers, started_at, lease_until,
-                        dead_at IS NULL AND lease_until > now()
+                        dead_at IS NULL AND lease_until > now(), url
                  FROM engines ORDER BY id",
                 &[],
             )
@@ -316,17 +342,19 @@ impl SharedStore {
                 started_at: stamp(r.get::<_, DateTime<Utc>>(5)),
                 lease_until: stamp(r.get::<_, DateTime<Utc>>(6)),
                 alive: r.get(7),
+                url: r.get(8),
             })
             .collect())
     }
 }
 
-/// An engine from a row of `id, epoch, hostname`.
+/// An engine from a row of `id, epoch, hostname, conductor_group`.
 fn dead_engine(r: &tokio_postgres::Row) -> DeadEngine {
     DeadEngine {
         id: r.get(0),
         epoch: r.get(1),
         hostname: r.get(2),
+        conductor_group: r.get(3),
     }
 }
 

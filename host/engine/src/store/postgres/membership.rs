@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::leases::Renewed;
+use super::leases::{EngineId, Renewed};
 use super::{Lease, SharedStore};
 use crate::store::StoreError;
 
@@ -38,7 +38,7 @@ pub struct Membership {
     held: Arc<Mutex<Held>>,
     store: Arc<SharedStore>,
     task: JoinHandle<()>,
-    hostname: String,
+    me: EngineId,
     /// The nodes this engine holds the database's claim on, and under which lease.
     claims: Mutex<HashMap<Uuid, Lease>>,
     /// The busy nodes this engine failed taking a dead engine's over, for their driver's
@@ -50,20 +50,20 @@ impl Membership {
     /// Registers this engine and starts keeping its lease.
     pub async fn join(
         store: Arc<SharedStore>,
-        hostname: &str,
-        conductor_group: &str,
+        me: EngineId,
         drivers: &[String],
     ) -> Result<Membership, StoreError> {
         let renewed_at = Instant::now();
-        let lease = store.register(hostname, conductor_group, drivers).await?;
+        let lease = store.register(&me, drivers).await?;
         let held = Arc::new(Mutex::new(Held { lease, renewed_at }));
         let (failing, failed) = mpsc::unbounded_channel();
-        let task = tokio::spawn(keep(store.clone(), held.clone(), failing));
+        let group = me.conductor_group.clone();
+        let task = tokio::spawn(keep(store.clone(), held.clone(), failing, group));
         Ok(Membership {
             held,
             store,
             task,
-            hostname: hostname.to_owned(),
+            me,
             claims: Mutex::default(),
             failed: Mutex::new(Some(failed)),
         })
@@ -78,7 +78,12 @@ impl Membership {
 
     /// The name this engine registered under (its host and API port).
     pub fn hostname(&self) -> &str {
-        &self.hostname
+        &self.me.hostname
+    }
+
+    /// The conductor group whose nodes this engine runs the steps of.
+    pub fn conductor_group(&self) -> &str {
+        &self.me.conductor_group
     }
 
     /// The lease, while this engine is sure it holds it.
@@ -110,7 +115,7 @@ impl Membership {
         let lease = self.current().ok_or_else(|| {
             StoreError::Fenced(format!(
                 "engine {} has not renewed its lease in time, so it takes no claim on node {node}",
-                self.hostname
+                self.me.hostname
             ))
         })?;
         self.claims_held().insert(node, lease);
@@ -130,13 +135,13 @@ impl Membership {
         let lease = self.current().ok_or_else(|| {
             StoreError::Fenced(format!(
                 "engine {} has not renewed its lease in time, so it does not act on node {node}",
-                self.hostname
+                self.me.hostname
             ))
         })?;
         match self.claim_of(node) {
             Some(claim) if claim != lease => Err(StoreError::Fenced(format!(
                 "engine {} claimed node {node} under epoch {}, which ended when it was declared dead; it does not act on it",
-                self.hostname, claim.epoch
+                self.me.hostname, claim.epoch
             ))),
             _ => Ok(()),
         }
@@ -202,6 +207,7 @@ async fn keep(
     store: Arc<SharedStore>,
     held: Arc<Mutex<Held>>,
     failing: mpsc::UnboundedSender<Uuid>,
+    group: String,
 ) {
     let every = store.lease_times().renew_every;
     let mut tick = tokio::time::interval(every);
@@ -233,10 +239,16 @@ async fn keep(
             tracing::warn!(error = %e, "could not look for dead engines");
             continue;
         }
-        // Every survivor takes over what any dead engine still holds: a takeover that
-        // failed half-way, or whose survivor died too, is done by the next pass.
+        // Every survivor of a dead engine's conductor group takes over what it still holds
+        // (they alone run the clean-ups its busy nodes are owed, as its group's steps): a
+        // takeover that failed half-way, or whose survivor died too, is done by the next
+        // pass. A group with no engine left keeps its nodes as they are until one joins,
+        // as Ironic's nodes of a group without conductors.
         let dead = match store.orphaned().await {
-            Ok(dead) => dead,
+            Ok(dead) => dead
+                .into_iter()
+                .filter(|d| d.conductor_group == group)
+                .collect::<Vec<_>>(),
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for dead engines' nodes");
                 continue;

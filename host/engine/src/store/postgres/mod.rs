@@ -75,7 +75,7 @@ use crate::state_machine::Timeouts;
 
 pub use claims::Refusal;
 pub use drivers::KeptDriver;
-pub use leases::{DeadEngine, EngineInfo, LeaseTimes, Renewed, TakenOver};
+pub use leases::{DeadEngine, EngineId, EngineInfo, LeaseTimes, Renewed, TakenOver};
 pub use listener::{DeadlineListener, Notifications};
 pub use membership::Membership;
 pub use schema::SCHEMA_VERSION;

@@ -133,6 +133,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE engines ADD COLUMN settled_epoch bigint NOT NULL DEFAULT 0;
     "#,
+    // 9: where each engine's API answers other engines, which send it the calls for the
+    // nodes of its conductor group.
+    r#"
+    ALTER TABLE engines ADD COLUMN url text NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// The version this deployd writes.

@@ -36,7 +36,8 @@ impl SharedStore {
 
     /// Fails up to `limit` waiting nodes whose deadline has passed on the database's
     /// clock, and re-files the due entries that touches moved on. `engine` is recorded as
-    /// the sweeper in each failure's history.
+    /// the sweeper in each failure's history, and sweeps only the nodes of its conductor
+    /// group (the clean-up a timeout starts is one of the group's steps).
     pub async fn fail_expired(
         &self,
         limit: i64,
@@ -61,9 +62,11 @@ impl SharedStore {
                 &format!(
                     "SELECT {PROVISION}, body::text, coalesce($2, now()), uuid FROM nodes
                      WHERE due IS NOT NULL AND due <= coalesce($2, now())
+                       AND ($3::int8 IS NULL OR coalesce(body->'attrs'->>'conductor_group', '')
+                            = (SELECT conductor_group FROM engines WHERE id = $3))
                      ORDER BY due LIMIT $1 FOR UPDATE SKIP LOCKED"
                 ),
-                &[&limit, &at],
+                &[&limit, &at, &engine.map(|l| l.id)],
             )
             .await
             .map_err(db_error)?;

@@ -47,6 +47,8 @@ pub struct TouchedRow {
     pub new_boot: bool,
     /// The node's body, as JSON: the heartbeat's step reads it.
     pub body: Arc<str>,
+    /// The node's conductor group: only its engines act on the heartbeat.
+    pub conductor_group: String,
     /// The claim the touch asked for: taken, or why not (none if it asked for none).
     pub claimed: Option<Result<(), Refusal>>,
 }
@@ -227,10 +229,12 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
              owner_epoch = CASE WHEN t.claims THEN t.epoch ELSE n.owner_epoch END
          FROM t
          WHERE n.uuid = t.uuid AND n.state = ANY($3::int2[])
-         RETURNING n.uuid, t.new_boot, n.body::text, t.owner IS NOT NULL, t.claims, {holder}, {}",
+         RETURNING n.uuid, t.new_boot, n.body::text, t.owner IS NOT NULL, t.claims, {holder},
+                   coalesce(n.body->'attrs'->>'conductor_group', ''), {other_group}, {}",
         returned.join(", "),
         claimable = super::claims::CLAIMABLE,
         holder = super::claims::HOLDER,
+        other_group = super::claims::OTHER_GROUP,
     )
 });
 
@@ -272,13 +276,14 @@ async fn update(
         let claimed = match (row.get::<_, bool>(3), row.get::<_, bool>(4)) {
             (false, _) => None,
             (true, true) => Some(Ok(())),
-            (true, false) => Some(Err(Refusal::of(row.get(5)))),
+            (true, false) => Some(Err(Refusal::of(row.get(5), row.get(7)))),
         };
-        let answer = match rows::provision(uuid, row, 6) {
+        let answer = match rows::provision(uuid, row, 8) {
             Ok(provision) => Answer::Touched(TouchedRow {
                 provision,
                 new_boot: row.get(1),
                 body: Arc::from(row.get::<_, &str>(2)),
+                conductor_group: row.get(6),
                 claimed,
             }),
             Err(e) => Answer::Corrupt(e.to_string()),
