@@ -240,6 +240,20 @@ fn a_node_of_a_conductor_group_is_run_by_its_engine_whichever_engine_a_call_reac
         "{}",
         logs()
     );
+    // Each node names the engine its calls go to, whichever engine shows it.
+    let port_of = |url: &str| url.rsplit(':').next().unwrap().to_owned();
+    let (_, listed) = call(
+        "GET",
+        &format!("{api}/v1/nodes?fields=uuid,conductor"),
+        None,
+    );
+    let conductor = |node: &str| {
+        let nodes = listed["nodes"].as_array().unwrap();
+        let entry = nodes.iter().find(|n| n["uuid"] == node).unwrap();
+        port_of(entry["conductor"].as_str().unwrap_or_default())
+    };
+    assert_eq!(conductor(&grouped), port_of(&rack.url), "{listed}");
+    assert_eq!(conductor(&ungrouped), port_of(&plain.url), "{listed}");
 
     rack.kill();
     let power = || {

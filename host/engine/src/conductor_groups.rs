@@ -5,8 +5,11 @@
 //! is sent on to a live engine of that group (see `api::forward`), as Ironic's API sends
 //! it to a conductor of the group over RPC; with none, the call fails as Ironic's does.
 
+use std::sync::Arc;
+
 use uuid::Uuid;
 
+use crate::node::Node;
 use crate::store::EngineInfo;
 
 /// The longest group name Ironic takes.
@@ -51,6 +54,41 @@ pub fn engines_for<'a>(
         .collect();
     fit.sort_by_key(|e| std::cmp::Reverse(weight(node, &e.hostname)));
     fit
+}
+
+/// Which engine a node's `conductor` names, as Ironic names the conductor its calls go to:
+/// this engine for its own group's nodes; for another group's, the engine its calls are
+/// sent to; none while no engine of the node's group lives.
+pub struct Conductors {
+    me: String,
+    group: String,
+    engines: Arc<Vec<EngineInfo>>,
+}
+
+impl Conductors {
+    /// This engine (`me`, of `group`) beside `engines`, the others on its store.
+    pub fn new(me: &str, group: &str, engines: Arc<Vec<EngineInfo>>) -> Conductors {
+        Conductors {
+            me: me.to_owned(),
+            group: group.to_owned(),
+            engines,
+        }
+    }
+
+    pub fn of(&self, node: &Node) -> Option<&str> {
+        let group = node
+            .body
+            .attrs
+            .get("conductor_group")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        if group == self.group {
+            return Some(&self.me);
+        }
+        let driver = Some(node.body.driver.as_str());
+        let fit = engines_for(&self.engines, group, driver, node.uuid());
+        fit.first().map(|e| e.hostname.as_str())
+    }
 }
 
 /// The same on every engine and every build (a sha256, not std's hasher, which is free to

@@ -53,6 +53,14 @@ async fn continue_inspection(
         .await
         .map_err(ConductorError::from)?
         .ok_or_else(not_found)?;
+    // Only the node's conductor group's engines act on it: for another group's node the
+    // answer says so, and `api::forward` sends the call on to one of them.
+    let group = app.conductor.store().node(node).await?.body.attrs;
+    let group = super::node_doc::conductor_group(&group);
+    if group != app.conductor.store().conductor_group() {
+        let group = group.to_owned();
+        return Err(ConductorError::OtherGroup { node, group }.into());
+    }
     match app
         .conductor
         .continue_inspection(node, inventory, Value::Object(data))

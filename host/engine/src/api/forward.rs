@@ -6,9 +6,9 @@
 //! The calls that make a node's driver act (its provision, power and boot settings, its
 //! management and vendor calls, validation, virtual media) are checked before their
 //! handler, on a read of the node. An agent's heartbeat is checked after its touch, which
-//! returns the node's group, so the calls that are most of the traffic cost no extra read;
-//! the heartbeat's handler marks a node of another group ([`OtherGroup`]) and the heartbeat
-//! is sent on as it came. The engine chosen for a node is the same from every engine (see
+//! returns the node's group, so the calls that are most of the traffic cost no extra read
+//! (and its inspection data once its node is found by its MACs): the handler marks a node
+//! of another group ([`OtherGroup`]) and the call is sent on as it came. The engine chosen for a node is the same from every engine (see
 //! [`conductor_groups::engines_for`]); one that cannot be reached is passed over for the
 //! next, and one that was reached but did not answer is not tried again (it may have
 //! acted). A call sent on once is never sent on again: an engine of the wrong group that
@@ -76,6 +76,19 @@ impl Peers {
         Ok(engines)
     }
 
+    /// Which engine each node's `conductor` names (see [`conductor_groups::Conductors`]).
+    /// Without the engines' list (the store cannot be read), the other groups' nodes name
+    /// none.
+    pub async fn conductors(&self, app: &App) -> conductor_groups::Conductors {
+        let store = app.conductor.store();
+        let engines = match store.records_agents() {
+            true => self.engines(app).await.unwrap_or_default(),
+            false => Arc::default(),
+        };
+        let (me, group) = (store.conductor_name(), store.conductor_group());
+        conductor_groups::Conductors::new(me, group, engines)
+    }
+
     /// Whether a live engine of `group` runs `driver` (this one, or one on the shared
     /// store): a node of that group and driver can be enrolled.
     pub async fn serve(&self, app: &App, group: &str, driver: &str) -> Result<bool, StoreError> {
@@ -91,13 +104,15 @@ impl Peers {
 enum Kind<'a> {
     /// Makes the node's driver act: its group is checked first.
     Step(&'a str),
-    /// An agent's heartbeat: sent on if its handler marks it.
-    Heartbeat,
+    /// An agent's call (a heartbeat, its inspection data), which names its node in the
+    /// body or by its MAC: sent on if its handler marks it ([`OtherGroup`]).
+    Agent,
 }
 
 fn kind<'a>(method: &Method, path: &'a str) -> Option<Kind<'a>> {
-    if path.starts_with("/v1/heartbeat") && method == Method::POST {
-        return Some(Kind::Heartbeat);
+    let agent = path.starts_with("/v1/heartbeat") || path == "/v1/continue_inspection";
+    if agent && method == Method::POST {
+        return Some(Kind::Agent);
     }
     let rest = path.strip_prefix("/v1/nodes/")?;
     let (ident, rest) = rest.split_once('/')?;
@@ -119,13 +134,13 @@ pub async fn calls(State(app): State<Arc<App>>, request: Request, next: Next) ->
     let shared = app.conductor.store().records_agents();
     match kind(request.method(), &path) {
         None => next.run(request).await,
-        Some(Kind::Heartbeat) if !shared => next.run(request).await,
-        Some(Kind::Heartbeat) => heartbeat(&app, request, next).await,
+        Some(Kind::Agent) if !shared => next.run(request).await,
+        Some(Kind::Agent) => agent(&app, request, next).await,
         Some(Kind::Step(ident)) => step(&app, ident, request, next).await,
     }
 }
 
-async fn heartbeat(app: &App, request: Request, next: Next) -> Response {
+async fn agent(app: &App, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, super::MAX_BODY).await {
         Ok(body) => body,

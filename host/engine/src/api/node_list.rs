@@ -323,13 +323,14 @@ async fn respond(
         .into_response();
     }
     let permit = turn(&app).await;
-    let app = app.0.clone();
     let shape = Shape {
         version,
         detail,
         fields,
         path,
+        conductors: app.peers.conductors(&app).await,
     };
+    let app = app.0.clone();
     streamed::respond("application/json", Some(permit), move |out| {
         write_list(&app, &q, &shape, out)
     })
@@ -341,6 +342,8 @@ struct Shape {
     detail: bool,
     fields: Option<Vec<String>>,
     path: String,
+    /// Which engine each node's `conductor` names.
+    conductors: crate::conductor_groups::Conductors,
 }
 
 /// Writes `{"nodes": [...], "next": ...}` into `out`, a node at a time. A write that
@@ -371,7 +374,7 @@ fn write_list(app: &App, q: &ListQuery, shape: &Shape, out: &mut Chunks) -> Resu
         };
         let view = NodeView {
             base,
-            conductor: app.conductor.store().conductor_name(),
+            conductor: shape.conductors.of(&node),
             node: &node,
             agent: agent.as_ref(),
             version: shape.version,

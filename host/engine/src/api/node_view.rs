@@ -136,8 +136,8 @@ pub fn shown_state(state: ProvisionState, version: Version) -> Option<ProvisionS
 /// the named ones.
 pub struct NodeView<'a> {
     pub base: &'a str,
-    /// The engine showing the node (`Store::conductor_name`).
-    pub conductor: &'a str,
+    /// The engine the node's calls go to (see [`crate::conductor_groups::Conductors`]).
+    pub conductor: Option<&'a str>,
     pub node: &'a Node,
     /// What the node's agent last said (kept in memory, not written per heartbeat).
     pub agent: Option<&'a AgentSession>,
@@ -339,7 +339,7 @@ mod tests {
         let version = Version(v);
         let view = NodeView {
             base: "http://h:1",
-            conductor: crate::node::CONDUCTOR,
+            conductor: Some(crate::node::CONDUCTOR),
             node,
             agent,
             version,
@@ -399,7 +399,7 @@ mod tests {
         );
         let view = NodeView {
             base: "",
-            conductor: crate::node::CONDUCTOR,
+            conductor: Some(crate::node::CONDUCTOR),
             node: &node,
             agent: None,
             version: Version(1),

@@ -66,6 +66,7 @@ async fn create(
     let given: Vec<String> = new.attrs.keys().cloned().collect();
     settle(&app, new.uuid, &mut new.attrs, &new.instance_info, &given).await?;
     let node = app.conductor.enroll(new, !version.at_least(11)).await?;
+    let conductors = app.peers.conductors(&app).await;
     let base = &app.base();
     let location = format!("{base}/v1/nodes/{}", node.uuid());
     Ok((
@@ -73,7 +74,7 @@ async fn create(
         [(header::LOCATION, location)],
         Json(NodeView {
             base,
-            conductor: app.conductor.store().conductor_name(),
+            conductor: conductors.of(&node),
             node: &node,
             agent: None,
             version,
@@ -96,9 +97,10 @@ async fn show(
         .as_deref()
         .map(|f| node_doc::NODE.fields(f, version))
         .transpose()?;
+    let conductors = app.peers.conductors(&app).await;
     Ok(Json(NodeView {
         base: &app.base(),
-        conductor: app.conductor.store().conductor_name(),
+        conductor: conductors.of(&node),
         node: &node,
         agent: agent.as_ref(),
         version,
@@ -318,9 +320,10 @@ async fn update(
         }
     }
     let agent = app.conductor.agent_view(updated.uuid()).await;
+    let conductors = app.peers.conductors(&app).await;
     Ok(Json(NodeView {
         base: &app.base(),
-        conductor: app.conductor.store().conductor_name(),
+        conductor: conductors.of(&updated),
         node: &updated,
         agent: agent.as_ref(),
         version,

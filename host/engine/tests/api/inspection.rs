@@ -293,6 +293,23 @@ async fn in_band_inspection_waits_takes_the_inventory_and_times_out() {
         );
         assert_eq!(state_of(&s, &node).await, "inspect wait", "changed nothing");
     }
+    // A node of a conductor group this engine does not serve: its inventory is refused
+    // (404) and acts on nothing, as any step of it would be.
+    let path = format!("/v1/nodes/{node}");
+    let group = |name: &str| {
+        let patch = json!([{"op": "replace", "path": "/conductor_group", "value": name}]);
+        s.send(Method::PATCH, &path, patch)
+    };
+    assert_eq!(group("elsewhere").await.status, StatusCode::OK);
+    let other = post(Some("1.84"), data.clone()).await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND, "{:?}", other.body);
+    assert!(
+        other.fault().contains("conductor group"),
+        "{}",
+        other.fault()
+    );
+    assert_eq!(state_of(&s, &node).await, "inspect wait", "changed nothing");
+    assert_eq!(group("").await.status, StatusCode::OK);
     let a = post(Some("1.84"), data).await;
     assert_eq!(a.status, StatusCode::ACCEPTED);
     assert_eq!(a.body["uuid"], node);

@@ -786,6 +786,11 @@ async fn conductor_groups_limit_which_nodes_the_engine_runs_steps_of() {
         .await;
     assert_eq!(moved.status, StatusCode::OK, "{:?}", moved.body);
     assert_eq!(moved.body["conductor_group"], "rack2");
+    assert_eq!(
+        moved.body["conductor"],
+        Value::Null,
+        "no engine serves rack2"
+    );
     let refused = manage().await;
     assert_eq!(refused.status, StatusCode::NOT_FOUND, "{:?}", refused.body);
     assert!(
@@ -819,5 +824,6 @@ async fn conductor_groups_limit_which_nodes_the_engine_runs_steps_of() {
         )
         .await;
     assert_eq!(back.status, StatusCode::OK, "{:?}", back.body);
+    assert_eq!(back.body["conductor"], "deployd");
     assert_eq!(manage().await.status, StatusCode::ACCEPTED);
 }
