@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
 
-use crate::seed_end_to_end::{enroll, enroll_with, flags, state, written};
+use crate::seed_end_to_end::{enroll, enroll_with, flags, history_events, state, written};
 
 /// Three engines on the database at `url`, each with a data directory of its own and the
 /// balancer's url as their public one, and the balancer in front of them.
@@ -139,6 +139,15 @@ fn three_engines_behind_a_balancer_deploy_every_node_through_one_killed_mid_depl
     let killed_url = killed.url.clone();
     killed.kill();
     all_active(api, &nodes, &lab, &sha, &engines, dir.path());
+    // Each agent's image transfer is in its node's history once, though three engines
+    // heard its heartbeats (each saw it start and end).
+    for n in &nodes {
+        let events = history_events(api, n);
+        for milestone in ["Image transfer started", "Image transfer ended"] {
+            let seen = events.iter().filter(|e| e.starts_with(milestone)).count();
+            assert!(seen <= 1, "{milestone} {seen} times: {events:?}");
+        }
+    }
     // The survivors name the killed engine dead once its lease (10 s) lapsed, and
     // themselves alive.
     let port_of = |url: &str| url.rsplit(':').next().unwrap().to_owned();

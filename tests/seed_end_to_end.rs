@@ -95,6 +95,18 @@ pub(crate) fn enroll_with(
     uuid
 }
 
+/// The words of each event in a node's history, oldest first.
+pub(crate) fn history_events(api: &str, node: &str) -> Vec<String> {
+    let url = format!("{api}/v1/nodes/{node}/history?detail=true");
+    let (_, history) = call("GET", &url, None);
+    history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event"].as_str().map(str::to_owned))
+        .collect()
+}
+
 pub(crate) fn state(n: &Value) -> &str {
     n["provision_state"].as_str().unwrap_or("?")
 }
@@ -742,17 +754,7 @@ fn the_history_times_an_image_transfer_when_heartbeats_are_far_apart() {
     let node = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
     provision(&engine.url, &node, "active");
     wait_active(&engine, &node, &[]);
-    let (_, history) = call(
-        "GET",
-        &format!("{}/v1/nodes/{node}/history?detail=true", engine.url),
-        None,
-    );
-    let events: Vec<&str> = history["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["event"].as_str())
-        .collect();
+    let events = history_events(&engine.url, &node);
     let ended = events
         .iter()
         .find(|e| e.starts_with("Image transfer ended"))

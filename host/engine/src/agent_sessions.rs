@@ -14,6 +14,7 @@ use uuid::Uuid;
 use rustls::pki_types::CertificateDer;
 
 use crate::clock::Timestamp;
+use crate::store::history::Transfer;
 use deployd_wire::agent::Progress;
 
 /// Where an agent's command API is: `scheme://host:port`, and nothing else.
@@ -99,14 +100,13 @@ impl AgentSession {
     /// its start (the first report with bytes written) and its end (every byte of a known
     /// length), with the bytes and the rate as the heartbeats saw them. The milestone to
     /// record, if the transfer reached one.
-    fn transfer(&mut self, now: Timestamp) -> Option<String> {
+    fn transfer(&mut self, now: Timestamp) -> Option<Transfer> {
         let progress = self.progress.as_ref()?;
         let (written, total, complete) = (progress.written, progress.total, progress.is_complete());
         match self.transfer_started {
             None if written > 0 => {
                 self.transfer_started = Some(now);
-                let of = total.map(|t| format!(" ({t} bytes)")).unwrap_or_default();
-                Some(format!("Image transfer started{of}"))
+                Some(Transfer::Started { total })
             }
             Some(_) if complete => self.transfer_end(written, now),
             _ => None,
@@ -115,27 +115,21 @@ impl AgentSession {
 
     /// The transfer's end at `now`, after `written` bytes: its milestone, once, and only
     /// after its start was seen.
-    fn transfer_end(&mut self, written: u64, now: Timestamp) -> Option<String> {
+    fn transfer_end(&mut self, written: u64, now: Timestamp) -> Option<Transfer> {
         let started = self.transfer_started.filter(|_| !self.transfer_ended)?;
         self.transfer_ended = true;
         let seconds = now.since(started).as_secs_f64();
-        let rate = written as f64 / seconds.max(0.001) / f64::from(1 << 20);
-        // Heartbeats come a second or more apart: a shorter span is no rate.
-        Some(if seconds < 1.0 {
-            format!("Image transfer ended: {written} bytes, within a heartbeat of its start")
-        } else {
-            format!("Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)")
-        })
+        Some(Transfer::Ended { written, seconds })
     }
 }
 
 /// What a heartbeat moved that belongs in the node's history.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Heard {
     /// It is the first heartbeat of this boot of the agent.
     pub first: bool,
     /// The image transfer's start or end, when this heartbeat's report showed it.
-    pub transfer: Option<String>,
+    pub transfer: Option<Transfer>,
     /// The certificate this heartbeat pinned, first in this process for this boot: its
     /// digest goes to disk.
     pub pinned: Option<String>,
@@ -373,7 +367,7 @@ impl AgentSessions {
     /// The image write's end as the agent's command list told a driver (`bytes`: the
     /// image's length): the milestone to record, if no heartbeat has (with heartbeats a
     /// minute apart, the deploy may go on before the next one reports it).
-    pub fn image_written(&self, node: Uuid, bytes: u64, at: Timestamp) -> Option<String> {
+    pub fn image_written(&self, node: Uuid, bytes: u64, at: Timestamp) -> Option<Transfer> {
         self.lock().get_mut(&node)?.transfer_end(bytes, at)
     }
 
@@ -418,7 +412,10 @@ mod tests {
         let heard = sessions.heartbeat(node, "t", &url, "1", None, report, at(3));
         assert!(heard.transfer.is_some());
         assert_eq!(
-            sessions.image_written(node, 8 << 20, at(7)).as_deref(),
+            sessions
+                .image_written(node, 8 << 20, at(7))
+                .map(|t| t.to_string())
+                .as_deref(),
             Some("Image transfer ended: 8388608 bytes in 4.0 s (2.0 MiB/s)")
         );
         assert_eq!(sessions.image_written(node, 8 << 20, at(9)), None, "once");

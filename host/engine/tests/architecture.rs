@@ -226,6 +226,7 @@ const STORE_WRITES: &[&str] = &[
     "intend",
     "refused",
     "put_document",
+    "transfer_milestone",
     "release_node",
     "announce_drivers",
     "in_place",

@@ -949,3 +949,69 @@ async fn an_engine_claims_sweeps_and_takes_over_only_the_nodes_of_its_conductor_
     mate.claim(held).await.unwrap();
     drop(other);
 }
+
+/// Each engine that hears an agent sees its image transfer start and end in its own
+/// memory; the node's history records each once per boot, whichever engines saw them, and
+/// a new boot's transfer is recorded again.
+#[tokio::test]
+async fn an_image_transfer_is_recorded_once_per_boot_by_whichever_engine_sees_it_first() {
+    use deployd_engine::store::AgentHeard;
+    use deployd_engine::store::history::Transfer;
+    let url = CLUSTER.database();
+    let engines = [engine(&url).await, engine(&url).await];
+    let node = walked(&engines[0], &TO_WAIT_CALL_BACK).await;
+    let notes = || async {
+        let events = engines[0].history_of(node).await.unwrap();
+        let notes: Vec<String> = events
+            .iter()
+            .map(|e| e.event.clone())
+            .filter(|e| e.contains("Image transfer"))
+            .collect();
+        notes
+    };
+    let boot = |id: &str| AgentHeard {
+        boot: Some(id.into()),
+        ..AgentHeard::default()
+    };
+    let started = Transfer::Started {
+        total: Some(8 << 20),
+    };
+    let ended = Transfer::Ended {
+        written: 8 << 20,
+        seconds: 0.0,
+    };
+    engines[0]
+        .touch_heard(node, None, Some(&boot("one")), None)
+        .await
+        .unwrap();
+    for engine in &engines {
+        engine.transfer_milestone(node, &started).await.unwrap();
+    }
+    for engine in &engines {
+        engine.transfer_milestone(node, &ended).await.unwrap();
+    }
+    let once = notes().await;
+    assert_eq!(once.len(), 2, "{once:?}");
+    assert!(
+        once[0].contains("Image transfer started (8388608 bytes)"),
+        "{once:?}"
+    );
+    assert!(
+        once[1].contains("Image transfer ended: 8388608 bytes"),
+        "{once:?}"
+    );
+    // The same boot heard again records nothing more; a new boot's transfer is its own.
+    engines[1]
+        .touch_heard(node, None, Some(&boot("one")), None)
+        .await
+        .unwrap();
+    engines[1].transfer_milestone(node, &started).await.unwrap();
+    assert_eq!(notes().await.len(), 2);
+    engines[1]
+        .touch_heard(node, None, Some(&boot("two")), None)
+        .await
+        .unwrap();
+    engines[1].transfer_milestone(node, &started).await.unwrap();
+    engines[0].transfer_milestone(node, &started).await.unwrap();
+    assert_eq!(notes().await.len(), 3, "{:?}", notes().await);
+}

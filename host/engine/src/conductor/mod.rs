@@ -525,8 +525,8 @@ impl Conductor {
             let note = format!("First heartbeat from agent {version} at {}", url.as_str());
             self.store.milestone(node, note).await?;
         }
-        if let Some(note) = heard.transfer {
-            self.store.milestone(node, note).await?;
+        if let Some(transfer) = heard.transfer {
+            self.store.transfer_milestone(node, &transfer).await?;
         }
         if let Some(digest) = heard.pinned {
             // Beside the token's hash, so a restart keeps the pin (and a flow's end wipes both).

@@ -17,6 +17,45 @@ pub const MAX_EVENTS: usize = 300;
 /// The state machine event a milestone is recorded with.
 pub(crate) const MILESTONE: &str = "milestone";
 
+/// An image transfer's milestone, once per boot of the agent: its start (the first
+/// report with bytes written) and its end.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Transfer {
+    Started {
+        total: Option<u64>,
+    },
+    /// `seconds` after its start, as the engine that saw the start counted them (the
+    /// shared store counts them on the database's clock, from whichever engine's start).
+    Ended {
+        written: u64,
+        seconds: f64,
+    },
+}
+
+/// The milestone's note.
+impl std::fmt::Display for Transfer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Transfer::Started { total: Some(total) } => {
+                write!(f, "Image transfer started ({total} bytes)")
+            }
+            Transfer::Started { total: None } => write!(f, "Image transfer started"),
+            // Heartbeats come a second or more apart: a shorter span is no rate.
+            Transfer::Ended { written, seconds } if seconds < 1.0 => write!(
+                f,
+                "Image transfer ended: {written} bytes, within a heartbeat of its start"
+            ),
+            Transfer::Ended { written, seconds } => {
+                let rate = written as f64 / seconds / f64::from(1 << 20);
+                write!(
+                    f,
+                    "Image transfer ended: {written} bytes in {seconds:.1} s ({rate:.1} MiB/s)"
+                )
+            }
+        }
+    }
+}
+
 /// One history event, as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {

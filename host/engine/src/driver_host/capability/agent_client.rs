@@ -85,13 +85,13 @@ impl HostState {
         listed: &[Value],
     ) -> impl Future<Output = Result<(), CapabilityError>> + Send + 'static {
         let (store, node) = (self.services.store.clone(), self.node);
-        let note = image_written(listed).and_then(|bytes| {
+        let transfer = image_written(listed).and_then(|bytes| {
             let now = store.clock().now();
             self.services.agents.image_written(node, bytes, now)
         });
         async move {
-            if let Some(note) = note {
-                store.milestone(node, note).await?;
+            if let Some(transfer) = transfer {
+                store.transfer_milestone(node, &transfer).await?;
             }
             Ok(())
         }

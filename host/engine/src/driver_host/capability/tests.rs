@@ -252,7 +252,7 @@ async fn last_heartbeat_is_the_agents_own() {
         T0,
     );
     assert_eq!(
-        heard.transfer.as_deref(),
+        heard.transfer.map(|t| t.to_string()).as_deref(),
         Some("Image transfer started (8388608 bytes)")
     );
     let heartbeat = w.heard(node).await.unwrap();

@@ -31,6 +31,21 @@ impl Store {
         }
     }
 
+    /// Records an image transfer's start or end in a node's history, once per boot of its
+    /// agent: on the shared store, where each engine that hears the agent sees the
+    /// transfer start and end, only the first engine to record it does (and an end's
+    /// time is counted on the database's clock from the recorded start).
+    pub async fn transfer_milestone(
+        &self,
+        uuid: Uuid,
+        transfer: &super::history::Transfer,
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sled(s) => s.milestone(uuid, transfer.to_string()),
+            Backend::Shared(s, _) => Box::pin(s.transfer_milestone(uuid, transfer)).await,
+        }
+    }
+
     /// Records a failure in a node's history (an operation that failed outside any flow).
     pub async fn failure(&self, uuid: Uuid, error: String) -> Result<(), StoreError> {
         match &self.backend {

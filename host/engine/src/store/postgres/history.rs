@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::rows::state;
 use super::{SharedStore, db_error};
 use crate::store::StoreError;
-use crate::store::history::{Event, MAX_EVENTS, MILESTONE, Recorded, no_event, shown};
+use crate::store::history::{Event, MAX_EVENTS, MILESTONE, Recorded, Transfer, no_event, shown};
 
 /// How often (in rows, fleet-wide) a node's old rows are deleted.
 const PRUNE_EVERY: i64 = 32;
@@ -23,6 +23,54 @@ pub(super) const COLUMNS: &str =
 impl SharedStore {
     /// Records a milestone (`note`) or a failure outside any flow (`error`) in the state
     /// the node is in now.
+    /// An image transfer's milestone, if no engine recorded it for this boot of the agent
+    /// yet: the node's `agent` record keeps when the transfer started and whether it
+    /// ended (a new boot's first touch drops both), each set by one compare-and-set.
+    pub async fn transfer_milestone(
+        &self,
+        uuid: Uuid,
+        transfer: &Transfer,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let recorded = match *transfer {
+            Transfer::Started { .. } => {
+                client
+                    .query_opt(
+                        "UPDATE nodes SET agent = coalesce(agent, '{}') || jsonb_build_object(
+                         'transfer_started_micros', (extract(epoch FROM now()) * 1000000)::int8)
+                     WHERE uuid = $1 AND NOT coalesce(agent ? 'transfer_started_micros', false)
+                     RETURNING 0::float8",
+                        &[&uuid],
+                    )
+                    .await
+            }
+            Transfer::Ended { .. } => {
+                client
+                    .query_opt(
+                        "UPDATE nodes SET agent = agent || '{\"transfer_ended\": true}'
+                     WHERE uuid = $1 AND agent ? 'transfer_started_micros'
+                       AND NOT agent ? 'transfer_ended'
+                     RETURNING ((extract(epoch FROM now()) * 1000000
+                                - (agent->>'transfer_started_micros')::int8) / 1e6)::float8",
+                        &[&uuid],
+                    )
+                    .await
+            }
+        };
+        let Some(row) = recorded.map_err(db_error)? else {
+            return Ok(());
+        };
+        let note = match *transfer {
+            Transfer::Ended { written, .. } => Transfer::Ended {
+                written,
+                seconds: row.get(0),
+            },
+            ref started => started.clone(),
+        }
+        .to_string();
+        self.in_place(uuid, None, Some(&note)).await
+    }
+
     pub async fn in_place(
         &self,
         uuid: Uuid,

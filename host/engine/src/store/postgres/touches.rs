@@ -223,6 +223,9 @@ static TOUCH: LazyLock<String> = LazyLock::new(|| {
                  CASE WHEN t.moved THEN now() ELSE n.progress_at END
                      + n.stall_ms * interval '1 millisecond'),
              agent = CASE WHEN t.heard IS NULL THEN n.agent
+                 WHEN t.new_boot THEN (coalesce(n.agent, '{{}}') - 'transfer_started_micros'
+                     - 'transfer_ended') || t.heard::jsonb || jsonb_build_object(
+                     'at_micros', (extract(epoch FROM now()) * 1000000)::int8)
                  ELSE coalesce(n.agent, '{{}}') || t.heard::jsonb || jsonb_build_object(
                      'at_micros', (extract(epoch FROM now()) * 1000000)::int8) END,
              owner = CASE WHEN t.claims THEN t.owner ELSE n.owner END,
