@@ -10,7 +10,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::node::Node;
-use crate::store::EngineInfo;
+use crate::store::{EngineInfo, Store};
 
 /// The longest group name Ironic takes.
 const MAX_LEN: usize = 255;
@@ -60,19 +60,15 @@ pub fn engines_for<'a>(
 /// this engine for its own group's nodes; for another group's, the engine its calls are
 /// sent to; none while no engine of the node's group lives.
 pub struct Conductors {
-    me: String,
-    group: String,
+    /// This engine's store, which names it and its group.
+    store: Arc<Store>,
+    /// The other engines on it (none on sled).
     engines: Arc<Vec<EngineInfo>>,
 }
 
 impl Conductors {
-    /// This engine (`me`, of `group`) beside `engines`, the others on its store.
-    pub fn new(me: &str, group: &str, engines: Arc<Vec<EngineInfo>>) -> Conductors {
-        Conductors {
-            me: me.to_owned(),
-            group: group.to_owned(),
-            engines,
-        }
+    pub fn new(store: Arc<Store>, engines: Arc<Vec<EngineInfo>>) -> Conductors {
+        Conductors { store, engines }
     }
 
     pub fn of(&self, node: &Node) -> Option<&str> {
@@ -82,8 +78,8 @@ impl Conductors {
             .get("conductor_group")
             .and_then(serde_json::Value::as_str)
             .unwrap_or("");
-        if group == self.group {
-            return Some(&self.me);
+        if group == self.store.conductor_group() {
+            return Some(self.store.conductor_name());
         }
         let driver = Some(node.body.driver.as_str());
         let fit = engines_for(&self.engines, group, driver, node.uuid());

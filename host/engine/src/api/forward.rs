@@ -81,12 +81,14 @@ impl Peers {
     /// none.
     pub async fn conductors(&self, app: &App) -> conductor_groups::Conductors {
         let store = app.conductor.store();
+        // Sled's one engine has no others: a list shared by every call, none allocated.
+        static NONE: std::sync::LazyLock<Arc<Vec<EngineInfo>>> =
+            std::sync::LazyLock::new(Arc::default);
         let engines = match store.records_agents() {
             true => self.engines(app).await.unwrap_or_default(),
-            false => Arc::default(),
+            false => NONE.clone(),
         };
-        let (me, group) = (store.conductor_name(), store.conductor_group());
-        conductor_groups::Conductors::new(me, group, engines)
+        conductor_groups::Conductors::new(Arc::clone(store), engines)
     }
 
     /// Whether a live engine of `group` runs `driver` (this one, or one on the shared
@@ -128,15 +130,20 @@ fn kind<'a>(method: &Method, path: &'a str) -> Option<Kind<'a>> {
 
 /// The middleware (see the module's doc).
 pub async fn calls(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_owned();
+    // The node's name is copied only for the calls checked before their handler: the
+    // others (a node's GET among them) pass with nothing allocated.
+    let step = match kind(request.method(), request.uri().path()) {
+        None => return next.run(request).await,
+        Some(Kind::Agent) => None,
+        Some(Kind::Step(ident)) => Some(ident.to_owned()),
+    };
     // Where the store keeps what agents said, other engines read it: the shared store,
     // where engines of other groups may be. On sled the one engine hears every agent.
     let shared = app.conductor.store().records_agents();
-    match kind(request.method(), &path) {
+    match step {
+        Some(ident) => self::step(&app, &ident, request, next).await,
+        None if shared => agent(&app, request, next).await,
         None => next.run(request).await,
-        Some(Kind::Agent) if !shared => next.run(request).await,
-        Some(Kind::Agent) => agent(&app, request, next).await,
-        Some(Kind::Step(ident)) => step(&app, ident, request, next).await,
     }
 }
 
