@@ -4,6 +4,10 @@
 //! - openstacksdk's `openstack/tests/functional/baremetal` (the pinned sdist that
 //!   `tests/clients/prepare.sh` unpacks into `target/client-suites/`), through a
 //!   `clouds.yaml` with `auth_type: none` and the engine as the baremetal endpoint.
+//! - python-ironicclient's `ironicclient/tests/functional` (the real `openstack baremetal`
+//!   CLI), through `tests/clients/ironicclient-suite.sh`.
+//! - Ironic's own API suite (ironic-tempest-plugin's `tests/api`), through
+//!   `tests/clients/ironic-api-suite.sh`.
 
 use deployd_test_support::{emulators, processes as support};
 
@@ -96,6 +100,36 @@ pub(crate) fn openstacksdk_suite_passes(dir: &std::path::Path, url: &str) {
     );
     assert_eq!((failed, skipped), (0, 0), "{output}");
     assert!(passed >= 96, "{output}");
+}
+
+/// python-ironicclient 5.8.0's functional suite (109 tests, each starting the real
+/// `openstack baremetal` CLI several times) against the API at `url`: every test passes and
+/// none is skipped, as against Ironic 39.
+pub(crate) fn ironicclient_suite_passes(url: &str) {
+    let root = emulators::repo_root();
+    let out = Command::new(root.join("tests/clients/ironicclient-suite.sh"))
+        .env("DEPLOYD_SUITE_URL", url)
+        .output()
+        .expect("running the suite");
+    // The script prints the totals and the failed tests; stestr's whole report stays in
+    // the file it names.
+    let report = root.join("target/client-suites/ironicclient/last-run.txt");
+    let output = format!(
+        "{}{}\n(stestr's report: {})",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        report.display()
+    );
+    assert!(out.status.success(), "{output}");
+    let (passed, failed, skipped) = (
+        total(&output, "Passed"),
+        total(&output, "Failed"),
+        total(&output, "Skipped"),
+    );
+    eprintln!(
+        "python-ironicclient functional at {url}: {passed} passed, {failed} failed, {skipped} skipped"
+    );
+    assert_eq!((passed, failed, skipped), (109, 0, 0), "{output}");
 }
 
 /// Ironic's own API tests pass on deployd at least this often (of 392; Ironic 39 passes

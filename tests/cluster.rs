@@ -570,3 +570,15 @@ fn openstacksdk_functional_baremetal_suite_passes_through_three_engines() {
     drop(balancer);
     drop(engines);
 }
+
+/// python-ironicclient's own functional suite, unmodified but for its noauth setup guard,
+/// through the balancer in front of three engines on one shared store: each of its CLI
+/// calls may reach another engine than the last, and every test passes.
+#[test]
+fn python_ironicclient_functional_suite_passes_through_three_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engines, balancer) = three_engines(dir.path(), 1800, CLUSTER.database());
+    crate::client_suites::ironicclient_suite_passes(&balancer.url);
+    drop(balancer);
+    drop(engines);
+}

@@ -1,9 +1,39 @@
 #!/usr/bin/env bash
-# Installs what the client-suite tests need into target/: the pinned openstacksdk sdist,
-# unpacked (its functional tests are not in the wheel), and its test runner in
-# target/test-venv. Idempotent; .ci/run calls it.
+# Installs what the client-suite tests need into target/: the pinned sdists of openstacksdk
+# and python-ironicclient, unpacked (their functional tests are not in the wheels), their
+# runners, and Ironic's own API suite. Idempotent; .ci/run calls it.
+#
+#   tests/clients/prepare.sh [ironicclient]   (no argument: every suite)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+# python-ironicclient's functional suite (tests/clients/ironicclient-suite.sh runs it): the
+# CLI, tempest's CLI base and the runner in a venv of their own, the sdist unpacked with the
+# one setup patch the suite needs under noauth (it reads `self.auth_ref`, which nothing
+# defines without Keystone).
+prepare_ironicclient() {
+  local work=target/client-suites/ironicclient
+  local src=$work/python-ironicclient-5.8.0 venv=$work/venv
+  mkdir -p "$work"
+  if [ ! -x "$venv/bin/stestr" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check python-ironicclient==5.8.0 \
+      python-openstackclient tempest stestr ddt fixtures testtools oslotest requests-mock
+  fi
+  if [ ! -d "$src" ]; then
+    "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+      python-ironicclient==5.8.0 -d "$work"
+    tar -xzf "$work/python-ironicclient-5.8.0.tar.gz" -C "$work"
+    sed -i 's/        if not self.auth_ref.project_scoped:/        if getattr(self, "auth_ref", None) is not None and not self.auth_ref.project_scoped:/' \
+      "$src/ironicclient/tests/functional/base.py"
+    # The suite finds the CLI in .tox/<env>/bin.
+    mkdir -p "$src/.tox/functionalpy3"
+    ln -sfn "$PWD/$venv/bin" "$src/.tox/functionalpy3/bin"
+  fi
+}
+prepare_ironicclient
+[ "${1:-}" = ironicclient ] && exit 0
+
 SDK=openstacksdk-4.22.0
 VENV=target/test-venv
 mkdir -p target/client-suites
