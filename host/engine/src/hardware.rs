@@ -118,8 +118,10 @@ pub fn deploy_interface_of(family: Family) -> &'static str {
 /// Why a node's driver or interfaces are not acceptable (Ironic's words).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HardwareError {
+    /// No engine runs this driver; the API words it with the node's conductor group
+    /// ([`crate::conductor_groups::no_valid_host`]).
     #[error(
-        "No valid host was found. Reason: No conductor service registered which supports driver {0} for conductor group \"\"."
+        "No valid host was found. Reason: No conductor service registered which supports driver {0}."
     )]
     UnknownType(String),
     #[error(

@@ -179,10 +179,24 @@ pub fn new_node(body: &[u8], version: Version, hardware: &Hardware) -> Result<Ne
     if new.driver.is_empty() {
         return Err(ApiError::bad_request("Mandatory field missing: 'driver'"));
     }
-    new.interfaces = hardware
-        .resolve(&new.driver, &given)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    new.interfaces = interfaces(hardware, &new.driver, &given, &new.attrs)?;
     Ok(new)
+}
+
+/// A node's interfaces, each default filled in and each given one checked; a driver no
+/// engine runs is refused in Ironic's words, which name the node's conductor group.
+fn interfaces(
+    hardware: &Hardware,
+    driver: &str,
+    given: &Interfaces,
+    attrs: &JsonMap,
+) -> Result<Interfaces, ApiError> {
+    hardware.resolve(driver, given).map_err(|e| match e {
+        hardware::HardwareError::UnknownType(driver) => ApiError::bad_request(
+            crate::conductor_groups::no_valid_host(&driver, conductor_group(attrs)),
+        ),
+        e => ApiError::bad_request(e.to_string()),
+    })
 }
 
 fn map(v: Value) -> JsonMap {
@@ -284,9 +298,7 @@ pub fn write_back(
     if body.attrs.get("protected") != Some(&Value::Bool(true)) {
         body.attrs.remove("protected_reason");
     }
-    body.interfaces = hardware
-        .resolve(&body.driver, &given)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    body.interfaces = interfaces(hardware, &body.driver, &given, &body.attrs)?;
     body.interfaces.extend(kept);
     Ok(())
 }

@@ -770,6 +770,27 @@ async fn conductor_groups_limit_which_nodes_the_engine_runs_steps_of() {
         spaced.fault()
     );
 
+    let unknown = s
+        .send(
+            Method::POST,
+            "/v1/nodes",
+            json!({"driver": "no-such-driver", "conductor_group": "rack1"}),
+        )
+        .await;
+    assert_eq!(
+        unknown.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        unknown.body
+    );
+    assert!(
+        unknown.fault().contains(
+            r#"No conductor service registered which supports driver no-such-driver for conductor group "rack1""#
+        ),
+        "a driver no engine runs is refused naming the node's group: {}",
+        unknown.fault()
+    );
+
     let n = s
         .node(json!({"driver": "fake-hardware", "conductor_group": "RACK1"}))
         .await;
