@@ -48,6 +48,8 @@ enum Os {
     /// The marker OS on a partitioned disk, as a qcow2 (the real `qemu-img`'s), that
     /// also prints its config drive's meta data.
     Qcow2ReadingItsConfigDrive,
+    /// The marker OS as a UEFI disk (a GPT, an EFI system partition), on a UEFI VM.
+    UefiGpt,
 }
 
 /// An engine, a lab with one VM, and its node enrolled (ipxe boot, the ramdisk, the
@@ -82,6 +84,14 @@ impl VmLab {
                 support::to_qcow2(&image, &qcow2);
                 (image, qcow2)
             }
+            Os::UefiGpt => {
+                let image = vm::uefi_image(dir.path(), &kernel, MARKER, 64);
+                (image.clone(), image)
+            }
+        };
+        let firmware = match os {
+            Os::UefiGpt => "uefi",
+            Os::Raw | Os::Qcow2ReadingItsConfigDrive => "bios",
         };
         let sha = sha256_of(&source);
         let port = emulators::free_tcp_port();
@@ -109,7 +119,7 @@ impl VmLab {
         let (engine, lab, provisioning) = match network {
             Network::User => {
                 let engine = Engine::start_on(port, &data, &flags);
-                let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url);
+                let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url, firmware);
                 (engine, lab, None)
             }
             Network::Tap => {
@@ -344,6 +354,70 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_the
     );
     let boots = vm.lab.machine("machine-000")["agent_boots"].clone();
     assert_eq!(boots, json!(2), "two network boots: deploy and clean");
+}
+
+/// A UEFI machine (OVMF, its variables its own): it network-boots the ramdisk through the
+/// UEFI iPXE of its NIC's ROM, is deployed with a GPT image whose EFI system partition
+/// holds the OS (a unified kernel image at the removable-media path), and boots it from
+/// its disk. Told by its BMC to boot from the network once more, the engine's script for
+/// an active node hands it back to its firmware (UEFI has no BIOS drive to `sanboot`),
+/// which boots the disk again.
+#[test]
+fn a_uefi_vm_network_boots_the_ramdisk_is_deployed_a_gpt_image_and_boots_it() {
+    let vm = VmLab::start(120, Network::User, Os::UefiGpt);
+    let active = vm.deploy();
+    assert_eq!(
+        active["provision_state"],
+        "active",
+        "{active}\nconsole:\n{}",
+        vm.console_text()
+    );
+    assert!(
+        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
+        "the VM's disk holds the image"
+    );
+    let booted = vm::wait_console(&vm.console, MARKER, 180);
+    assert!(
+        booted.contains("deployd ramdisk: starting the agent"),
+        "{booted}"
+    );
+    wait_power(&vm, "Off");
+
+    let system = format!(
+        "{}{}",
+        vm.lab.machines[0]["redfish_address"].as_str().unwrap(),
+        vm.lab.machines[0]["redfish_system_id"].as_str().unwrap()
+    );
+    let boot =
+        json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+    let (status, body) = call("PATCH", &system, Some(boot));
+    assert!(status < 300, "{status} {body}");
+    let reset = format!("{system}/Actions/ComputerSystem.Reset");
+    let (status, body) = call("POST", &reset, Some(json!({"ResetType": "On"})));
+    assert!(status < 300, "{status} {body}");
+    let again = vm::wait_console_times(&vm.console, MARKER, 2, 180);
+    let after = &again[again.find(MARKER).unwrap()..];
+    assert!(
+        after.contains(&format!(
+            "node {} is active; booting its local disk",
+            vm.node
+        )),
+        "the second boot went through the engine's script: {after}"
+    );
+}
+
+/// Waits until the lab says the VM's power is `state`.
+fn wait_power(vm: &VmLab, state: &str) {
+    for _ in 0..120 {
+        if vm.lab.machine("machine-000")["power"] == state {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!(
+        "the VM's power is not {state}: {}",
+        vm.lab.machine("machine-000")
+    );
 }
 
 /// The seed in a VM, as `deployd demo --vm` tells it: two VMs network-boot (after

@@ -105,9 +105,12 @@ pub async fn boot_script(server: &BootServer, mac: &str) -> String {
         return ramdisk_script(server, &node, &mac);
     }
     if node.state() == ProvisionState::Active {
-        // As Ironic's template boots a whole-disk image: the first local disk.
+        // As Ironic's template boots a whole-disk image: the first local disk. Under
+        // UEFI iPXE has no BIOS drive to boot: it gives the machine back to its firmware,
+        // which boots its next boot option (the disk).
         return format!(
             "#!ipxe\necho deployd: node {} is active; booting its local disk\n\
+             iseq ${{platform}} efi && exit ||\n\
              sanboot --no-describe --drive 0x80 || exit\n",
             node.uuid()
         );

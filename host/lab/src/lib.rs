@@ -85,6 +85,9 @@ pub struct VmArgs {
     /// Each VM's memory.
     #[arg(long, default_value_t = 512)]
     pub vm_memory_mb: u32,
+    /// Each VM's firmware: `bios` (SeaBIOS) or `uefi` (OVMF, from Debian's `ovmf`).
+    #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
+    pub firmware: vm::Firmware,
     /// Each machine's disk size in bytes (a sparse file); a VM's agent deploys to the
     /// smallest disk of at least 4 GiB, as ironic-python-agent does.
     #[arg(long, default_value_t = 0)]
@@ -109,6 +112,7 @@ impl Default for VmArgs {
             accel: "tcg".into(),
             probe_kernel: None,
             vm_memory_mb: 512,
+            firmware: vm::Firmware::Bios,
             disk_size: 0,
             extra_disk_sizes: Vec::new(),
             taps: Vec::new(),
@@ -131,6 +135,7 @@ impl VmConfig {
             relay,
             memory_mb: args.vm_memory_mb,
             accel,
+            firmware: args.firmware,
         })
     }
 }

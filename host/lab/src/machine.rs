@@ -71,6 +71,8 @@ pub struct Machine {
     pub mac: String,
     pub disk: PathBuf,
     pub console: PathBuf,
+    /// A UEFI VM's variable store (see [`crate::vm::Firmware`]).
+    pub vars: PathBuf,
     /// A VM's network link.
     pub nic: crate::vm::Nic,
     /// A VM's other disks (`<name>.disk1`, `.disk2`, …).
@@ -109,6 +111,7 @@ impl Machine {
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
+            vars: dir.join(format!("{name}.efivars.fd")),
             nic,
             extra_disks: (1..=extra_disks)
                 .map(|i| dir.join(format!("{name}.disk{i}")))
@@ -222,10 +225,12 @@ impl Machine {
             AgentMode::Vm(config) => {
                 let dir = self.disk.parent().unwrap_or(std::path::Path::new("."));
                 let sercon = crate::vm::sercon_file(dir)?;
+                config.firmware.prepare(&self.vars)?;
                 let vm = crate::vm::VmMachine {
                     mac: &self.mac,
                     disk: &self.disk,
                     console: &self.console,
+                    vars: &self.vars,
                     nic: &self.nic,
                     serial: &self.name,
                     extra_disks: &self.extra_disks,

@@ -1,7 +1,8 @@
 //! A tiny operating system to deploy onto a VM and see boot: a raw disk image that boots
 //! on a PC (a FAT filesystem over the whole disk with SYSLINUX in its boot sector, a
 //! kernel, and an initramfs whose init prints a line on the serial console and powers
-//! off). Built with Debian's dosfstools, mtools and syslinux, without mounting anything.
+//! off), or on a UEFI machine (a GPT with an EFI system partition). Built with Debian's
+//! dosfstools, mtools, syslinux and parted, without mounting anything.
 //!
 //! The same marker initramfs, booted straight from QEMU's `-kernel`, is the accelerator
 //! probe ([`crate::vm::probe`]).
@@ -233,5 +234,46 @@ pub fn bootable_partitioned(
         .context("reading /usr/lib/syslinux/mbr/mbr.bin (Debian's syslinux)")?;
     let mut file = std::fs::OpenOptions::new().write(true).open(&image)?;
     std::io::Write::write_all(&mut file, &mbr[..mbr.len().min(440)])?;
+    Ok(image)
+}
+
+/// Builds `dir/os-uefi.img`, `mib` MiB, as UEFI whole-disk images are: a GPT whose one
+/// partition is an EFI system partition holding a unified kernel image of `kernel` and
+/// `initrd` (see [`deployd_ramdisk::uki`]) at the removable-media path
+/// `\EFI\BOOT\BOOTX64.EFI`, which the firmware starts with no boot entry of its own.
+pub fn bootable_uefi(
+    dir: &Path,
+    kernel: &Path,
+    initrd: &[u8],
+    mib: u64,
+) -> anyhow::Result<PathBuf> {
+    let image = empty_disk(&dir.join("os-uefi.img"), mib)?;
+    // The partition leaves the last MiB to the backup GPT.
+    run(Command::new("parted")
+        .arg("-s")
+        .arg(&image)
+        .args(["mklabel", "gpt", "mkpart", "ESP", "fat32", "1MiB"])
+        .arg(format!("{}MiB", mib - 1))
+        .args(["set", "1", "esp", "on"]))?;
+    // Without `--mbr=n` mkfs.vfat writes an MBR of its own over GPT's protective one.
+    run(Command::new("mkfs.vfat")
+        .args(["-n", "ESP", "--mbr=n", "--offset", "2048"])
+        .arg(&image)
+        .arg(((mib - 2) * 1024).to_string()))?;
+    let uki = dir.join("os-uefi.efi");
+    deployd_ramdisk::uki::build(
+        kernel,
+        initrd,
+        "console=ttyS0 panic=-1",
+        "deployd test OS",
+        &uki,
+    )?;
+    let fs = format!("{}@@1M", image.display());
+    run(Command::new("mmd").args(["-i", &fs, "::/EFI", "::/EFI/BOOT"]))?;
+    run(Command::new("mcopy")
+        .args(["-i", &fs])
+        .arg(&uki)
+        .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
+    let _ = std::fs::remove_file(&uki);
     Ok(image)
 }

@@ -15,6 +15,11 @@
 //!   operator's DHCP server (dnsmasq, configured by `deployd boot dnsmasq-config`) hands
 //!   out the boot chain, and the engine reaches the agent at its own address.
 //!
+//! A VM's firmware ([`Firmware`]) is SeaBIOS, QEMU's own, or OVMF (UEFI, Debian's
+//! `ovmf`), whose variables (its boot entries among them) persist in a copy per machine,
+//! `<name>.efivars.fd`, as a real machine's NVRAM does. Under both, iPXE comes from the
+//! NIC's option ROM (Debian's `ipxe-qemu` ROMs carry its BIOS and its UEFI build).
+//!
 //! The firmware, iPXE, the kernel and the deployed OS all write to the serial console,
 //! kept per machine in `<name>.console.log` (appended across boots).
 
@@ -27,6 +32,40 @@ pub const GUEST_ENGINE: &str = "10.0.2.100";
 /// Where the guest's agent listens, forwarded from a host port.
 pub const AGENT_PORT: u16 = 9999;
 
+/// OVMF's code (read-only) and the variable store each machine starts from, as Debian's
+/// `ovmf` installs them (the 4 MiB builds).
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// A VM's firmware.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Firmware {
+    /// SeaBIOS (QEMU's default): a legacy BIOS PC.
+    #[default]
+    Bios,
+    /// OVMF: a UEFI PC, its variables kept per machine.
+    Uefi,
+}
+
+impl Firmware {
+    /// Makes `vars` the machine's variable store if it has none yet (a UEFI machine's
+    /// first power-on), from OVMF's empty one.
+    pub fn prepare(self, vars: &Path) -> std::io::Result<()> {
+        if self == Firmware::Uefi && !vars.exists() {
+            std::fs::copy(OVMF_VARS, vars).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "copying {OVMF_VARS} (Debian's ovmf) to {}: {e}",
+                        vars.display()
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// What every VM of a lab shares.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
@@ -38,6 +77,7 @@ pub struct VmConfig {
     pub memory_mb: u32,
     /// `tcg`, or `kvm` where the operator knows it runs guests.
     pub accel: String,
+    pub firmware: Firmware,
 }
 
 /// A machine's network link.
@@ -75,6 +115,8 @@ pub struct VmMachine<'a> {
     /// Its other disks, after `disk`.
     pub extra_disks: &'a [PathBuf],
     pub console: &'a Path,
+    /// Its UEFI variable store (see [`Firmware::prepare`]); unused under BIOS.
+    pub vars: &'a Path,
     pub nic: &'a Nic,
     /// Boot from the network (`n`) or from the disk (`c`).
     pub network_boot: bool,
@@ -138,14 +180,39 @@ impl VmConfig {
             "-netdev",
             &netdev,
             "-device",
-            &format!("virtio-net-pci,netdev=net0,mac={}", m.mac),
-            "-device",
             "virtio-rng-pci",
-            "-boot",
-            if m.network_boot { "order=n" } else { "order=c" },
         ]
         .map(String::from)
         .to_vec();
+        // SeaBIOS takes `-boot order`; OVMF a `bootindex` per device (the NIC and the
+        // first disk, the one to boot first at 1).
+        let (nic_index, disk_index) = match m.network_boot {
+            true => (",bootindex=1", ",bootindex=2"),
+            false => (",bootindex=2", ",bootindex=1"),
+        };
+        let (nic_index, disk_index) = match self.firmware {
+            Firmware::Bios => {
+                let order = if m.network_boot { "order=n" } else { "order=c" };
+                args.extend(["-boot".into(), order.into()]);
+                ("", "")
+            }
+            Firmware::Uefi => {
+                args.extend([
+                    "-drive".into(),
+                    format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+                    "-drive".into(),
+                    format!(
+                        "if=pflash,format=raw,unit=1,file={}",
+                        q(&m.vars.display().to_string())
+                    ),
+                ]);
+                (nic_index, disk_index)
+            }
+        };
+        args.extend([
+            "-device".into(),
+            format!("virtio-net-pci,netdev=net0,mac={}{nic_index}", m.mac),
+        ]);
         let disks = std::iter::once(m.disk).chain(m.extra_disks.iter().map(PathBuf::as_path));
         for (i, disk) in disks.enumerate() {
             args.push("-drive".into());
@@ -155,8 +222,9 @@ impl VmConfig {
             ));
             args.push("-device".into());
             args.push(format!(
-                "virtio-blk-pci,drive=disk{i},serial={}-disk{i}",
-                q(m.serial)
+                "virtio-blk-pci,drive=disk{i},serial={}-disk{i}{}",
+                q(m.serial),
+                if i == 0 { disk_index } else { "" }
             ));
         }
         args
@@ -322,11 +390,13 @@ mod tests {
             relay: "/opt/deployd,1/deployd".into(),
             memory_mb: 512,
             accel: "tcg".into(),
+            firmware: Firmware::Bios,
         };
         let m = VmMachine {
             mac: "52:54:00:00:00:01",
             disk: Path::new("/tmp/m.disk"),
             console: Path::new("/tmp/m.console.log"),
+            vars: Path::new("/tmp/m.efivars.fd"),
             nic: &Nic::Forwarded(40001),
             serial: "m",
             extra_disks: &[],
@@ -378,6 +448,75 @@ mod tests {
         assert_eq!(
             args.last().unwrap(),
             "virtio-blk-pci,drive=disk2,serial=m-disk2"
+        );
+        assert!(!args.iter().any(|a| a.contains("pflash")), "{args:?}");
+    }
+
+    /// A UEFI machine runs OVMF with its own variable store, and boots first from the
+    /// device its BMC names by `bootindex` (OVMF reads no `-boot order`).
+    #[test]
+    fn a_uefi_vm_runs_ovmf_with_its_own_variables_and_boots_by_bootindex() {
+        let config = VmConfig {
+            qemu: "qemu-system-x86_64".into(),
+            engine: "127.0.0.1:6385".parse().unwrap(),
+            relay: "/opt/deployd".into(),
+            memory_mb: 512,
+            accel: "tcg".into(),
+            firmware: Firmware::Uefi,
+        };
+        let m = VmMachine {
+            mac: "52:54:00:00:00:01",
+            disk: Path::new("/tmp/m.disk"),
+            console: Path::new("/tmp/m.console.log"),
+            vars: Path::new("/tmp/m.efivars.fd"),
+            nic: &Nic::Forwarded(40001),
+            serial: "m",
+            extra_disks: &["/tmp/m.disk1".into()],
+            network_boot: true,
+        };
+        let args = config.args(&m, Path::new("/s"));
+        assert!(!args.iter().any(|a| a == "-boot"), "{args:?}");
+        let has = |want: &str| args.iter().any(|a| a == want);
+        assert!(has(&format!(
+            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+        )));
+        assert!(has("if=pflash,format=raw,unit=1,file=/tmp/m.efivars.fd"));
+        assert!(has(
+            "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,bootindex=1"
+        ));
+        assert!(has("virtio-blk-pci,drive=disk0,serial=m-disk0,bootindex=2"));
+        assert!(has("virtio-blk-pci,drive=disk1,serial=m-disk1"));
+        let args = config.args(
+            &VmMachine {
+                network_boot: false,
+                ..m
+            },
+            Path::new("/s"),
+        );
+        let has = |want: &str| args.iter().any(|a| a == want);
+        assert!(has(
+            "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,bootindex=2"
+        ));
+        assert!(has("virtio-blk-pci,drive=disk0,serial=m-disk0,bootindex=1"));
+    }
+
+    #[test]
+    fn a_uefi_machine_gets_its_variable_store_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = dir.path().join("m.efivars.fd");
+        Firmware::Bios.prepare(&vars).unwrap();
+        assert!(!vars.exists(), "a BIOS machine has none");
+        Firmware::Uefi.prepare(&vars).unwrap();
+        assert_eq!(
+            std::fs::read(&vars).unwrap(),
+            std::fs::read(OVMF_VARS).unwrap()
+        );
+        std::fs::write(&vars, b"what the firmware wrote").unwrap();
+        Firmware::Uefi.prepare(&vars).unwrap();
+        assert_eq!(
+            std::fs::read(&vars).unwrap(),
+            b"what the firmware wrote",
+            "kept"
         );
     }
 }

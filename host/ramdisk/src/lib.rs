@@ -4,6 +4,8 @@
 //! - [`kernel`]: the kernel, from a Debian package unpacked into a cache, or given.
 //! - [`modules`]: the drivers machines and VMs need, with their dependencies in load order.
 //! - [`initramfs`]: the gzip-compressed `newc` cpio archive.
+//! - [`uki`]: a unified kernel image (kernel, initramfs and command line in one UEFI
+//!   executable).
 //!
 //! The init (`init.sh`, busybox's shell) loads the drivers, brings up by DHCP the
 //! interface whose MAC is `BOOTIF`, and runs the agent with what the kernel command line
@@ -15,6 +17,7 @@
 pub mod initramfs;
 pub mod kernel;
 pub mod modules;
+pub mod uki;
 
 use std::path::{Path, PathBuf};
 

@@ -242,15 +242,13 @@ impl Lab {
         Lab::start_with(dir, machines, api_url, &["--throttle", throttle])
     }
 
-    /// One QEMU virtual machine with a 4 GiB disk (`deployd lab --vm`); the engine at
-    /// `api_url` must serve guests at `--public-url http://10.0.2.100:<its port>`.
-    pub fn start_vm(dir: &Path, api_url: &str) -> Lab {
-        Lab::start_with(
-            dir,
-            1,
-            api_url,
-            &["--vm", "--disk-size", &(4u64 << 30).to_string()],
-        )
+    /// One QEMU virtual machine with a 4 GiB disk (`deployd lab --vm`) and `firmware`
+    /// (`bios`, `uefi`); the engine at `api_url` must serve guests at
+    /// `--public-url http://10.0.2.100:<its port>`.
+    pub fn start_vm(dir: &Path, api_url: &str, firmware: &str) -> Lab {
+        let disk = (4u64 << 30).to_string();
+        let extra = ["--vm", "--disk-size", &disk, "--firmware", firmware];
+        Lab::start_with(dir, 1, api_url, &extra)
     }
 
     pub fn start_with(dir: &Path, machines: usize, api_url: &str, extra: &[&str]) -> Lab {

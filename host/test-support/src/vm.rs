@@ -47,6 +47,15 @@ pub fn bootable_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> Path
     deployd_lab::os_image::bootable(dir, kernel, marker, mib, 0).unwrap()
 }
 
+/// [`deployd_lab::os_image::bootable_uefi`]: a GPT whole-disk image of `mib` MiB whose EFI
+/// system partition boots `kernel` on a UEFI PC, which prints `marker` on the serial
+/// console.
+pub fn uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
+    let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
+        .expect("Debian's busybox-static");
+    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib).unwrap()
+}
+
 /// A whole-disk image (an MBR, one FAT partition) of `mib` MiB that boots the kernel of
 /// [`ramdisk`]'s cache on a PC, prints `marker`, then finds its config drive and prints
 /// its `meta_data.json` as `config-2: <json>` (see
@@ -64,15 +73,20 @@ pub fn config_drive_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> 
 
 /// Waits up to `secs` for `text` in a console log; returns the log.
 pub fn wait_console(log: &Path, text: &str, secs: u64) -> String {
+    wait_console_times(log, text, 1, secs)
+}
+
+/// Waits until `text` is on the console `times` times (e.g. once per boot).
+pub fn wait_console_times(log: &Path, text: &str, times: usize, secs: u64) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
         let seen = std::fs::read_to_string(log).unwrap_or_default();
-        if seen.contains(text) {
+        if seen.matches(text).count() >= times {
             return seen;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{text:?} not on the console {} within {secs} s; it shows:\n{}",
+            "{text:?} not {times} times on the console {} within {secs} s; it shows:\n{}",
             log.display(),
             seen.lines()
                 .rev()
