@@ -89,10 +89,9 @@ impl VmLab {
                 (image.clone(), image)
             }
         };
-        let firmware = match os {
-            Os::UefiGpt => "uefi",
-            Os::Raw | Os::Qcow2ReadingItsConfigDrive => "bios",
-        };
+        // Every lab machine starts as a BIOS PC: a UEFI node's machine becomes a UEFI one
+        // only by its BMC being told the node's boot mode.
+        let firmware = "bios";
         let sha = sha256_of(&source);
         let port = emulators::free_tcp_port();
         let guest_engine = match network {
@@ -131,6 +130,16 @@ impl VmLab {
             }
         };
         let machine = lab.machines[0].clone();
+        // A BIOS image's node says so; a UEFI one takes the engine's default (uefi), which
+        // its BMC is told with every boot device.
+        let mut properties = match os {
+            Os::UefiGpt => json!({}),
+            Os::Raw | Os::Qcow2ReadingItsConfigDrive => json!({"capabilities": "boot_mode:bios"}),
+        };
+        // On the tap, the VM's first disk is not the one the agent would pick.
+        if network == Network::Tap {
+            properties["root_device"] = json!({"serial": "machine-000-disk0"});
+        }
         let (status, node) = call(
             "POST",
             &format!("{}/v1/nodes", engine.url),
@@ -146,11 +155,7 @@ impl VmLab {
                     "deploy_ramdisk": ramdisk.display().to_string(),
                     "kernel_append_params": machine["kernel_append_params"],
                 },
-                // On the tap, the VM's first disk is not the one the agent would pick.
-                "properties": match network {
-                    Network::Tap => json!({"root_device": {"serial": "machine-000-disk0"}}),
-                    Network::User => json!({}),
-                },
+                "properties": properties,
                 "instance_info": {
                     "image_source": source.display().to_string(),
                     "image_os_hash_algo": "sha256",
@@ -352,8 +357,17 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_the
         head(&vm.disk, 1 << 20).iter().all(|&b| b == 0),
         "the boot sector and the filesystem's metadata are erased"
     );
-    let boots = vm.lab.machine("machine-000")["agent_boots"].clone();
-    assert_eq!(boots, json!(2), "two network boots: deploy and clean");
+    let machine = vm.lab.machine("machine-000");
+    assert_eq!(
+        machine["agent_boots"],
+        json!(2),
+        "two network boots: deploy and clean"
+    );
+    assert_eq!(
+        machine["boot_mode"], "bios",
+        "the node's boot_mode capability"
+    );
+    assert_eq!(active["boot_mode"], "bios");
 }
 
 /// A UEFI machine (OVMF, its variables its own): it network-boots the ramdisk through the
@@ -381,6 +395,14 @@ fn a_uefi_vm_network_boots_the_ramdisk_is_deployed_a_gpt_image_and_boots_it() {
         booted.contains("deployd ramdisk: starting the agent"),
         "{booted}"
     );
+    // The lab started it as a BIOS PC; the engine told its BMC the node's mode (Ironic's
+    // default, uefi) with the boot device, and it booted OVMF from then on.
+    assert!(
+        booted.contains("BdsDxe"),
+        "OVMF's boot manager ran: {booted}"
+    );
+    assert_eq!(vm.lab.machine("machine-000")["boot_mode"], "uefi");
+    assert_eq!(active["boot_mode"], "uefi", "the node shows its BMC's mode");
     wait_power(&vm, "Off");
 
     let system = format!(

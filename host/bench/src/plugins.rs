@@ -191,7 +191,12 @@ pub fn run_plugins(args: &PluginBench) -> anyhow::Result<()> {
         let dir = bench_dir.path().to_path_buf();
         let (store, _) = Store::open(&dir.join("store"), &StoreConfig::default(), Timeouts::uniform(std::time::Duration::from_secs(1800)), Clock::new())?;
         let store = Arc::new(store);
-        let services = Services::new(store.clone(), Arc::new(AgentSessions::default()), 64);
+        let services = Services::new(
+            store.clone(),
+            Arc::new(AgentSessions::default()),
+            64,
+            Default::default(),
+        );
         let registry = Arc::new(Registry::new(services.clone(), Some(dir.join("compiled")), 64)?);
         let fake = deployd_fixtures::BUNDLED.iter().find(|(n, _)| *n == "fake").expect("fake is bundled").1;
         let driver = registry.load(fake, Limits::default()).await?;

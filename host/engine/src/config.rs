@@ -52,6 +52,11 @@
 //!                                    # (besides the images directory)
 //! allow_md5_checksum = false         # accept MD5 image checksums (Ironic's default: no)
 //!
+//! [deploy]
+//! default_boot_mode = "uefi"         # or "bios": the mode a node boots in when neither its
+//!                                    # instance_info.deploy_boot_mode nor its boot_mode
+//!                                    # capability says (Ironic's default)
+//!
 //! [pxe]
 //! kernel_append_params = "nofb nomodeset vga=normal"   # a ramdisk's kernel parameters
 //!                                    # after ipa-api-url and BOOTIF, for nodes without
@@ -83,8 +88,17 @@ pub struct Config {
     pub conductor: Conductor,
     pub store: Store,
     pub api: Api,
+    pub deploy: Deploy,
     pub pxe: Pxe,
     pub plugins: Plugins,
+}
+
+/// How nodes are deployed (Ironic's `[deploy]`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Deploy {
+    /// See [`crate::boot_mode`].
+    pub default_boot_mode: crate::boot_mode::BootMode,
 }
 
 /// Network boot (`/boot/ipxe…`, see [`crate::boot_server`]).
@@ -243,6 +257,7 @@ impl Default for Config {
             conductor: Conductor::default(),
             store: Store::default(),
             api: Api::default(),
+            deploy: Deploy::default(),
             pxe: Pxe::default(),
             plugins: Plugins::default(),
         }
@@ -382,6 +397,9 @@ pub struct Overrides {
     /// Directory of driver components loaded at start [default: <data-dir>/plugins].
     #[arg(long, env = "DEPLOYD_PLUGINS_DIR")]
     pub plugins_dir: Option<PathBuf>,
+    /// The mode nodes boot in unless their instance or capabilities say [default: uefi].
+    #[arg(long, env = "DEPLOYD_DEFAULT_BOOT_MODE", value_enum)]
+    pub default_boot_mode: Option<crate::boot_mode::BootMode>,
 }
 
 impl Config {
@@ -448,6 +466,7 @@ impl Config {
         config.conductor.conductor_group =
             crate::conductor_groups::normalise(&config.conductor.conductor_group)
                 .map_err(ConfigError::Invalid)?;
+        set(&mut config.deploy.default_boot_mode, o.default_boot_mode);
         set(&mut config.api.max_connections, o.max_connections);
         set(&mut config.api.header_read_timeout, o.header_read_timeout);
         if !o.file_url_allowed_paths.is_empty() {

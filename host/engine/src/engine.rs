@@ -145,7 +145,11 @@ impl Engine {
         let store_for_checkpoints = store.clone();
         let agents = Arc::new(AgentSessions::default());
         let calls = config.plugins.max_concurrent_calls;
-        let services = Services::new(store.clone(), agents.clone(), calls);
+        let backends = crate::driver_host::capability::bmc::Backends {
+            default_boot_mode: config.deploy.default_boot_mode,
+            ..Default::default()
+        };
+        let services = Services::new(store.clone(), agents.clone(), calls, backends);
         let registry = Arc::new(
             Registry::new(services, Some(config.data_dir.join("compiled")), calls)?
                 .compiling_with(config.plugins.compiler.clone()),

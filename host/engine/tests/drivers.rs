@@ -156,6 +156,16 @@ async fn agent_redfish_deploys_through_sushy_tools() {
             }
         })
     };
+    // The machine starts in legacy BIOS mode: the node's mode (Ironic's default, uefi)
+    // must reach the BMC with its boot device.
+    let legacy = json!({"Boot": {"BootSourceOverrideMode": "Legacy"}});
+    let patched = reqwest::Client::new()
+        .patch(&system_url)
+        .json(&legacy)
+        .send()
+        .await
+        .unwrap();
+    assert!(patched.status().is_success(), "{patched:?}");
     let (uuid, api, _) = deploy(&lab, "agent_redfish", deployd_fixtures::AGENT_REDFISH, info).await;
     let commands: Vec<String> = api.list().into_iter().map(|c| c.command_name).collect();
     assert_eq!(commands, ["prepare_image", "sync", "power_off"]);
@@ -178,6 +188,32 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     assert_eq!(system["PowerState"], "On");
     assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Hdd");
     assert_eq!(system["Boot"]["BootSourceOverrideEnabled"], "Continuous");
+    // Ironic's default boot mode, set with the boot device; the node shows it.
+    assert_eq!(system["Boot"]["BootSourceOverrideMode"], "UEFI");
+    let node = lab.store.node(uuid).await.unwrap();
+    assert_eq!(node.body.attrs["boot_mode"], "uefi");
+
+    // The operator's boot mode (PUT …/states/boot_mode) goes to the BMC, and the node
+    // shows what the BMC reports; the next boot device keeps the node's own mode (none
+    // asked: the default) and sets it back.
+    lab.conductor
+        .set_boot_mode(uuid, deployd_engine::boot_mode::BootMode::Bios)
+        .await
+        .unwrap();
+    let read = || async {
+        let system: Value = reqwest::get(&system_url)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        system["Boot"]["BootSourceOverrideMode"].clone()
+    };
+    assert_eq!(read().await, "Legacy");
+    assert_eq!(
+        lab.store.node(uuid).await.unwrap().body.attrs["boot_mode"],
+        "bios"
+    );
 
     // Undeploy with automated_clean off: powered off, no ramdisk, the disk left as it is.
     lab.store

@@ -85,7 +85,9 @@ pub struct VmArgs {
     /// Each VM's memory.
     #[arg(long, default_value_t = 512)]
     pub vm_memory_mb: u32,
-    /// Each VM's firmware: `bios` (SeaBIOS) or `uefi` (OVMF, from Debian's `ovmf`).
+    /// Each machine's boot mode until its BMC is told another (`Boot.BootSourceOverrideMode`),
+    /// and so a VM's firmware at power-on: `bios` (SeaBIOS) or `uefi` (OVMF, from Debian's
+    /// `ovmf`).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Each machine's disk size in bytes (a sparse file); a VM's agent deploys to the
@@ -135,7 +137,6 @@ impl VmConfig {
             relay,
             memory_mb: args.vm_memory_mb,
             accel,
-            firmware: args.firmware,
         })
     }
 }
@@ -211,6 +212,7 @@ impl Lab {
                         0
                     },
                     memory_mb: args.vm.vm_memory_mb,
+                    boot_mode: args.vm.firmware,
                 },
             );
             let disk = std::fs::File::create(&machine.disk)

@@ -14,6 +14,8 @@ use serde::Serialize;
 
 use deployd_agent::AgentArgs;
 
+use crate::vm::Firmware;
+
 /// How a machine's agent runs.
 #[derive(Clone, Debug)]
 pub enum AgentMode {
@@ -42,6 +44,8 @@ pub struct MachineView {
     pub boot: Boot,
     /// "Once" or "Continuous" while an override is set.
     pub boot_override: Option<&'static str>,
+    /// The firmware it powers on with: `Boot.BootSourceOverrideMode`.
+    pub boot_mode: Firmware,
     /// The agent's process id, while one runs as a process.
     pub agent_pid: Option<u32>,
     pub agent_running: bool,
@@ -60,6 +64,8 @@ struct State {
     on: bool,
     boot: Boot,
     once: Option<bool>,
+    /// A VM's firmware at its next power-on.
+    boot_mode: Firmware,
     agent: Option<Running>,
     boots: u32,
     /// Bumped at every power change, so a watcher of an old agent does not act.
@@ -92,6 +98,8 @@ pub struct Spec {
     /// A VM's other disks.
     pub extra_disks: usize,
     pub memory_mb: u32,
+    /// Its boot mode until its BMC is told another.
+    pub boot_mode: Firmware,
 }
 
 impl Machine {
@@ -107,6 +115,7 @@ impl Machine {
         let Spec {
             extra_disks,
             memory_mb,
+            boot_mode,
         } = spec;
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
@@ -132,6 +141,7 @@ impl Machine {
                 on: false,
                 boot: Boot::Hdd,
                 once: None,
+                boot_mode,
                 agent: None,
                 boots: 0,
                 generation: 0,
@@ -166,6 +176,7 @@ impl Machine {
             power: if s.on { "On" } else { "Off" },
             boot: s.boot,
             boot_override: s.once.map(|once| if once { "Once" } else { "Continuous" }),
+            boot_mode: s.boot_mode,
             agent_pid: match &s.agent {
                 Some(Running::Process(c)) if running => c.id(),
                 _ => None,
@@ -180,6 +191,12 @@ impl Machine {
         let mut s = self.lock();
         s.boot = boot;
         s.once = Some(once);
+    }
+
+    /// The firmware of its next power-on, as a real BMC's boot mode applies at the next
+    /// boot.
+    pub fn set_boot_mode(&self, mode: Firmware) {
+        self.lock().boot_mode = mode;
     }
 
     /// Powers on (a no-op when on): a network boot starts the agent.
@@ -199,7 +216,7 @@ impl Machine {
         if boot == Boot::Pxe || vm {
             s.boots += u32::from(boot == Boot::Pxe);
             let generation = s.generation;
-            s.agent = Some(self.start_agent(generation, boot)?);
+            s.agent = Some(self.start_agent(generation, boot, s.boot_mode)?);
         }
         Ok(())
     }
@@ -220,12 +237,17 @@ impl Machine {
         had
     }
 
-    fn start_agent(self: &Arc<Self>, generation: u64, boot: Boot) -> std::io::Result<Running> {
+    fn start_agent(
+        self: &Arc<Self>,
+        generation: u64,
+        boot: Boot,
+        firmware: Firmware,
+    ) -> std::io::Result<Running> {
         match &self.mode {
             AgentMode::Vm(config) => {
                 let dir = self.disk.parent().unwrap_or(std::path::Path::new("."));
                 let sercon = crate::vm::sercon_file(dir)?;
-                config.firmware.prepare(&self.vars)?;
+                firmware.prepare(&self.vars)?;
                 let vm = crate::vm::VmMachine {
                     mac: &self.mac,
                     disk: &self.disk,
@@ -235,6 +257,7 @@ impl Machine {
                     serial: &self.name,
                     extra_disks: &self.extra_disks,
                     network_boot: boot == Boot::Pxe,
+                    firmware,
                 };
                 let log = std::fs::OpenOptions::new()
                     .create(true)

@@ -1,6 +1,7 @@
 //! The lab's BMC: a Redfish service with one `ComputerSystem` per machine, the subset
 //! Ironic's (and deployd's) `redfish` power and boot interfaces use: read the system,
-//! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget`; what the systems
+//! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget` and
+//! `BootSourceOverrideMode` (UEFI or Legacy: a VM's firmware at its next power-on); what the systems
 //! report of their hardware and virtual media is in [`crate::redfish_hardware`]. Plus
 //! `/lab/machines`, not Redfish, for tests and the demo to see and break machines, and
 //! `/lab/requests`: every Redfish request the BMC answered, when and from whom (its
@@ -19,6 +20,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::machine::{Boot, Machine, MachineView};
+use crate::vm::Firmware;
 
 pub type Machines = Arc<BTreeMap<String, Arc<Machine>>>;
 
@@ -151,6 +153,11 @@ fn system_doc(v: &MachineView) -> Value {
             "BootSourceOverrideTarget": target,
             "BootSourceOverrideEnabled": v.boot_override.unwrap_or("Disabled"),
             "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd"],
+            "BootSourceOverrideMode": match v.boot_mode {
+                Firmware::Uefi => "UEFI",
+                Firmware::Bios => "Legacy",
+            },
+            "BootSourceOverrideMode@Redfish.AllowableValues": ["UEFI", "Legacy"],
         },
         "Actions": {"#ComputerSystem.Reset": {
             "target": format!("/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset", v.name),
@@ -192,25 +199,51 @@ async fn patch_system(
     let body = serde_json::from_slice::<Value>(&body)
         .map_err(|_| bad_request("the body is not JSON".into()))?;
     let field = |k: &str| body.pointer(&format!("/Boot/{k}")).and_then(Value::as_str);
+    // Each field is optional, as on a real BMC (sushy sends the ones it sets); everything
+    // is checked before anything changes.
     let boot = match field("BootSourceOverrideTarget") {
-        Some("Pxe") => Boot::Pxe,
-        Some("Hdd") => Boot::Hdd,
-        other => {
+        Some("Pxe") => Some(Boot::Pxe),
+        Some("Hdd") => Some(Boot::Hdd),
+        None => None,
+        Some(other) => {
             return Err(bad_request(format!(
                 "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd"
             )));
         }
     };
     let once = match field("BootSourceOverrideEnabled") {
-        Some("Once") | None => true,
-        Some("Continuous") => false,
+        Some("Once") => Some(true),
+        Some("Continuous") => Some(false),
+        None => None,
         Some(other) => {
             return Err(bad_request(format!(
                 "BootSourceOverrideEnabled {other:?} is not one of Once, Continuous"
             )));
         }
     };
-    machine.set_boot(boot, once);
+    let mode = match field("BootSourceOverrideMode") {
+        Some("UEFI") => Some(Firmware::Uefi),
+        Some("Legacy") => Some(Firmware::Bios),
+        None => None,
+        Some(other) => {
+            return Err(bad_request(format!(
+                "BootSourceOverrideMode {other:?} is not one of UEFI, Legacy"
+            )));
+        }
+    };
+    if boot.is_none() && once.is_none() && mode.is_none() {
+        return Err(bad_request(
+            "the body sets none of Boot.BootSourceOverrideTarget, BootSourceOverrideEnabled, BootSourceOverrideMode".into(),
+        ));
+    }
+    if let Some(mode) = mode {
+        machine.set_boot_mode(mode);
+    }
+    if boot.is_some() || once.is_some() {
+        let view = machine.view();
+        // A target alone is set for once, as before (Ironic always sends both).
+        machine.set_boot(boot.unwrap_or(view.boot), once.unwrap_or(true));
+    }
     Ok(Json(system_doc(&machine.view())))
 }
 

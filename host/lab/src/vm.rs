@@ -38,7 +38,8 @@ pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 /// A VM's firmware.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Firmware {
     /// SeaBIOS (QEMU's default): a legacy BIOS PC.
     #[default]
@@ -77,7 +78,6 @@ pub struct VmConfig {
     pub memory_mb: u32,
     /// `tcg`, or `kvm` where the operator knows it runs guests.
     pub accel: String,
-    pub firmware: Firmware,
 }
 
 /// A machine's network link.
@@ -120,6 +120,8 @@ pub struct VmMachine<'a> {
     pub nic: &'a Nic,
     /// Boot from the network (`n`) or from the disk (`c`).
     pub network_boot: bool,
+    /// Its firmware at this power-on (its BMC's boot mode).
+    pub firmware: Firmware,
 }
 
 impl VmConfig {
@@ -190,7 +192,7 @@ impl VmConfig {
             true => (",bootindex=1", ",bootindex=2"),
             false => (",bootindex=2", ",bootindex=1"),
         };
-        let (nic_index, disk_index) = match self.firmware {
+        let (nic_index, disk_index) = match m.firmware {
             Firmware::Bios => {
                 let order = if m.network_boot { "order=n" } else { "order=c" };
                 args.extend(["-boot".into(), order.into()]);
@@ -390,7 +392,6 @@ mod tests {
             relay: "/opt/deployd,1/deployd".into(),
             memory_mb: 512,
             accel: "tcg".into(),
-            firmware: Firmware::Bios,
         };
         let m = VmMachine {
             mac: "52:54:00:00:00:01",
@@ -401,6 +402,7 @@ mod tests {
             serial: "m",
             extra_disks: &[],
             network_boot: true,
+            firmware: Firmware::Bios,
         };
         let args = config.args(&m, Path::new("/tmp/sercon"));
         let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
@@ -462,7 +464,6 @@ mod tests {
             relay: "/opt/deployd".into(),
             memory_mb: 512,
             accel: "tcg".into(),
-            firmware: Firmware::Uefi,
         };
         let m = VmMachine {
             mac: "52:54:00:00:00:01",
@@ -473,6 +474,7 @@ mod tests {
             serial: "m",
             extra_disks: &["/tmp/m.disk1".into()],
             network_boot: true,
+            firmware: Firmware::Uefi,
         };
         let args = config.args(&m, Path::new("/s"));
         assert!(!args.iter().any(|a| a == "-boot"), "{args:?}");

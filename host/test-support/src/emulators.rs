@@ -7,13 +7,17 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A child process killed when the test ends.
-pub struct Process(std::process::Child);
+/// A child process killed when the test ends, and the directory of its own state, if it
+/// has one (removed after it).
+pub struct Process {
+    child: std::process::Child,
+    _state: Option<tempfile::TempDir>,
+}
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -90,13 +94,21 @@ pub async fn serve(router: axum::Router) -> SocketAddr {
 /// sushy-tools' Redfish emulator with its fake driver: (process, base url, system id).
 pub async fn sushy() -> (Process, String, String) {
     let port = free_tcp_port();
+    // The fake driver keeps its systems in a database under the temporary directory,
+    // shared by every emulator of the machine: each test's has its own, or one test's
+    // changes (a boot mode) would be another's starting state.
+    let state = tempfile::tempdir().expect("a directory for the emulator's state");
     let child = Command::new(venv_bin("sushy-emulator"))
         .args(["--fake", "-i", "127.0.0.1", "-p", &port.to_string()])
+        .env("TMPDIR", state.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("starting sushy-emulator");
-    let process = Process(child);
+    let process = Process {
+        child,
+        _state: Some(state),
+    };
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     for _ in 0..300 {
@@ -126,7 +138,10 @@ pub async fn fakebmc() -> (Process, u16) {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting fakebmc");
-    let process = Process(child);
+    let process = Process {
+        child,
+        _state: None,
+    };
     for _ in 0..100 {
         if ipmitool(port, &["chassis", "power", "status"]).is_some() {
             return (process, port);

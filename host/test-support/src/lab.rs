@@ -34,7 +34,7 @@ pub async fn lab(deploy_timeout: Duration) -> Lab {
     let (store, _) = crate::store::open(&dir, timeouts, &clock);
     let store = Arc::new(store);
     let agents = Arc::new(AgentSessions::default());
-    let services = Services::new(store.clone(), agents.clone(), 16);
+    let services = Services::new(store.clone(), agents.clone(), 16, Default::default());
     let registry =
         Arc::new(Registry::new(services, Some(dir.path().join("compiled")), 16).unwrap());
     let conductor = Conductor::new(

@@ -162,8 +162,9 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
     })
 }
 
-/// The node fields of a VM: Redfish power, network boot by iPXE into the ramdisk, and
-/// the agent writing the image (`direct`), throttled to `throttle` bytes a second.
+/// The node fields of a VM: Redfish power, network boot by iPXE into the ramdisk, the
+/// BIOS boot mode, and the agent writing the image (`direct`), throttled to `throttle`
+/// bytes a second.
 pub fn node_fields(
     vm: &Prepared,
     machine: &deployd_lab::Enrollment,
@@ -182,6 +183,9 @@ pub fn node_fields(
             "deploy_ramdisk": vm.ramdisk.display().to_string(),
             "kernel_append_params": append.trim(),
         },
+        // The demo's image boots by SYSLINUX: its machines boot as BIOS PCs (the BMC is
+        // told so with every boot device; Ironic's default would be UEFI).
+        "properties": {"capabilities": "boot_mode:bios"},
     })
 }
 

@@ -255,7 +255,9 @@ struct Target {
     target: Value,
 }
 
-/// `PUT …/states/boot_mode` with `{"target": "uefi" | "bios"}`: 202, as in Ironic.
+/// `PUT …/states/boot_mode` with `{"target": "uefi" | "bios"}`: 202, as in Ironic. A
+/// Redfish node's BMC is told it (and the node shows what the BMC then reports);
+/// fake-hardware records it.
 async fn set_boot_mode(
     app: State,
     Path(ident): Path<String>,
@@ -264,14 +266,18 @@ async fn set_boot_mode(
     let Target { target } = parse(&body)?;
     let mode = target
         .as_str()
-        .filter(|m| ["uefi", "bios"].contains(m))
+        .and_then(crate::boot_mode::BootMode::parse)
         .ok_or_else(|| {
             ApiError::bad_request(format!("Invalid boot mode {target}; expected uefi or bios"))
-        })?
-        .to_owned();
+        })?;
+    let node = find(&app, &ident).await?;
+    if redfish_management(&node.body) {
+        app.conductor.set_boot_mode(node.uuid(), mode).await?;
+        return Ok(StatusCode::ACCEPTED);
+    }
     edit(&app, &ident, |b| {
         fake_management(b, "changing the boot mode")?;
-        b.attrs.insert("boot_mode".into(), json!(mode));
+        b.attrs.insert("boot_mode".into(), json!(mode.as_str()));
         Ok(())
     })
     .await?;

@@ -1,11 +1,13 @@
-//! What an operator sets on a node's management outside a flow: its next boot device,
-//! through the BMC its power interface names (a no-op for the fake one), and its console,
+//! What an operator sets on a node's management outside a flow: its next boot device and
+//! its boot mode, through the BMC its power interface names (a no-op for the fake one's
+//! device), and its console,
 //! which only fake-hardware's fake console has (it records that it is enabled).
 
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{Conductor, ConductorError};
+use crate::boot_mode::BootMode;
 use crate::driver_host::capability::bindings::deployd::driver::bmc::BootDevice;
 use crate::driver_host::capability::bmc;
 
@@ -50,6 +52,22 @@ impl Conductor {
                 Ok(())
             })
             .await?;
+        Ok(())
+    }
+
+    /// Sets the machine's boot mode through its BMC (`PUT …/states/boot_mode`), under the
+    /// node's claim; the node then shows the mode the BMC reports.
+    pub async fn set_boot_mode(&self, node: Uuid, mode: BootMode) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "set the boot mode").await?;
+        let record = self.store.node(node).await?;
+        let driver = self
+            .driver_for(&record)
+            .await
+            .map_err(|e| ConductorError::Invalid(e.to_string()))?;
+        let services = self.registry.services().clone();
+        bmc::set_boot_mode(&services, node, &driver.description.power, mode)
+            .await
+            .map_err(|e| ConductorError::Hardware(format!("Failed to set boot mode: {e}")))?;
         Ok(())
     }
 

@@ -50,6 +50,7 @@ impl Services {
         store: Arc<Store>,
         agents: Arc<AgentSessions>,
         max_concurrent_calls: u32,
+        bmc: bmc::Backends,
     ) -> Arc<Services> {
         // The engine names itself to BMCs and agents (their logs tell engines apart).
         let user_agent = format!(
@@ -66,7 +67,7 @@ impl Services {
                 .build()
                 .expect("an HTTP client with default TLS-less settings"),
             images: image::ImageJobs::default(),
-            bmc: bmc::Backends::default(),
+            bmc,
             call_slots: tokio::sync::Semaphore::new(max_concurrent_calls.max(1) as usize),
             pinned: Default::default(),
         })

@@ -41,7 +41,12 @@ fn world() -> World {
         clock.clone(),
     )
     .unwrap();
-    let services = Services::new(Arc::new(store), Arc::new(AgentSessions::default()), 4);
+    let services = Services::new(
+        Arc::new(store),
+        Arc::new(AgentSessions::default()),
+        4,
+        super::bmc::Backends::default(),
+    );
     World {
         _dir: dir,
         services,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use super::super::bindings::deployd::driver::bmc::{BootDevice, PowerState};
+use crate::boot_mode::BootMode;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -86,19 +87,64 @@ impl Target {
         }
     }
 
+    /// The boot device, with the boot flags' EFI bit for a UEFI node (IPMI sets the
+    /// mode only with a device, as Ironic's ipmitool interface does).
     pub async fn set_boot_device(
         &self,
         device: BootDevice,
         persistent: bool,
+        mode: BootMode,
     ) -> Result<(), String> {
-        let dev = match device {
-            BootDevice::Pxe => "pxe",
-            BootDevice::Disk => "disk",
-        };
-        let mut args = vec!["chassis", "bootdev", dev];
-        if persistent {
-            args.push("options=persistent");
-        }
+        let args = bootdev_args(device, persistent, mode);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.ipmitool(&args).await.map(|_| ())
+    }
+}
+
+/// `chassis bootdev <device> [options=persistent,efiboot]`.
+fn bootdev_args(device: BootDevice, persistent: bool, mode: BootMode) -> Vec<String> {
+    let dev = match device {
+        BootDevice::Pxe => "pxe",
+        BootDevice::Disk => "disk",
+    };
+    let options: Vec<&str> = [
+        persistent.then_some("persistent"),
+        (mode == BootMode::Uefi).then_some("efiboot"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut args = vec!["chassis".to_owned(), "bootdev".to_owned(), dev.to_owned()];
+    if !options.is_empty() {
+        args.push(format!("options={}", options.join(",")));
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A UEFI node's boot flags carry the EFI bit (pyghmi's fakebmc does not keep it, so
+    /// the command line is what can be checked).
+    #[test]
+    fn a_uefi_boot_device_sets_the_efi_boot_flag() {
+        let args = |d, p, m| bootdev_args(d, p, m).join(" ");
+        assert_eq!(
+            args(BootDevice::Pxe, true, BootMode::Uefi),
+            "chassis bootdev pxe options=persistent,efiboot"
+        );
+        assert_eq!(
+            args(BootDevice::Disk, false, BootMode::Uefi),
+            "chassis bootdev disk options=efiboot"
+        );
+        assert_eq!(
+            args(BootDevice::Disk, true, BootMode::Bios),
+            "chassis bootdev disk options=persistent"
+        );
+        assert_eq!(
+            args(BootDevice::Pxe, false, BootMode::Bios),
+            "chassis bootdev pxe"
+        );
     }
 }

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::bindings::deployd::driver::bmc::{BootDevice, Host, PowerState};
 use super::{CapabilityError, HostState, Services};
+use crate::boot_mode::{self, BootMode};
 use crate::node::JsonMap;
 
 /// Settings of the host's BMC backends.
@@ -26,12 +27,15 @@ use crate::node::JsonMap;
 pub struct Backends {
     /// The ipmitool binary.
     pub ipmitool: PathBuf,
+    /// The mode a node boots in when it does not say (see [`crate::boot_mode`]).
+    pub default_boot_mode: BootMode,
 }
 
 impl Default for Backends {
     fn default() -> Self {
         Backends {
             ipmitool: PathBuf::from("ipmitool"),
+            default_boot_mode: BootMode::default(),
         }
     }
 }
@@ -218,7 +222,9 @@ pub async fn get_power(
     })
 }
 
-/// The device the machine boots from next (once, or every time with `persistent`).
+/// The device the machine boots from next (once, or every time with `persistent`), in
+/// the node's boot mode (see [`crate::boot_mode`]), which the node then shows as the mode
+/// its BMC has (a BMC that shows none, and the fake one, leave it as it was).
 pub async fn set_boot_device(
     services: &Services,
     node: Uuid,
@@ -226,17 +232,74 @@ pub async fn set_boot_device(
     device: BootDevice,
     persistent: bool,
 ) -> Result<(), CapabilityError> {
-    match resolve(services, node, power).await? {
-        Bmc::Fake => {}
+    services.store.may_act(node)?;
+    let record = services.store.node(node).await?;
+    let body = &record.body;
+    let mode = boot_mode::wanted(
+        &body.instance_info,
+        &body.properties,
+        services.bmc.default_boot_mode,
+    );
+    let bmc = Bmc::resolve(power, &body.driver_info, &services.bmc)
+        .map_err(CapabilityError::NotConfigured)?;
+    let now = match bmc {
+        Bmc::Fake => None,
         Bmc::Redfish(t) => t
-            .set_boot_device(&services.http, device, persistent)
+            .set_boot_device(&services.http, device, persistent, mode)
             .await
             .map_err(CapabilityError::Remote)?,
-        Bmc::Ipmi(t) => t
-            .set_boot_device(device, persistent)
-            .await
-            .map_err(CapabilityError::Remote)?,
+        Bmc::Ipmi(t) => {
+            t.set_boot_device(device, persistent, mode)
+                .await
+                .map_err(CapabilityError::Remote)?;
+            Some(mode)
+        }
+    };
+    match now {
+        Some(mode)
+            if body.attrs.get("boot_mode").and_then(Value::as_str) != Some(mode.as_str()) =>
+        {
+            record_boot_mode(services, node, mode).await
+        }
+        _ => Ok(()),
     }
+}
+
+/// Sets the machine's boot mode through its Redfish BMC (`PUT …/states/boot_mode`) and
+/// records the mode the BMC reports afterwards.
+pub async fn set_boot_mode(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    mode: BootMode,
+) -> Result<BootMode, CapabilityError> {
+    let now = match resolve(services, node, power).await? {
+        Bmc::Redfish(t) => t
+            .set_boot_mode(&services.http, mode)
+            .await
+            .map_err(CapabilityError::Remote)?,
+        Bmc::Fake | Bmc::Ipmi(_) => {
+            return Err(CapabilityError::NotConfigured(format!(
+                "the {power} BMC backend sets a boot mode only with a boot device"
+            )));
+        }
+    };
+    record_boot_mode(services, node, now).await?;
+    Ok(now)
+}
+
+async fn record_boot_mode(
+    services: &Services,
+    node: Uuid,
+    mode: BootMode,
+) -> Result<(), CapabilityError> {
+    services
+        .store
+        .update_node(node, |b| {
+            b.attrs.insert("boot_mode".into(), mode.as_str().into());
+            Ok(())
+        })
+        .await?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::super::bindings::deployd::driver::bmc::{BootDevice, PowerState};
+use crate::boot_mode::BootMode;
 
 pub struct Target {
     /// `http(s)://host:port/redfish/v1/Systems/<id>`
@@ -151,21 +152,76 @@ impl Target {
         }
     }
 
+    /// Sets the boot device and, where the BMC shows a boot mode that is not `mode`, the
+    /// mode with it, in one PATCH (as sushy's `set_system_boot_options`). A BMC that shows
+    /// no `BootSourceOverrideMode` has no mode to set. Returns the mode the BMC has now,
+    /// if it shows one.
     pub async fn set_boot_device(
         &self,
         http: &reqwest::Client,
         device: BootDevice,
         persistent: bool,
-    ) -> Result<(), String> {
+        mode: BootMode,
+    ) -> Result<Option<BootMode>, String> {
+        let shown = self.get_boot_mode(http).await?;
         let target = match device {
             BootDevice::Pxe => "Pxe",
             BootDevice::Disk => "Hdd",
         };
         let enabled = if persistent { "Continuous" } else { "Once" };
-        let body = json!({ "Boot": { "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled } });
+        let mut boot =
+            json!({ "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled });
+        if shown.is_some_and(|m| m != mode) {
+            boot["BootSourceOverrideMode"] = json!(redfish_mode(mode));
+        }
+        self.patch_boot(http, boot, "set boot device").await?;
+        Ok(shown.map(|_| mode))
+    }
+
+    /// Sets the boot mode alone (`PUT …/states/boot_mode`) and returns the mode the BMC
+    /// reports afterwards.
+    pub async fn set_boot_mode(
+        &self,
+        http: &reqwest::Client,
+        mode: BootMode,
+    ) -> Result<BootMode, String> {
+        let boot = json!({ "BootSourceOverrideMode": redfish_mode(mode) });
+        self.patch_boot(http, boot, "set boot mode").await?;
+        self.get_boot_mode(http)
+            .await?
+            .ok_or_else(|| "redfish set boot mode: the BMC shows no BootSourceOverrideMode".into())
+    }
+
+    /// The boot mode the BMC shows (`Boot.BootSourceOverrideMode`), if it shows one.
+    pub async fn get_boot_mode(&self, http: &reqwest::Client) -> Result<Option<BootMode>, String> {
+        let system = self.get(http, &self.system, "get boot mode").await?;
+        match system["Boot"]["BootSourceOverrideMode"].as_str() {
+            None => Ok(None),
+            Some("UEFI") => Ok(Some(BootMode::Uefi)),
+            Some("Legacy") => Ok(Some(BootMode::Bios)),
+            Some(other) => Err(format!(
+                "redfish get boot mode: unexpected BootSourceOverrideMode {other:?}"
+            )),
+        }
+    }
+
+    async fn patch_boot(
+        &self,
+        http: &reqwest::Client,
+        boot: Value,
+        what: &str,
+    ) -> Result<(), String> {
         let r = self
             .request(http, reqwest::Method::PATCH, &self.system)
-            .json(&body);
-        self.send(r, "set boot device").await.map(|_| ())
+            .json(&json!({ "Boot": boot }));
+        self.send(r, what).await.map(drop)
+    }
+}
+
+/// Redfish's name of a boot mode.
+fn redfish_mode(mode: BootMode) -> &'static str {
+    match mode {
+        BootMode::Uefi => "UEFI",
+        BootMode::Bios => "Legacy",
     }
 }
