@@ -207,9 +207,12 @@ fn filled_mid_deploy(mount: fn(&Path, u64) -> SmallFs) {
     }
     std::thread::sleep(Duration::from_secs(2));
     let filler = fill(&data);
+    // The keeper tries each second. On a loaded 2-core CI machine the reopen took longer
+    // than 10 s in two runs of about twenty, for a reason not known yet (the engine's log
+    // now says at warn why each try failed): the bound is one of liveness, not speed.
     wait_for(
         "the store reporting itself degraded, opened again for reads",
-        10,
+        30,
         || {
             let state = store_state(&engine.url);
             state["writable"] == false && state["reopened"] == true

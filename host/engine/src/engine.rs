@@ -50,6 +50,8 @@ fn keeper(store: Arc<Store>) -> JoinHandle<()> {
         let mut every = tokio::time::interval(KEEP_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        // Why the last reopen of a degraded store failed: each new reason is logged once.
+        let mut not_reopened = String::new();
         for tick in 0u32.. {
             tokio::select! {
                 _ = every.tick() => {}
@@ -81,7 +83,17 @@ fn keeper(store: Arc<Store>) -> JoinHandle<()> {
                     failing = true;
                     tracing::warn!("the store's checkpoint could not be written: {e}");
                 }
-                Ok(Err(e)) if degraded => tracing::debug!("the store is not reopened yet: {e}"),
+                // Each new reason a degraded store is not opened again is worth seeing: a
+                // store that stays closed refuses reads too.
+                Ok(Err(e)) if degraded => {
+                    let why = e.to_string();
+                    if why != not_reopened {
+                        tracing::warn!(
+                            "the store is not opened again yet (tried each second): {why}"
+                        );
+                        not_reopened = why;
+                    }
+                }
                 _ => {}
             }
         }
@@ -145,8 +157,39 @@ impl Engine {
         let store_for_checkpoints = store.clone();
         let agents = Arc::new(AgentSessions::default());
         let calls = config.plugins.max_concurrent_calls;
+        let public_url = match &config.api.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                if addr.ip().is_unspecified() {
+                    tracing::warn!(
+                        "listening on {addr} without public_url: links and image urls will name {addr}, which clients cannot reach; set api.public_url"
+                    );
+                }
+                format!("http://{addr}")
+            }
+        };
+        let mut images = Images::new(
+            config.images_dir(),
+            public_url.clone(),
+            &config.api.file_url_allowed_paths,
+        )
+        .map_err(anyhow::Error::msg)?;
+        images.allow_md5 = config.api.allow_md5_checksum;
+        images.keep_free =
+            crate::disk_space::floor(config.store.min_free_mb << 20, &config.images_dir());
+        let isos = Arc::new(crate::boot_iso::IsoMaker::new(
+            images.clone(),
+            config.data_dir.join("boot-iso"),
+            config.pxe.kernel_append_params.clone(),
+            config
+                .deploy
+                .external_http_url
+                .clone()
+                .unwrap_or_else(|| public_url.clone()),
+        ));
         let backends = crate::driver_host::capability::bmc::Backends {
             default_boot_mode: config.deploy.default_boot_mode,
+            isos: Some(isos.clone()),
             ..Default::default()
         };
         let services = Services::new(store.clone(), agents.clone(), calls, backends);
@@ -172,26 +215,6 @@ impl Engine {
                 Auth::http_basic(file).map_err(anyhow::Error::msg)?
             }
         };
-        let public_url = match &config.api.public_url {
-            Some(url) => url.trim_end_matches('/').to_owned(),
-            None => {
-                if addr.ip().is_unspecified() {
-                    tracing::warn!(
-                        "listening on {addr} without public_url: links and image urls will name {addr}, which clients cannot reach; set api.public_url"
-                    );
-                }
-                format!("http://{addr}")
-            }
-        };
-        let mut images = Images::new(
-            config.images_dir(),
-            public_url.clone(),
-            &config.api.file_url_allowed_paths,
-        )
-        .map_err(anyhow::Error::msg)?;
-        images.allow_md5 = config.api.allow_md5_checksum;
-        images.keep_free =
-            crate::disk_space::floor(config.store.min_free_mb << 20, &config.images_dir());
         let conductor = Conductor::new(
             store.clone(),
             registry,
@@ -226,6 +249,7 @@ impl Engine {
             store: store.clone(),
             images: images.clone(),
             kernel_append_params: config.pxe.kernel_append_params.clone(),
+            isos,
         });
         let files = crate::image_server::router(images.clone(), store.clone())
             .merge(crate::boot_server::router(boot))

@@ -326,7 +326,10 @@ impl SledStore {
         if !degraded.reopened && degraded.resume.is_none() {
             reserve::release(&self.path);
             if !reserve::has_room(&self.path, reserve::ROOM_TO_REOPEN) {
-                return Ok(FaultStep::Waiting);
+                return Err(StoreError::Unavailable(format!(
+                    "its disk has less than {} MiB free even without its reserve",
+                    reserve::ROOM_TO_REOPEN >> 20
+                )));
             }
             self.open_again()?;
             self.health.set_reopened(true);
