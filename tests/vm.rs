@@ -35,6 +35,10 @@ fn head(path: &Path, len: u64) -> Vec<u8> {
 enum Network {
     /// QEMU's user mode with `restrict=on`: the guest reaches the engine at 10.0.2.100.
     User,
+    /// The same, but its DHCP names no boot file: the node boots its ramdisk from virtual
+    /// media (`redfish-virtual-media`), the ISO the BMC fetches from the engine's
+    /// loopback address (`--external-http-url`).
+    UserVirtualMedia,
     /// A tap in a network namespace the test makes, where the real dnsmasq, configured
     /// by `deployd boot dnsmasq-config`, answers DHCP; the engine and the lab run there.
     Tap,
@@ -95,13 +99,15 @@ impl VmLab {
         let sha = sha256_of(&source);
         let port = emulators::free_tcp_port();
         let guest_engine = match network {
-            Network::User => "10.0.2.100",
+            Network::User | Network::UserVirtualMedia => "10.0.2.100",
             Network::Tap => netns::PROVISIONING,
         };
         let public = format!("http://{guest_engine}:{port}");
         let allowed = format!("--file-url-allowed-path={}", dir.path().display());
         let timeout = deploy_timeout.to_string();
+        let external = format!("--external-http-url=http://127.0.0.1:{port}");
         let flags = [
+            &external,
             "--public-url",
             &public,
             &allowed,
@@ -116,9 +122,13 @@ impl VmLab {
         ];
         let data = dir.path().join("data");
         let (engine, lab, provisioning) = match network {
-            Network::User => {
+            Network::User | Network::UserVirtualMedia => {
                 let engine = Engine::start_on(port, &data, &flags);
-                let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url, firmware);
+                let mut more = vec!["--firmware", firmware];
+                if network == Network::UserVirtualMedia {
+                    more.push("--no-dhcp-boot-file");
+                }
+                let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url, &more);
                 (engine, lab, None)
             }
             Network::Tap => {
@@ -147,7 +157,10 @@ impl VmLab {
                 "name": "vm-1",
                 "driver": "redfish",
                 "deploy_interface": "direct",
-                "boot_interface": "ipxe",
+                "boot_interface": match network {
+                    Network::UserVirtualMedia => "redfish-virtual-media",
+                    Network::User | Network::Tap => "ipxe",
+                },
                 "driver_info": {
                     "redfish_address": machine["redfish_address"],
                     "redfish_system_id": machine["redfish_system_id"],
@@ -426,6 +439,51 @@ fn a_uefi_vm_network_boots_the_ramdisk_is_deployed_a_gpt_image_and_boots_it() {
         )),
         "the second boot went through the engine's script: {after}"
     );
+}
+
+/// Virtual media boot, with no boot options from DHCP: the engine builds the node's ISO
+/// (its ramdisk, BIOS and UEFI El Torito entries), its BMC inserts it and boots the UEFI
+/// VM from its CD (QEMU reads the ISO from the engine over HTTP, as a BMC streams it);
+/// the ramdisk's agent reaches the engine by its kernel parameters, the deploy ends
+/// active with the image on the disk, the CD is ejected and the ISO's url is refused from
+/// then on; the VM boots its disk.
+#[test]
+fn a_uefi_vm_boots_its_ramdisk_from_virtual_media_is_deployed_and_boots_its_disk() {
+    let vm = VmLab::start(120, Network::UserVirtualMedia, Os::UefiGpt);
+    let active = vm.deploy();
+    let console = vm.console_text();
+    assert_eq!(
+        active["provision_state"], "active",
+        "{active}\nconsole:\n{console}"
+    );
+    assert!(
+        !console.contains("iPXE"),
+        "nothing booted from the network: {console}"
+    );
+    assert!(
+        console.contains("deployd ramdisk: starting the agent"),
+        "{console}"
+    );
+    assert!(
+        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
+        "the VM's disk holds the image"
+    );
+    assert_eq!(vm.lab.machine("machine-000")["agent_boots"], json!(1));
+    // The CD was ejected and the token dropped: the ISO's url is refused.
+    let system = format!(
+        "{}{}",
+        vm.lab.machines[0]["redfish_address"].as_str().unwrap(),
+        vm.lab.machines[0]["redfish_system_id"].as_str().unwrap()
+    );
+    let (_, cd) = call("GET", &format!("{system}/VirtualMedia/Cd"), None);
+    assert_eq!(cd["Inserted"], false, "{cd}");
+    assert!(
+        active["driver_internal_info"]
+            .get("deployd_boot_iso_token")
+            .is_none(),
+        "{active}"
+    );
+    vm::wait_console(&vm.console, MARKER, 180);
 }
 
 /// Waits until the lab says the VM's power is `state`.

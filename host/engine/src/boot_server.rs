@@ -28,8 +28,9 @@ use axum::routing::get;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::boot_iso::{self, IsoMaker};
 use crate::image_server::send;
-use crate::images::Images;
+use crate::images::{Images, same_secret};
 use crate::node::{Node, normalize_mac};
 use crate::state_machine::{ProvisionState, runs_ramdisk};
 use crate::store::Store;
@@ -44,6 +45,8 @@ pub struct BootServer {
     pub images: Images,
     /// `[pxe] kernel_append_params`: appended for nodes that set none of their own.
     pub kernel_append_params: String,
+    /// The nodes' virtual media ISOs.
+    pub isos: Arc<IsoMaker>,
 }
 
 pub fn router(server: Arc<BootServer>) -> Router {
@@ -51,6 +54,7 @@ pub fn router(server: Arc<BootServer>) -> Router {
         .route("/boot/ipxe", get(entry))
         .route("/boot/ipxe/{mac}", get(per_mac))
         .route("/boot/{node}/{which}", get(file).head(file))
+        .route("/boot/{node}/iso/{token}", get(iso).head(iso))
         .with_state(server)
 }
 
@@ -127,6 +131,35 @@ fn bootif(mac: &str) -> String {
     format!("01-{}", mac.replace(':', "-"))
 }
 
+/// A ramdisk's kernel parameters, as Ironic's boot interfaces give them: `ipa-api-url`
+/// (the engine at `base`), `BOOTIF` when the machine booted from a known interface, the
+/// inspection collectors when it boots for in-band inspection, then the node's
+/// `kernel_append_params` or the engine's (`default_append`).
+pub fn agent_params(base: &str, node: &Node, mac: Option<&str>, default_append: &str) -> String {
+    let own = node
+        .body
+        .driver_info
+        .get("kernel_append_params")
+        .and_then(Value::as_str);
+    let append = own.unwrap_or(default_append);
+    let mut params = format!("ipa-api-url={base}");
+    if let Some(mac) = mac {
+        let _ = write!(params, " BOOTIF={}", bootif(mac));
+    }
+    // Booted for in-band inspection: the agent posts its inventory first, as Ironic's
+    // agent inspect interface asks of ironic-python-agent.
+    if matches!(
+        node.state(),
+        ProvisionState::InspectWait | ProvisionState::Inspecting
+    ) {
+        params.push_str(" ipa-inspection-collectors=default");
+    }
+    if !append.is_empty() {
+        let _ = write!(params, " {append}");
+    }
+    params
+}
+
 fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
     let base = server.images.base_url.trim_end_matches('/');
     let info = &node.body.driver_info;
@@ -154,15 +187,7 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
         (Ok(k), Ok(r)) => (k, r),
         (Err(e), _) | (_, Err(e)) => return next_device(&e),
     };
-    let own = info.get("kernel_append_params").and_then(Value::as_str);
-    let append = own.unwrap_or(&server.kernel_append_params);
-    // Booted for in-band inspection: the agent posts its inventory first, as Ironic's
-    // agent inspect interface asks of ironic-python-agent.
-    let inspect = match node.state() {
-        crate::state_machine::ProvisionState::InspectWait
-        | crate::state_machine::ProvisionState::Inspecting => " ipa-inspection-collectors=default",
-        _ => "",
-    };
+    let params = agent_params(base, node, Some(mac), &server.kernel_append_params);
     let mut text = String::from("#!ipxe\n");
     let _ = writeln!(
         text,
@@ -173,8 +198,7 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
     let _ = writeln!(text, "imgfree");
     let _ = writeln!(
         text,
-        "kernel {kernel} ipa-api-url={base} BOOTIF={}{inspect} {append} initrd=deploy_ramdisk || goto failed",
-        bootif(mac)
+        "kernel {kernel} {params} initrd=deploy_ramdisk || goto failed"
     );
     let _ = writeln!(
         text,
@@ -203,6 +227,41 @@ async fn file(
     let given = node.body.driver_info.get(&which).and_then(Value::as_str);
     let Some(Ok(path)) = given.and_then(|g| server.images.resolve(g)) else {
         return not_found();
+    };
+    match tokio::fs::File::open(&path).await {
+        Ok(file) => send(file, &headers).await,
+        Err(_) => not_found(),
+    }
+}
+
+/// A node's virtual media ISO (see [`crate::boot_iso`]): only while the node boots its
+/// ramdisk and with the token its BMC was given; built here if this engine has not yet.
+async fn iso(
+    State(server): State<Arc<BootServer>>,
+    Path((node, token)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let not_found = || (StatusCode::NOT_FOUND, "no such boot ISO").into_response();
+    let Ok(uuid) = Uuid::parse_str(&node) else {
+        return not_found();
+    };
+    let Ok(node) = server.store.node(uuid).await else {
+        return not_found();
+    };
+    let held = node.body.driver_internal_info.get(boot_iso::TOKEN);
+    if !held
+        .and_then(Value::as_str)
+        .is_some_and(|t| same_secret(t, &token))
+        || !runs_ramdisk(node.state())
+    {
+        return not_found();
+    }
+    let path = match server.isos.prepare(&node, &token).await {
+        Ok(path) => path,
+        Err(e) => {
+            tracing::warn!(node = %uuid, "the boot ISO could not be built: {e}");
+            return (StatusCode::INTERNAL_SERVER_ERROR, e).into_response();
+        }
     };
     match tokio::fs::File::open(&path).await {
         Ok(file) => send(file, &headers).await,

@@ -56,6 +56,8 @@
 //! default_boot_mode = "uefi"         # or "bios": the mode a node boots in when neither its
 //!                                    # instance_info.deploy_boot_mode nor its boot_mode
 //!                                    # capability says (Ironic's default)
+//! external_http_url = "http://10.1.0.1:6385"  # how BMCs reach the engine (the virtual
+//!                                    # media ISOs they fetch); default the public url
 //!
 //! [pxe]
 //! kernel_append_params = "nofb nomodeset vga=normal"   # a ramdisk's kernel parameters
@@ -99,6 +101,8 @@ pub struct Config {
 pub struct Deploy {
     /// See [`crate::boot_mode`].
     pub default_boot_mode: crate::boot_mode::BootMode,
+    /// The engine's url as BMCs reach it (virtual media ISOs); default the public url.
+    pub external_http_url: Option<String>,
 }
 
 /// Network boot (`/boot/ipxe…`, see [`crate::boot_server`]).
@@ -400,6 +404,9 @@ pub struct Overrides {
     /// The mode nodes boot in unless their instance or capabilities say [default: uefi].
     #[arg(long, env = "DEPLOYD_DEFAULT_BOOT_MODE", value_enum)]
     pub default_boot_mode: Option<crate::boot_mode::BootMode>,
+    /// The engine's url as BMCs reach it, for virtual media ISOs [default: the public url].
+    #[arg(long, env = "DEPLOYD_EXTERNAL_HTTP_URL")]
+    pub external_http_url: Option<String>,
 }
 
 impl Config {
@@ -467,6 +474,9 @@ impl Config {
             crate::conductor_groups::normalise(&config.conductor.conductor_group)
                 .map_err(ConfigError::Invalid)?;
         set(&mut config.deploy.default_boot_mode, o.default_boot_mode);
+        if o.external_http_url.is_some() {
+            config.deploy.external_http_url = o.external_http_url.clone();
+        }
         set(&mut config.api.max_connections, o.max_connections);
         set(&mut config.api.header_read_timeout, o.header_read_timeout);
         if !o.file_url_allowed_paths.is_empty() {

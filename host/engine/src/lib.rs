@@ -26,6 +26,7 @@
 //!   resolved, its format read from its content, a qcow2 served as its raw disk.
 //! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
 //! - [`boot_mode`]: the mode (UEFI or BIOS) a node boots in, as Ironic decides it.
+//! - [`boot_iso`]: the bootable ISO of the `redfish-virtual-media` boot interface.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
 //! - [`conductor_groups`]: which engines run a node's steps, as Ironic's conductor groups.
@@ -42,6 +43,7 @@
 pub mod agent_pinning;
 pub mod agent_sessions;
 pub mod api;
+pub mod boot_iso;
 pub mod boot_mode;
 pub mod boot_server;
 pub mod clock;

@@ -103,6 +103,10 @@ pub struct VmArgs {
     /// hands out the boot chain, and the engine reaches each agent at its own address.
     #[arg(long = "tap", requires = "enabled")]
     pub taps: Vec<String>,
+    /// QEMU's DHCP names no boot file (the engine's script): the VMs' ramdisks boot only
+    /// from virtual media, as on a network where no DHCP server gives boot options.
+    #[arg(long, requires = "enabled")]
+    pub no_dhcp_boot_file: bool,
 }
 
 impl Default for VmArgs {
@@ -118,6 +122,7 @@ impl Default for VmArgs {
             disk_size: 0,
             extra_disk_sizes: Vec::new(),
             taps: Vec::new(),
+            no_dhcp_boot_file: false,
         }
     }
 }
@@ -137,6 +142,7 @@ impl VmConfig {
             relay,
             memory_mb: args.vm_memory_mb,
             accel,
+            dhcp_boot_file: !args.no_dhcp_boot_file,
         })
     }
 }

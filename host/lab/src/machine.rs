@@ -33,6 +33,8 @@ pub enum AgentMode {
 pub enum Boot {
     Pxe,
     Hdd,
+    /// Its virtual CD (the image a BMC's `InsertMedia` put there).
+    Cd,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -199,7 +201,8 @@ impl Machine {
         self.lock().boot_mode = mode;
     }
 
-    /// Powers on (a no-op when on): a network boot starts the agent.
+    /// Powers on (a no-op when on): a network or CD boot starts the agent (a simulated
+    /// machine's ramdisk); a VM boots whatever it boots.
     pub fn power_on(self: &Arc<Self>) -> std::io::Result<()> {
         let mut s = self.lock();
         if s.on {
@@ -213,8 +216,8 @@ impl Machine {
             s.once = None;
         }
         let vm = matches!(self.mode, AgentMode::Vm(_));
-        if boot == Boot::Pxe || vm {
-            s.boots += u32::from(boot == Boot::Pxe);
+        if boot != Boot::Hdd || vm {
+            s.boots += u32::from(boot != Boot::Hdd);
             let generation = s.generation;
             s.agent = Some(self.start_agent(generation, boot, s.boot_mode)?);
         }
@@ -248,6 +251,7 @@ impl Machine {
                 let dir = self.disk.parent().unwrap_or(std::path::Path::new("."));
                 let sercon = crate::vm::sercon_file(dir)?;
                 firmware.prepare(&self.vars)?;
+                let cd = self.media();
                 let vm = crate::vm::VmMachine {
                     mac: &self.mac,
                     disk: &self.disk,
@@ -256,7 +260,8 @@ impl Machine {
                     nic: &self.nic,
                     serial: &self.name,
                     extra_disks: &self.extra_disks,
-                    network_boot: boot == Boot::Pxe,
+                    boot,
+                    cd: cd.as_deref(),
                     firmware,
                 };
                 let log = std::fs::OpenOptions::new()

@@ -143,6 +143,7 @@ fn system_doc(v: &MachineView) -> Value {
     let target = match v.boot {
         Boot::Pxe => "Pxe",
         Boot::Hdd => "Hdd",
+        Boot::Cd => "Cd",
     };
     json!({
         "@odata.id": format!("/redfish/v1/Systems/{}", v.name),
@@ -152,7 +153,7 @@ fn system_doc(v: &MachineView) -> Value {
         "Boot": {
             "BootSourceOverrideTarget": target,
             "BootSourceOverrideEnabled": v.boot_override.unwrap_or("Disabled"),
-            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd"],
+            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd", "Cd"],
             "BootSourceOverrideMode": match v.boot_mode {
                 Firmware::Uefi => "UEFI",
                 Firmware::Bios => "Legacy",
@@ -204,10 +205,11 @@ async fn patch_system(
     let boot = match field("BootSourceOverrideTarget") {
         Some("Pxe") => Some(Boot::Pxe),
         Some("Hdd") => Some(Boot::Hdd),
+        Some("Cd") => Some(Boot::Cd),
         None => None,
         Some(other) => {
             return Err(bad_request(format!(
-                "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd"
+                "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd, Cd"
             )));
         }
     };

@@ -26,6 +26,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::machine::Boot;
+
 /// The engine's address as guests see it: what `--public-url` must name.
 pub const GUEST_ENGINE: &str = "10.0.2.100";
 
@@ -78,6 +80,9 @@ pub struct VmConfig {
     pub memory_mb: u32,
     /// `tcg`, or `kvm` where the operator knows it runs guests.
     pub accel: String,
+    /// Whether QEMU's DHCP names the engine's boot script (`bootfile`); without it a VM
+    /// can boot its ramdisk only from virtual media.
+    pub dhcp_boot_file: bool,
 }
 
 /// A machine's network link.
@@ -118,8 +123,11 @@ pub struct VmMachine<'a> {
     /// Its UEFI variable store (see [`Firmware::prepare`]); unused under BIOS.
     pub vars: &'a Path,
     pub nic: &'a Nic,
-    /// Boot from the network (`n`) or from the disk (`c`).
-    pub network_boot: bool,
+    /// What it boots from at this power-on: the network, its disk, or its CD.
+    pub boot: Boot,
+    /// The image in its virtual CD (an http url QEMU reads as a CD, as a BMC streams
+    /// virtual media), if one is inserted.
+    pub cd: Option<&'a str>,
     /// Its firmware at this power-on (its BMC's boot mode).
     pub firmware: Firmware,
 }
@@ -146,9 +154,12 @@ impl VmConfig {
                     q(&self.relay.display().to_string()),
                     self.engine
                 );
+                let bootfile = match self.dhcp_boot_file {
+                    true => format!("bootfile={},", q(&self.boot_url())),
+                    false => String::new(),
+                };
                 format!(
-                    "user,id=net0,restrict=on,bootfile={},guestfwd=tcp:{GUEST_ENGINE}:{}-{relay},hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}",
-                    q(&self.boot_url()),
+                    "user,id=net0,restrict=on,{bootfile}guestfwd=tcp:{GUEST_ENGINE}:{}-{relay},hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}",
                     self.engine.port(),
                 )
             }
@@ -186,17 +197,25 @@ impl VmConfig {
         ]
         .map(String::from)
         .to_vec();
-        // SeaBIOS takes `-boot order`; OVMF a `bootindex` per device (the NIC and the
-        // first disk, the one to boot first at 1).
-        let (nic_index, disk_index) = match m.network_boot {
-            true => (",bootindex=1", ",bootindex=2"),
-            false => (",bootindex=2", ",bootindex=1"),
+        // SeaBIOS takes `-boot order`; OVMF a `bootindex` per device (the one to boot
+        // first at 1, then the disk, then the rest).
+        let (nic_index, disk_index, cd_index) = match m.boot {
+            Boot::Pxe => (1, 2, 3),
+            Boot::Hdd => (2, 1, 3),
+            Boot::Cd => (3, 2, 1),
         };
-        let (nic_index, disk_index) = match m.firmware {
+        let index = |i: u8| match m.firmware {
+            Firmware::Bios => String::new(),
+            Firmware::Uefi => format!(",bootindex={i}"),
+        };
+        match m.firmware {
             Firmware::Bios => {
-                let order = if m.network_boot { "order=n" } else { "order=c" };
+                let order = match m.boot {
+                    Boot::Pxe => "order=n",
+                    Boot::Hdd => "order=c",
+                    Boot::Cd => "order=d",
+                };
                 args.extend(["-boot".into(), order.into()]);
-                ("", "")
             }
             Firmware::Uefi => {
                 args.extend([
@@ -208,13 +227,32 @@ impl VmConfig {
                         q(&m.vars.display().to_string())
                     ),
                 ]);
-                (nic_index, disk_index)
             }
-        };
+        }
         args.extend([
             "-device".into(),
-            format!("virtio-net-pci,netdev=net0,mac={}{nic_index}", m.mac),
+            format!(
+                "virtio-net-pci,netdev=net0,mac={}{}",
+                m.mac,
+                index(nic_index)
+            ),
         ]);
+        if let Some(url) = m.cd {
+            let driver = if url.starts_with("https://") {
+                "https"
+            } else {
+                "http"
+            };
+            args.extend([
+                "-drive".into(),
+                format!(
+                    "if=none,id=cd0,media=cdrom,readonly=on,file.driver={driver},file.url={}",
+                    q(url)
+                ),
+                "-device".into(),
+                format!("ide-cd,drive=cd0{}", index(cd_index)),
+            ]);
+        }
         let disks = std::iter::once(m.disk).chain(m.extra_disks.iter().map(PathBuf::as_path));
         for (i, disk) in disks.enumerate() {
             args.push("-drive".into());
@@ -226,7 +264,11 @@ impl VmConfig {
             args.push(format!(
                 "virtio-blk-pci,drive=disk{i},serial={}-disk{i}{}",
                 q(m.serial),
-                if i == 0 { disk_index } else { "" }
+                if i == 0 {
+                    index(disk_index)
+                } else {
+                    String::new()
+                }
             ));
         }
         args
@@ -392,6 +434,7 @@ mod tests {
             relay: "/opt/deployd,1/deployd".into(),
             memory_mb: 512,
             accel: "tcg".into(),
+            dhcp_boot_file: true,
         };
         let m = VmMachine {
             mac: "52:54:00:00:00:01",
@@ -401,7 +444,8 @@ mod tests {
             nic: &Nic::Forwarded(40001),
             serial: "m",
             extra_disks: &[],
-            network_boot: true,
+            boot: Boot::Pxe,
+            cd: None,
             firmware: Firmware::Bios,
         };
         let args = config.args(&m, Path::new("/tmp/sercon"));
@@ -433,7 +477,7 @@ mod tests {
             ]
         );
         let disk_boot = VmMachine {
-            network_boot: false,
+            boot: Boot::Hdd,
             ..m
         };
         let args = config.args(&disk_boot, Path::new("/s"));
@@ -464,6 +508,7 @@ mod tests {
             relay: "/opt/deployd".into(),
             memory_mb: 512,
             accel: "tcg".into(),
+            dhcp_boot_file: true,
         };
         let m = VmMachine {
             mac: "52:54:00:00:00:01",
@@ -473,7 +518,8 @@ mod tests {
             nic: &Nic::Forwarded(40001),
             serial: "m",
             extra_disks: &["/tmp/m.disk1".into()],
-            network_boot: true,
+            boot: Boot::Pxe,
+            cd: None,
             firmware: Firmware::Uefi,
         };
         let args = config.args(&m, Path::new("/s"));
@@ -490,7 +536,7 @@ mod tests {
         assert!(has("virtio-blk-pci,drive=disk1,serial=m-disk1"));
         let args = config.args(
             &VmMachine {
-                network_boot: false,
+                boot: Boot::Hdd,
                 ..m
             },
             Path::new("/s"),
@@ -500,6 +546,34 @@ mod tests {
             "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,bootindex=2"
         ));
         assert!(has("virtio-blk-pci,drive=disk0,serial=m-disk0,bootindex=1"));
+        assert!(!args.iter().any(|a| a.contains("cd0")), "no media, no CD");
+
+        // Booted from its virtual CD: QEMU reads the BMC's image over HTTP, first.
+        let args = config.args(
+            &VmMachine {
+                boot: Boot::Cd,
+                cd: Some("http://127.0.0.1:6385/boot/n/iso/t"),
+                ..m
+            },
+            Path::new("/s"),
+        );
+        let has = |want: &str| args.iter().any(|a| a == want);
+        assert!(has(
+            "if=none,id=cd0,media=cdrom,readonly=on,file.driver=http,file.url=http://127.0.0.1:6385/boot/n/iso/t"
+        ));
+        assert!(has("ide-cd,drive=cd0,bootindex=1"), "{args:?}");
+        assert!(has("virtio-blk-pci,drive=disk0,serial=m-disk0,bootindex=2"));
+        assert!(has(
+            "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,bootindex=3"
+        ));
+
+        let no_bootfile = VmConfig {
+            dhcp_boot_file: false,
+            ..config
+        };
+        let args = no_bootfile.args(&m, Path::new("/s"));
+        let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
+        assert!(!netdev.contains("bootfile"), "{netdev}");
     }
 
     #[test]

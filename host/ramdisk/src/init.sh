@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # deployd's ramdisk init: the drivers, the network by DHCP on the interface the machine
-# booted from (BOOTIF), then the agent until it powers the machine off.
+# booted from (BOOTIF; the first one when it booted from virtual media), then the agent
+# until it powers the machine off.
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -38,6 +39,9 @@ while [ -z "$iface" ] && [ $tries -lt 50 ]; do
     done
     [ -n "$iface" ] || { tries=$((tries + 1)); sleep 0.2; }
 done
+# Booted from virtual media there is no BOOTIF: the agent looks its node up by the MAC
+# of the interface it brought up.
+[ -n "$mac" ] || [ -z "$iface" ] || mac=$(cat "/sys/class/net/$iface/address")
 ip link set lo up
 echo "deployd ramdisk: DHCP on ${iface:-no interface} ($mac)"
 ip link set "$iface" up

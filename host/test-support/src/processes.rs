@@ -242,12 +242,13 @@ impl Lab {
         Lab::start_with(dir, machines, api_url, &["--throttle", throttle])
     }
 
-    /// One QEMU virtual machine with a 4 GiB disk (`deployd lab --vm`) and `firmware`
-    /// (`bios`, `uefi`); the engine at `api_url` must serve guests at
+    /// One QEMU virtual machine with a 4 GiB disk (`deployd lab --vm`) and `more` of the
+    /// lab's flags; the engine at `api_url` must serve guests at
     /// `--public-url http://10.0.2.100:<its port>`.
-    pub fn start_vm(dir: &Path, api_url: &str, firmware: &str) -> Lab {
+    pub fn start_vm(dir: &Path, api_url: &str, more: &[&str]) -> Lab {
         let disk = (4u64 << 30).to_string();
-        let extra = ["--vm", "--disk-size", &disk, "--firmware", firmware];
+        let mut extra = vec!["--vm", "--disk-size", &disk];
+        extra.extend(more);
         Lab::start_with(dir, 1, api_url, &extra)
     }
 

@@ -10,6 +10,7 @@ mod ipmitool;
 mod redfish;
 mod redfish_inspect;
 mod redfish_vmedia;
+mod vmedia_boot;
 
 use std::path::PathBuf;
 
@@ -29,6 +30,8 @@ pub struct Backends {
     pub ipmitool: PathBuf,
     /// The mode a node boots in when it does not say (see [`crate::boot_mode`]).
     pub default_boot_mode: BootMode,
+    /// The ISOs of virtual media boot (none: a `redfish-virtual-media` node cannot boot).
+    pub isos: Option<std::sync::Arc<crate::boot_iso::IsoMaker>>,
 }
 
 impl Default for Backends {
@@ -36,6 +39,7 @@ impl Default for Backends {
         Backends {
             ipmitool: PathBuf::from("ipmitool"),
             default_boot_mode: BootMode::default(),
+            isos: None,
         }
     }
 }
@@ -244,6 +248,9 @@ pub async fn set_boot_device(
         .map_err(CapabilityError::NotConfigured)?;
     let now = match bmc {
         Bmc::Fake => None,
+        Bmc::Redfish(t) if vmedia_boot::boots_from_media(&record) => {
+            vmedia_boot::set_boot_device(services, &t, &record, device, persistent, mode).await?
+        }
         Bmc::Redfish(t) => t
             .set_boot_device(&services.http, device, persistent, mode)
             .await

@@ -163,11 +163,22 @@ impl Target {
         persistent: bool,
         mode: BootMode,
     ) -> Result<Option<BootMode>, String> {
-        let shown = self.get_boot_mode(http).await?;
         let target = match device {
             BootDevice::Pxe => "Pxe",
             BootDevice::Disk => "Hdd",
         };
+        self.set_boot_target(http, target, persistent, mode).await
+    }
+
+    /// [`Target::set_boot_device`] with Redfish's own name of the device (`Cd` too).
+    pub async fn set_boot_target(
+        &self,
+        http: &reqwest::Client,
+        target: &str,
+        persistent: bool,
+        mode: BootMode,
+    ) -> Result<Option<BootMode>, String> {
+        let shown = self.get_boot_mode(http).await?;
         let enabled = if persistent { "Continuous" } else { "Once" };
         let mut boot =
             json!({ "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled });
