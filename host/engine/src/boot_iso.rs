@@ -121,7 +121,7 @@ impl IsoMaker {
         let ramdisk = self.local(node, "deploy_ramdisk")?;
         let cmdline = format!(
             "{} boot_method=vmedia",
-            crate::boot_server::agent_params(
+            crate::ramdisk_params::agent_params(
                 &self.images.base_url,
                 node,
                 None,

@@ -32,6 +32,7 @@ use crate::boot_iso::{self, IsoMaker};
 use crate::image_server::send;
 use crate::images::{Images, same_secret};
 use crate::node::{Node, normalize_mac};
+use crate::ramdisk_params;
 use crate::state_machine::{ProvisionState, runs_ramdisk};
 use crate::store::Store;
 
@@ -126,40 +127,6 @@ pub async fn boot_script(server: &BootServer, mac: &str) -> String {
     ))
 }
 
-/// `01-52-54-00-12-34-56`: a MAC as PXELINUX and ironic-python-agent read `BOOTIF`.
-fn bootif(mac: &str) -> String {
-    format!("01-{}", mac.replace(':', "-"))
-}
-
-/// A ramdisk's kernel parameters, as Ironic's boot interfaces give them: `ipa-api-url`
-/// (the engine at `base`), `BOOTIF` when the machine booted from a known interface, the
-/// inspection collectors when it boots for in-band inspection, then the node's
-/// `kernel_append_params` or the engine's (`default_append`).
-pub fn agent_params(base: &str, node: &Node, mac: Option<&str>, default_append: &str) -> String {
-    let own = node
-        .body
-        .driver_info
-        .get("kernel_append_params")
-        .and_then(Value::as_str);
-    let append = own.unwrap_or(default_append);
-    let mut params = format!("ipa-api-url={base}");
-    if let Some(mac) = mac {
-        let _ = write!(params, " BOOTIF={}", bootif(mac));
-    }
-    // Booted for in-band inspection: the agent posts its inventory first, as Ironic's
-    // agent inspect interface asks of ironic-python-agent.
-    if matches!(
-        node.state(),
-        ProvisionState::InspectWait | ProvisionState::Inspecting
-    ) {
-        params.push_str(" ipa-inspection-collectors=default");
-    }
-    if !append.is_empty() {
-        let _ = write!(params, " {append}");
-    }
-    params
-}
-
 fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
     let base = server.images.base_url.trim_end_matches('/');
     let info = &node.body.driver_info;
@@ -187,7 +154,7 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
         (Ok(k), Ok(r)) => (k, r),
         (Err(e), _) | (_, Err(e)) => return next_device(&e),
     };
-    let params = agent_params(base, node, Some(mac), &server.kernel_append_params);
+    let params = ramdisk_params::agent_params(base, node, Some(mac), &server.kernel_append_params);
     let mut text = String::from("#!ipxe\n");
     let _ = writeln!(
         text,
@@ -275,6 +242,9 @@ mod tests {
 
     #[test]
     fn bootif_is_pxelinux_style() {
-        assert_eq!(bootif("52:54:00:12:34:56"), "01-52-54-00-12-34-56");
+        assert_eq!(
+            ramdisk_params::bootif("52:54:00:12:34:56"),
+            "01-52-54-00-12-34-56"
+        );
     }
 }

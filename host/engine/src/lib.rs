@@ -27,6 +27,7 @@
 //! - [`boot_server`]: the iPXE scripts, deploy kernels and ramdisks of network boot.
 //! - [`boot_mode`]: the mode (UEFI or BIOS) a node boots in, as Ironic decides it.
 //! - [`boot_iso`]: the bootable ISO of the `redfish-virtual-media` boot interface.
+//! - [`ramdisk_params`]: the kernel parameters a deploy ramdisk boots with.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
 //! - [`conductor_groups`]: which engines run a node's steps, as Ironic's conductor groups.
@@ -63,6 +64,7 @@ pub mod metrics;
 pub mod node;
 pub mod python_text;
 pub mod raid;
+pub mod ramdisk_params;
 pub mod reservations;
 pub mod state_machine;
 pub mod store;
