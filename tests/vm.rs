@@ -500,8 +500,8 @@ fn wait_power(vm: &VmLab, state: &str) {
     );
 }
 
-/// The seed in a VM, as `deployd demo --vm` tells it: two VMs network-boot (after
-/// KVM is probed), their agents write for longer than `deploy_callback_timeout` (48 MiB
+/// The seed in a VM, as `deployd demo --vm --firmware uefi` tells it: two UEFI VMs
+/// (switched to OVMF by their BMC) network-boot (after KVM is probed), their agents write for longer than `deploy_callback_timeout` (48 MiB
 /// at 1.5 MiB/s, 32 s, past 25 s; the timeout also covers the ramdisk's boot, as in
 /// Ironic), and heartbeats keep the deploy alive to the end; the other VM is killed
 /// (QEMU) mid-write and only the timeout notices. The deployed VM boots its disk.
@@ -510,7 +510,16 @@ fn deployd_demo_vm_deploys_past_the_timeout_times_out_a_killed_vm_and_boots_the_
     let cache = emulators::repo_root().join("target/ramdisk-cache");
     let agent = vm::musl_agent();
     let out = std::process::Command::new(&*support::BIN)
-        .args(["demo", "--vm", "--machines", "2", "--image-mb", "48"])
+        .args([
+            "demo",
+            "--vm",
+            "--firmware",
+            "uefi",
+            "--machines",
+            "2",
+            "--image-mb",
+            "48",
+        ])
         .args(["--throttle", "1536K", "--timeout", "25", "--ramdisk-cache"])
         .arg(&cache)
         .arg("--agent")
@@ -539,6 +548,10 @@ fn deployd_demo_vm_deploys_past_the_timeout_times_out_a_killed_vm_and_boots_the_
     assert!(
         stdout.contains("machine-000  console: deployd demo OS: booted from its own disk"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("a GPT, an EFI system partition, a unified kernel image"),
+        "the UEFI image: {stdout}"
     );
 }
 

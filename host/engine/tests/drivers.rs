@@ -131,6 +131,11 @@ async fn deploy(
     (uuid, api, agent_url)
 }
 
+/// The Redfish system at `url`, as its BMC shows it now.
+async fn system_doc(url: &str) -> Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_redfish_deploys_through_sushy_tools() {
     let lab = lab(Duration::from_secs(60)).await;
@@ -200,16 +205,8 @@ async fn agent_redfish_deploys_through_sushy_tools() {
         .set_boot_mode(uuid, deployd_engine::boot_mode::BootMode::Bios)
         .await
         .unwrap();
-    let read = || async {
-        let system: Value = reqwest::get(&system_url)
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        system["Boot"]["BootSourceOverrideMode"].clone()
-    };
-    assert_eq!(read().await, "Legacy");
+    let mode = system_doc(&system_url).await["Boot"]["BootSourceOverrideMode"].clone();
+    assert_eq!(mode, "Legacy");
     assert_eq!(
         lab.store.node(uuid).await.unwrap().body.attrs["boot_mode"],
         "bios"
@@ -226,13 +223,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
     let image = std::fs::read(api.disk.path()).unwrap();
     lab.conductor.provision(uuid, Verb::Undeploy).await.unwrap();
     lab.settle(uuid, ProvisionState::Available).await;
-    let system: Value = reqwest::get(&system_url)
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(system["PowerState"], "Off");
+    assert_eq!(system_doc(&system_url).await["PowerState"], "Off");
     assert_eq!(api.list().len(), 3, "no agent command: no ramdisk booted");
     assert!(
         std::fs::read(api.disk.path()).unwrap() == image,

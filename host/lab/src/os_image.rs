@@ -240,12 +240,14 @@ pub fn bootable_partitioned(
 /// Builds `dir/os-uefi.img`, `mib` MiB, as UEFI whole-disk images are: a GPT whose one
 /// partition is an EFI system partition holding a unified kernel image of `kernel` and
 /// `initrd` (see [`deployd_ramdisk::uki`]) at the removable-media path
-/// `\EFI\BOOT\BOOTX64.EFI`, which the firmware starts with no boot entry of its own.
+/// `\EFI\BOOT\BOOTX64.EFI`, which the firmware starts with no boot entry of its own; with
+/// a file of `payload` random bytes besides.
 pub fn bootable_uefi(
     dir: &Path,
     kernel: &Path,
     initrd: &[u8],
     mib: u64,
+    payload: u64,
 ) -> anyhow::Result<PathBuf> {
     let image = empty_disk(&dir.join("os-uefi.img"), mib)?;
     // The partition leaves the last MiB to the backup GPT.
@@ -275,5 +277,14 @@ pub fn bootable_uefi(
         .arg(&uki)
         .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
     let _ = std::fs::remove_file(&uki);
+    if payload > 0 {
+        let filler = dir.join("payload-uefi");
+        crate::write_random(&filler, payload)?;
+        run(Command::new("mcopy")
+            .args(["-i", &fs])
+            .arg(&filler)
+            .arg("::/payload"))?;
+        let _ = std::fs::remove_file(&filler);
+    }
     Ok(image)
 }

@@ -426,28 +426,39 @@ pub fn relay(addr: SocketAddr) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_vm_reaches_only_what_is_forwarded() {
-        let config = VmConfig {
+    /// A lab's settings, with this executable at `relay`.
+    fn config(relay: &str) -> VmConfig {
+        VmConfig {
             qemu: "qemu-system-x86_64".into(),
             engine: "127.0.0.1:6385".parse().unwrap(),
-            relay: "/opt/deployd,1/deployd".into(),
+            relay: relay.into(),
             memory_mb: 512,
             accel: "tcg".into(),
             dhcp_boot_file: true,
-        };
-        let m = VmMachine {
+        }
+    }
+
+    /// Machine `m`, network-booting under `firmware`, its NIC forwarded.
+    fn machine(firmware: Firmware) -> VmMachine<'static> {
+        static FORWARDED: Nic = Nic::Forwarded(40001);
+        VmMachine {
             mac: "52:54:00:00:00:01",
             disk: Path::new("/tmp/m.disk"),
             console: Path::new("/tmp/m.console.log"),
             vars: Path::new("/tmp/m.efivars.fd"),
-            nic: &Nic::Forwarded(40001),
+            nic: &FORWARDED,
             serial: "m",
             extra_disks: &[],
             boot: Boot::Pxe,
             cd: None,
-            firmware: Firmware::Bios,
-        };
+            firmware,
+        }
+    }
+
+    #[test]
+    fn a_vm_reaches_only_what_is_forwarded() {
+        let config = config("/opt/deployd,1/deployd");
+        let m = machine(Firmware::Bios);
         let args = config.args(&m, Path::new("/tmp/sercon"));
         let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
         assert!(netdev.contains("restrict=on"), "{netdev}");
@@ -502,25 +513,11 @@ mod tests {
     /// device its BMC names by `bootindex` (OVMF reads no `-boot order`).
     #[test]
     fn a_uefi_vm_runs_ovmf_with_its_own_variables_and_boots_by_bootindex() {
-        let config = VmConfig {
-            qemu: "qemu-system-x86_64".into(),
-            engine: "127.0.0.1:6385".parse().unwrap(),
-            relay: "/opt/deployd".into(),
-            memory_mb: 512,
-            accel: "tcg".into(),
-            dhcp_boot_file: true,
-        };
+        let config = config("/opt/deployd");
+        let extra = [PathBuf::from("/tmp/m.disk1")];
         let m = VmMachine {
-            mac: "52:54:00:00:00:01",
-            disk: Path::new("/tmp/m.disk"),
-            console: Path::new("/tmp/m.console.log"),
-            vars: Path::new("/tmp/m.efivars.fd"),
-            nic: &Nic::Forwarded(40001),
-            serial: "m",
-            extra_disks: &["/tmp/m.disk1".into()],
-            boot: Boot::Pxe,
-            cd: None,
-            firmware: Firmware::Uefi,
+            extra_disks: &extra,
+            ..machine(Firmware::Uefi)
         };
         let args = config.args(&m, Path::new("/s"));
         assert!(!args.iter().any(|a| a == "-boot"), "{args:?}");

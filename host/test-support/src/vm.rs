@@ -53,7 +53,7 @@ pub fn bootable_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> Path
 pub fn uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
     let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
         .expect("Debian's busybox-static");
-    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib).unwrap()
+    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0).unwrap()
 }
 
 /// A whole-disk image (an MBR, one FAT partition) of `mib` MiB that boots the kernel of

@@ -34,10 +34,16 @@ pub struct VmDemoArgs {
     /// `~/.cache/deployd/ramdisk`).
     #[arg(long)]
     pub ramdisk_cache: Option<PathBuf>,
+    /// The machines' boot mode: `bios` (SeaBIOS; the image boots by SYSLINUX) or `uefi`
+    /// (OVMF, from Debian's `ovmf`; the image is a GPT disk whose EFI system partition
+    /// holds the OS). The engine tells each machine's BMC with every boot device.
+    #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
+    pub firmware: vm::Firmware,
 }
 
 /// What the VMs boot and run with.
 pub struct Prepared {
+    pub firmware: vm::Firmware,
     pub kernel: PathBuf,
     pub ramdisk: PathBuf,
     pub image: PathBuf,
@@ -59,7 +65,7 @@ fn on_path(tool: &str) -> bool {
 }
 
 /// Refuses to start, naming every package to install, when a tool is missing.
-fn check_tools() -> anyhow::Result<()> {
+fn check_tools(firmware: vm::Firmware) -> anyhow::Result<()> {
     let mut missing: Vec<&str> = TOOLS
         .iter()
         .chain(deployd_lab::os_image::TOOLS.iter())
@@ -68,6 +74,14 @@ fn check_tools() -> anyhow::Result<()> {
         .collect();
     if !Path::new("/usr/lib/ipxe/qemu/efi-virtio.rom").exists() {
         missing.push("ipxe-qemu");
+    }
+    if firmware == vm::Firmware::Uefi {
+        if !Path::new(vm::OVMF_CODE).exists() {
+            missing.push("ovmf");
+        }
+        if !Path::new(deployd_ramdisk::uki::STUB).exists() {
+            missing.push("systemd-boot-efi");
+        }
     }
     if !missing.is_empty() {
         bail!(
@@ -112,7 +126,7 @@ fn cache(args: &VmDemoArgs) -> PathBuf {
 
 /// The ramdisk, the image of `image_mb` MiB, and the accelerator, in `dir`.
 pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Result<Prepared> {
-    check_tools()?;
+    check_tools(args.firmware)?;
     let build = deployd_ramdisk::BuildArgs {
         out: dir.join("boot"),
         agent: agent(args)?,
@@ -130,15 +144,29 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
         built.kernel_version,
         size as f64 / 1e6
     );
-    let (kernel, out) = (built.kernel.clone(), dir.to_path_buf());
+    let (kernel, out, firmware) = (built.kernel.clone(), dir.to_path_buf(), args.firmware);
     let image = tokio::task::spawn_blocking(move || {
         // Random bytes fill half the disk: a write cut short never equals the image.
-        deployd_lab::os_image::bootable(&out, &kernel, MARKER, image_mb, (image_mb / 2) << 20)
+        let payload = (image_mb / 2) << 20;
+        match firmware {
+            vm::Firmware::Bios => {
+                deployd_lab::os_image::bootable(&out, &kernel, MARKER, image_mb, payload)
+            }
+            vm::Firmware::Uefi => {
+                let initrd =
+                    deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), MARKER)?;
+                deployd_lab::os_image::bootable_uefi(&out, &kernel, &initrd, image_mb, payload)
+            }
+        }
     })
     .await??;
     let sha256 = deployd_lab::disk_sha256(&image)?;
+    let how = match args.firmware {
+        vm::Firmware::Bios => "SYSLINUX",
+        vm::Firmware::Uefi => "a GPT, an EFI system partition, a unified kernel image",
+    };
     println!(
-        "image: {image_mb} MiB, a bootable disk (SYSLINUX, the same kernel, an init that prints a line, {} MiB of random bytes), sha256 {}",
+        "image: {image_mb} MiB, a bootable disk ({how}, the same kernel, an init that prints a line, {} MiB of random bytes), sha256 {}",
         image_mb / 2,
         &sha256[..16]
     );
@@ -154,6 +182,7 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
         None => println!("accelerator: {}", accel.to_uppercase()),
     }
     Ok(Prepared {
+        firmware: args.firmware,
         kernel: built.kernel,
         ramdisk: built.ramdisk,
         image,
@@ -163,7 +192,7 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
 }
 
 /// The node fields of a VM: Redfish power, network boot by iPXE into the ramdisk, the
-/// BIOS boot mode, and the agent writing the image (`direct`), throttled to `throttle`
+/// image's boot mode, and the agent writing the image (`direct`), throttled to `throttle`
 /// bytes a second.
 pub fn node_fields(
     vm: &Prepared,
@@ -183,9 +212,12 @@ pub fn node_fields(
             "deploy_ramdisk": vm.ramdisk.display().to_string(),
             "kernel_append_params": append.trim(),
         },
-        // The demo's image boots by SYSLINUX: its machines boot as BIOS PCs (the BMC is
-        // told so with every boot device; Ironic's default would be UEFI).
-        "properties": {"capabilities": "boot_mode:bios"},
+        // The image's boot mode, which the BMC is told with every boot device (the lab's
+        // machines start as BIOS PCs).
+        "properties": {"capabilities": format!("boot_mode:{}", match vm.firmware {
+            vm::Firmware::Bios => "bios",
+            vm::Firmware::Uefi => "uefi",
+        })},
     })
 }
 

@@ -25,21 +25,11 @@ impl Conductor {
         persistent: bool,
     ) -> Result<(), ConductorError> {
         let _claim = self.claim_for_operator(node, "set the boot device").await?;
-        let record = self.store.node(node).await?;
-        let driver = self
-            .driver_for(&record)
-            .await
-            .map_err(|e| ConductorError::Invalid(e.to_string()))?;
+        let power = self.power_backend(node).await?;
         let services = self.registry.services().clone();
-        bmc::set_boot_device(
-            &services,
-            node,
-            &driver.description.power,
-            device,
-            persistent,
-        )
-        .await
-        .map_err(|e| ConductorError::Hardware(format!("Failed to set boot device: {e}")))?;
+        bmc::set_boot_device(&services, node, &power, device, persistent)
+            .await
+            .map_err(|e| ConductorError::Hardware(format!("Failed to set boot device: {e}")))?;
         let name = match device {
             BootDevice::Pxe => "pxe",
             BootDevice::Disk => "disk",
@@ -59,16 +49,22 @@ impl Conductor {
     /// node's claim; the node then shows the mode the BMC reports.
     pub async fn set_boot_mode(&self, node: Uuid, mode: BootMode) -> Result<(), ConductorError> {
         let _claim = self.claim_for_operator(node, "set the boot mode").await?;
+        let power = self.power_backend(node).await?;
+        let services = self.registry.services().clone();
+        bmc::set_boot_mode(&services, node, &power, mode)
+            .await
+            .map_err(|e| ConductorError::Hardware(format!("Failed to set boot mode: {e}")))?;
+        Ok(())
+    }
+
+    /// The BMC backend the node's driver powers it through (`redfish`, `ipmitool`, `fake`).
+    async fn power_backend(&self, node: Uuid) -> Result<String, ConductorError> {
         let record = self.store.node(node).await?;
         let driver = self
             .driver_for(&record)
             .await
             .map_err(|e| ConductorError::Invalid(e.to_string()))?;
-        let services = self.registry.services().clone();
-        bmc::set_boot_mode(&services, node, &driver.description.power, mode)
-            .await
-            .map_err(|e| ConductorError::Hardware(format!("Failed to set boot mode: {e}")))?;
-        Ok(())
+        Ok(driver.description.power.clone())
     }
 
     /// Enables or disables the node's console, under its claim.
