@@ -276,6 +276,12 @@ async fn set_boot_mode(
         return Ok(StatusCode::ACCEPTED);
     }
     edit(&app, &ident, |b| {
+        if b.interfaces.get("management").map(String::as_str) == Some("ipmitool") {
+            return Err(ApiError::bad_request(format!(
+                "Node {}: IPMI sets a boot mode only with a boot device: set the node's boot_mode capability (or instance_info.deploy_boot_mode), which its BMC is told with every boot device.",
+                b.uuid
+            )));
+        }
         fake_management(b, "changing the boot mode")?;
         b.attrs.insert("boot_mode".into(), json!(mode.as_str()));
         Ok(())

@@ -563,9 +563,14 @@ async fn virtual_media_and_boot_mode_on_fake_hardware_and_a_clear_no_elsewhere()
         set(&fake, "boot_mode", json!("dos")).await.status,
         StatusCode::BAD_REQUEST
     );
-    assert_eq!(
-        set(&ipmi, "boot_mode", json!("uefi")).await.status,
-        StatusCode::BAD_REQUEST
+    let refused = set(&ipmi, "boot_mode", json!("uefi")).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused
+            .fault()
+            .contains("IPMI sets a boot mode only with a boot device"),
+        "{}",
+        refused.fault()
     );
     let states = ok(&s, Method::GET, "/v1/nodes/f/states", "1.75", None).await;
     assert_eq!(
