@@ -42,6 +42,9 @@ enum Network {
     /// A tap in a network namespace the test makes, where the real dnsmasq, configured
     /// by `deployd boot dnsmasq-config`, answers DHCP; the engine and the lab run there.
     Tap,
+    /// The same with a NIC without iPXE in its ROM: the firmware's own PXE gets iPXE from
+    /// dnsmasq by TFTP first.
+    TapWithoutNicRom,
 }
 
 /// What is deployed.
@@ -100,7 +103,7 @@ impl VmLab {
         let port = emulators::free_tcp_port();
         let guest_engine = match network {
             Network::User | Network::UserVirtualMedia => "10.0.2.100",
-            Network::Tap => netns::PROVISIONING,
+            Network::Tap | Network::TapWithoutNicRom => netns::PROVISIONING,
         };
         let public = format!("http://{guest_engine}:{port}");
         let allowed = format!("--file-url-allowed-path={}", dir.path().display());
@@ -131,11 +134,15 @@ impl VmLab {
                 let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url, &more);
                 (engine, lab, None)
             }
-            Network::Tap => {
+            Network::Tap | Network::TapWithoutNicRom => {
                 let ns = netns::Netns::create();
                 let dnsmasq = ns.dnsmasq(&dnsmasq_config(dir.path(), &public, &ns.tap), dir.path());
                 let engine = Engine::start_in(&ns, port, &data, &flags);
-                let lab = Lab::start_vm_in(&ns, &dir.path().join("lab"), &public);
+                let more: &[&str] = match network {
+                    Network::TapWithoutNicRom => &["--no-nic-rom"],
+                    _ => &[],
+                };
+                let lab = Lab::start_vm_in(&ns, &dir.path().join("lab"), &public, more);
                 (engine, lab, Some((dnsmasq, ns)))
             }
         };
@@ -147,7 +154,7 @@ impl VmLab {
             Os::Raw | Os::Qcow2ReadingItsConfigDrive => json!({"capabilities": "boot_mode:bios"}),
         };
         // On the tap, the VM's first disk is not the one the agent would pick.
-        if network == Network::Tap {
+        if matches!(network, Network::Tap | Network::TapWithoutNicRom) {
             properties["root_device"] = json!({"serial": "machine-000-disk0"});
         }
         let (status, node) = call(
@@ -159,7 +166,7 @@ impl VmLab {
                 "deploy_interface": "direct",
                 "boot_interface": match network {
                     Network::UserVirtualMedia => "redfish-virtual-media",
-                    Network::User | Network::Tap => "ipxe",
+                    Network::User | Network::Tap | Network::TapWithoutNicRom => "ipxe",
                 },
                 "driver_info": {
                     "redfish_address": machine["redfish_address"],
@@ -665,5 +672,25 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
         active["driver_internal_info"]["scratch"]["root_device"]["name"], "/dev/vda",
         "the chosen disk is on the node's record"
     );
+    vm::wait_console(&vm.console, MARKER, 180);
+}
+
+/// UEFI firmware with no iPXE of its own, as many servers' NICs: OVMF's PXE asks the real
+/// dnsmasq (`deployd boot dnsmasq-config`), which hands it Debian's `snponly.efi` by TFTP
+/// (client architecture 7); that iPXE gets the engine's script over HTTP, the ramdisk is
+/// deployed to the disk the hints name, and the disk boots.
+#[test]
+fn a_uefi_vm_without_ipxe_gets_it_by_tftp_from_dnsmasq_and_boots_its_disk() {
+    let vm = VmLab::start(120, Network::TapWithoutNicRom, Os::UefiGpt);
+    let active = vm.deploy();
+    let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
+    let log = dnsmasq.log_text();
+    assert_eq!(
+        active["provision_state"],
+        "active",
+        "{active}\nconsole:\n{}\ndnsmasq:\n{log}",
+        vm.console_text()
+    );
+    assert!(log.contains("snponly.efi"), "iPXE went out by TFTP: {log}");
     vm::wait_console(&vm.console, MARKER, 180);
 }

@@ -107,6 +107,10 @@ pub struct VmArgs {
     /// from virtual media, as on a network where no DHCP server gives boot options.
     #[arg(long, requires = "enabled")]
     pub no_dhcp_boot_file: bool,
+    /// The VMs' NICs carry no iPXE option ROM: the firmware's own PXE boots, as on a
+    /// machine whose NIC has none (the operator's DHCP then hands out iPXE by TFTP).
+    #[arg(long, requires = "enabled")]
+    pub no_nic_rom: bool,
 }
 
 impl Default for VmArgs {
@@ -123,6 +127,7 @@ impl Default for VmArgs {
             extra_disk_sizes: Vec::new(),
             taps: Vec::new(),
             no_dhcp_boot_file: false,
+            no_nic_rom: false,
         }
     }
 }
@@ -143,6 +148,7 @@ impl VmConfig {
             memory_mb: args.vm_memory_mb,
             accel,
             dhcp_boot_file: !args.no_dhcp_boot_file,
+            nic_rom: !args.no_nic_rom,
         })
     }
 }

@@ -83,6 +83,9 @@ pub struct VmConfig {
     /// Whether QEMU's DHCP names the engine's boot script (`bootfile`); without it a VM
     /// can boot its ramdisk only from virtual media.
     pub dhcp_boot_file: bool,
+    /// Whether the NIC carries iPXE in its option ROM; without it the firmware's own PXE
+    /// boots (and gets iPXE by TFTP: `deployd boot dnsmasq-config`).
+    pub nic_rom: bool,
 }
 
 /// A machine's network link.
@@ -229,10 +232,11 @@ impl VmConfig {
                 ]);
             }
         }
+        let rom = if self.nic_rom { "" } else { ",romfile=" };
         args.extend([
             "-device".into(),
             format!(
-                "virtio-net-pci,netdev=net0,mac={}{}",
+                "virtio-net-pci,netdev=net0,mac={}{rom}{}",
                 m.mac,
                 index(nic_index)
             ),
@@ -435,6 +439,7 @@ mod tests {
             memory_mb: 512,
             accel: "tcg".into(),
             dhcp_boot_file: true,
+            nic_rom: true,
         }
     }
 
@@ -564,13 +569,18 @@ mod tests {
             "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,bootindex=3"
         ));
 
-        let no_bootfile = VmConfig {
+        let bare = VmConfig {
             dhcp_boot_file: false,
+            nic_rom: false,
             ..config
         };
-        let args = no_bootfile.args(&m, Path::new("/s"));
+        let args = bare.args(&m, Path::new("/s"));
         let netdev = &args[args.iter().position(|a| a == "-netdev").unwrap() + 1];
         assert!(!netdev.contains("bootfile"), "{netdev}");
+        let has = |want: &str| args.iter().any(|a| a == want);
+        assert!(has(
+            "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,romfile=,bootindex=1"
+        ));
     }
 
     #[test]

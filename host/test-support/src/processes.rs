@@ -267,10 +267,10 @@ impl Lab {
     /// address (the engine inside and the test outside both reach it there). It has three
     /// disks: 8 GiB (serial `machine-000-disk0`, the one it boots), then 5 GiB, which is
     /// the one an agent picks without root device hints, then 7 GiB.
-    pub fn start_vm_in(ns: &Netns, dir: &Path, api_url: &str) -> Lab {
+    pub fn start_vm_in(ns: &Netns, dir: &Path, api_url: &str, more: &[&str]) -> Lab {
         let gib = |n: u64| (n << 30).to_string();
         let (disk, second, third) = (gib(8), gib(5), gib(7));
-        let extra = [
+        let mut extra = vec![
             "--vm",
             "--disk-size",
             &disk,
@@ -281,6 +281,7 @@ impl Lab {
             "--tap",
             &ns.tap,
         ];
+        extra.extend(more);
         let listen = format!("{MANAGEMENT}:0");
         Lab::launch(ns.command(&*BIN), &listen, dir, 1, api_url, &extra)
     }
