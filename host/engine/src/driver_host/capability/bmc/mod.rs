@@ -88,10 +88,20 @@ impl Bmc {
 /// The node's BMC, if this engine may act on the node now (on the shared store, not
 /// while it is unsure of its lease: see `Store::may_act`).
 async fn resolve(services: &Services, node: Uuid, power: &str) -> Result<Bmc, CapabilityError> {
+    Ok(resolve_with_node(services, node, power).await?.0)
+}
+
+/// [`resolve`], with the node as it was read for it.
+async fn resolve_with_node(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+) -> Result<(Bmc, crate::node::Node), CapabilityError> {
     services.store.may_act(node)?;
     let node = services.store.node(node).await?;
-    Bmc::resolve(power, &node.body.driver_info, &services.bmc)
-        .map_err(CapabilityError::NotConfigured)
+    let bmc = Bmc::resolve(power, &node.body.driver_info, &services.bmc)
+        .map_err(CapabilityError::NotConfigured)?;
+    Ok((bmc, node))
 }
 
 /// Records the machine's power in the node (as the API shows it) and, when it changed, a
@@ -236,16 +246,13 @@ pub async fn set_boot_device(
     device: BootDevice,
     persistent: bool,
 ) -> Result<(), CapabilityError> {
-    services.store.may_act(node)?;
-    let record = services.store.node(node).await?;
+    let (bmc, record) = resolve_with_node(services, node, power).await?;
     let body = &record.body;
     let mode = boot_mode::wanted(
         &body.instance_info,
         &body.properties,
         services.bmc.default_boot_mode,
     );
-    let bmc = Bmc::resolve(power, &body.driver_info, &services.bmc)
-        .map_err(CapabilityError::NotConfigured)?;
     let now = match bmc {
         Bmc::Fake => None,
         Bmc::Redfish(t) if vmedia_boot::boots_from_media(&record) => {
