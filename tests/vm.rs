@@ -57,6 +57,10 @@ enum Os {
     Qcow2ReadingItsConfigDrive,
     /// The marker OS as a UEFI disk (a GPT, an EFI system partition), on a UEFI VM.
     UefiGpt,
+    /// The same booting through Debian's signed shim and GRUB, on a UEFI VM whose node
+    /// asks for Secure Boot; its ramdisk built with `--secure-boot` (the bootloader kept
+    /// aside for the test to give).
+    SignedUefiGpt,
 }
 
 /// An engine, a lab with one VM, and its node enrolled (ipxe boot, the ramdisk, the
@@ -68,6 +72,8 @@ struct VmLab {
     _provisioning: Option<(netns::Dnsmasq, netns::Netns)>,
     node: String,
     image: std::path::PathBuf,
+    /// `bootloader.img` of a `--secure-boot` ramdisk.
+    bootloader: Option<std::path::PathBuf>,
     disk: std::path::PathBuf,
     console: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -78,7 +84,16 @@ impl VmLab {
     fn start(deploy_timeout: u64, network: Network, os: Os) -> VmLab {
         let dir = tempfile::tempdir().unwrap();
         let boot = dir.path().join("boot");
-        let (kernel, ramdisk) = vm::ramdisk(&boot);
+        let (kernel, ramdisk, bootloader) = match os {
+            Os::SignedUefiGpt => {
+                let (kernel, ramdisk, bootloader) = vm::secure_boot_ramdisk(&boot);
+                (kernel, ramdisk, Some(bootloader))
+            }
+            _ => {
+                let (kernel, ramdisk) = vm::ramdisk(&boot);
+                (kernel, ramdisk, None)
+            }
+        };
         // `image`: the raw disk the VM must hold; `source`: what the operator gives.
         let (image, source) = match os {
             Os::Raw => {
@@ -93,6 +108,10 @@ impl VmLab {
             }
             Os::UefiGpt => {
                 let image = vm::uefi_image(dir.path(), &kernel, MARKER, 64);
+                (image.clone(), image)
+            }
+            Os::SignedUefiGpt => {
+                let image = vm::signed_uefi_image(dir.path(), &kernel, MARKER, 64);
                 (image.clone(), image)
             }
         };
@@ -151,6 +170,7 @@ impl VmLab {
         // its BMC is told with every boot device.
         let mut properties = match os {
             Os::UefiGpt => json!({}),
+            Os::SignedUefiGpt => json!({"capabilities": "secure_boot:true"}),
             Os::Raw | Os::Qcow2ReadingItsConfigDrive => json!({"capabilities": "boot_mode:bios"}),
         };
         // On the tap, the VM's first disk is not the one the agent would pick.
@@ -200,6 +220,7 @@ impl VmLab {
             _provisioning: provisioning,
             node,
             image,
+            bootloader,
             _dir: dir,
         }
     }
@@ -491,6 +512,78 @@ fn a_uefi_vm_boots_its_ramdisk_from_virtual_media_is_deployed_and_boots_its_disk
         "{active}"
     );
     vm::wait_console(&vm.console, MARKER, 180);
+}
+
+/// Secure Boot over virtual media: the node asks for it (`secure_boot:true`), so its BMC
+/// enables it with the boot device and the UEFI VM powers on into OVMF's Secure Boot
+/// build with Microsoft's keys. The ISO's unified kernel image is unsigned: the firmware
+/// refuses it, and the deploy times out. Given the bootloader `deployd ramdisk build
+/// --secure-boot` wrote, the ISO boots Debian's signed shim, GRUB and kernel (locked down,
+/// loading its signed drivers), the deploy ends active, and the signed disk boots with
+/// Secure Boot on.
+#[test]
+fn a_secure_boot_vm_refuses_an_unsigned_ramdisk_and_boots_the_signed_one_and_its_disk() {
+    let vm = VmLab::start(45, Network::UserVirtualMedia, Os::SignedUefiGpt);
+    provision(&vm.engine.url, &vm.node, "active");
+    let refused = vm::wait_console(&vm.console, "Access Denied", 180);
+    assert!(
+        !refused.contains("deployd ramdisk: up"),
+        "the unsigned ramdisk never ran: {refused}"
+    );
+    let failed = vm.wait_end(&["active", "deploy failed"]);
+    assert_eq!(failed["provision_state"], "deploy failed", "{failed}");
+    assert_eq!(
+        failed["secure_boot"], true,
+        "the node shows its BMC's setting"
+    );
+    let machine = vm.lab.machine("machine-000");
+    assert_eq!(
+        (&machine["boot_mode"], &machine["secure_boot"]),
+        (&json!("uefi"), &json!(true))
+    );
+    let system = format!(
+        "{}{}",
+        vm.lab.machines[0]["redfish_address"].as_str().unwrap(),
+        vm.lab.machines[0]["redfish_system_id"].as_str().unwrap()
+    );
+    let (_, secure) = call("GET", &format!("{system}/SecureBoot"), None);
+    assert_eq!(secure["SecureBootEnable"], true, "{secure}");
+    assert_eq!(secure["SecureBootCurrentBoot"], "Enabled", "{secure}");
+
+    let bootloader = vm.bootloader.as_ref().unwrap().display().to_string();
+    let (status, body) = call(
+        "PATCH",
+        &format!("{}/v1/nodes/{}", vm.engine.url, vm.node),
+        Some(json!([{"op": "add", "path": "/driver_info/bootloader", "value": bootloader}])),
+    );
+    assert_eq!(status, 200, "{body}");
+    let active = vm.deploy();
+    let console = vm.console_text();
+    let signed = &console[console.rfind("Access Denied").unwrap()..];
+    assert_eq!(
+        active["provision_state"], "active",
+        "{active}\nconsole:\n{signed}"
+    );
+    for line in [
+        "(Secure Boot chain)",
+        "EFI stub: UEFI Secure Boot is enabled",
+        "Kernel is locked down from EFI Secure Boot",
+        "deployd ramdisk: starting the agent",
+    ] {
+        assert!(signed.contains(line), "{line:?} on the console:\n{signed}");
+    }
+    assert!(
+        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
+        "the VM's disk holds the image"
+    );
+    // The deployed disk boots through its own signed chain, Secure Boot still on.
+    let booted = vm::wait_console(&vm.console, MARKER, 180);
+    let os = &booted[booted.rfind("deployd ramdisk: starting the agent").unwrap()..];
+    assert!(
+        os.contains("deployd test OS: booting /vmlinuz (Secure Boot chain)")
+            && os.contains("Kernel is locked down from EFI Secure Boot"),
+        "{os}"
+    );
 }
 
 /// Waits until the lab says the VM's power is `state`.

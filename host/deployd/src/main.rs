@@ -122,6 +122,13 @@ fn ramdisk_build(args: &deployd_ramdisk::BuildArgs) -> anyhow::Result<()> {
         built.kernel.display(),
         built.ramdisk.display()
     );
+    if let Some(esp) = &built.bootloader {
+        println!(
+            "bootloader     {} (Debian's signed shim and GRUB; for Secure Boot over virtual media: driver_info.bootloader={})",
+            esp.display(),
+            esp.display()
+        );
+    }
     Ok(())
 }
 

@@ -4,7 +4,12 @@
 //!
 //! - UEFI: an El Torito EFI image (a FAT filesystem) holding a unified kernel image at
 //!   `\EFI\BOOT\BOOTX64.EFI` (see [`deployd_ramdisk::uki`]): the parameters are inside it,
-//!   no boot loader reads a configuration.
+//!   no boot loader reads a configuration. With Secure Boot, the node's
+//!   `driver_info.bootloader` (as Ironic's: an EFI system partition image, here the one
+//!   `deployd ramdisk build --secure-boot` writes, with Debian's signed shim and GRUB) is
+//!   that image instead, and GRUB reads its configuration from the ISO (see
+//!   [`deployd_ramdisk::secure_boot`]): firmware with Secure Boot on refuses the unsigned
+//!   unified image.
 //! - BIOS: ISOLINUX (Debian's `isolinux`) loading the same kernel and ramdisk.
 //!
 //! Built with Debian's xorriso, dosfstools and mtools; nothing is mounted.
@@ -84,26 +89,39 @@ impl IsoMaker {
         format!("{}/boot/{node}/iso/{token}", self.external_url)
     }
 
-    fn path(&self, node: Uuid, token: &str) -> PathBuf {
-        let tag = hex::encode(&Sha256::digest(token.as_bytes())[..8]);
+    /// Where the ISO of these parts for this token is kept: named by both, so a node
+    /// whose parts changed under the same token (a new bootloader, say) gets a new one.
+    fn path(&self, node: Uuid, token: &str, parts: &Parts) -> PathBuf {
+        let mut hash = Sha256::new();
+        hash.update(token.as_bytes());
+        hash.update(format!("{parts:?}").as_bytes());
+        let tag = hex::encode(&hash.finalize()[..8]);
         self.dir.join(format!("{node}-{tag}.iso"))
     }
 
     /// The local file a node's `driver_info.<which>` names: an ISO is built from files
     /// the images' allow-list admits (a url is not downloaded for it).
     fn local(&self, node: &Node, which: &str) -> Result<PathBuf, String> {
-        let given = node
+        self.optional(node, which)?
+            .ok_or_else(|| format!("node {} has no driver_info.{which}", node.uuid()))
+    }
+
+    /// [`IsoMaker::local`] for a part the node may leave out.
+    fn optional(&self, node: &Node, which: &str) -> Result<Option<PathBuf>, String> {
+        let Some(given) = node
             .body
             .driver_info
             .get(which)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| format!("node {} has no driver_info.{which}", node.uuid()))?;
+        else {
+            return Ok(None);
+        };
         match self
             .images
             .resolve_field(&format!("driver_info.{which}"), given)
         {
-            Some(result) => result,
+            Some(result) => result.map(Some),
             None => Err(format!(
                 "virtual media boot builds its ISO from local files: driver_info.{which} {given:?} is not a path"
             )),
@@ -112,27 +130,30 @@ impl IsoMaker {
 
     /// The node's ISO for `token`, built now if this engine has not built it yet.
     pub async fn prepare(&self, node: &Node, token: &str) -> Result<PathBuf, String> {
-        let path = self.path(node.uuid(), token);
+        let parts = Parts {
+            kernel: self.local(node, "deploy_kernel")?,
+            ramdisk: self.local(node, "deploy_ramdisk")?,
+            bootloader: self.optional(node, "bootloader")?,
+            cmdline: format!(
+                "{} boot_method=vmedia",
+                crate::ramdisk_params::agent_params(
+                    &self.images.base_url,
+                    node,
+                    None,
+                    &self.kernel_append_params
+                )
+            ),
+        };
+        let path = self.path(node.uuid(), token, &parts);
         let _one = self.building.lock().await;
         if path.exists() {
             return Ok(path);
         }
-        let kernel = self.local(node, "deploy_kernel")?;
-        let ramdisk = self.local(node, "deploy_ramdisk")?;
-        let cmdline = format!(
-            "{} boot_method=vmedia",
-            crate::ramdisk_params::agent_params(
-                &self.images.base_url,
-                node,
-                None,
-                &self.kernel_append_params
-            )
-        );
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("creating {}: {e}", self.dir.display()))?;
         let partial = path.with_extension("partial");
         let built = partial.clone();
-        tokio::task::spawn_blocking(move || build(&kernel, &ramdisk, &cmdline, &built))
+        tokio::task::spawn_blocking(move || build(&parts, &built))
             .await
             .map_err(|e| format!("building the boot ISO: {e}"))?
             .map_err(|e| format!("building the boot ISO: {e}"))?;
@@ -154,9 +175,26 @@ impl IsoMaker {
     }
 }
 
-/// Writes to `out` an ISO booting `kernel` with `ramdisk` and `cmdline`, on BIOS and on
-/// UEFI machines.
-pub fn build(kernel: &Path, ramdisk: &Path, cmdline: &str, out: &Path) -> Result<(), IsoError> {
+/// What an ISO boots.
+#[derive(Clone, Debug)]
+pub struct Parts {
+    pub kernel: PathBuf,
+    pub ramdisk: PathBuf,
+    pub cmdline: String,
+    /// The EFI system partition image with a signed loader chain (Secure Boot); without
+    /// one, UEFI machines start a unified kernel image.
+    pub bootloader: Option<PathBuf>,
+}
+
+/// Writes to `out` an ISO booting the kernel with the ramdisk and the command line, on
+/// BIOS and on UEFI machines.
+pub fn build(parts: &Parts, out: &Path) -> Result<(), IsoError> {
+    let Parts {
+        kernel,
+        ramdisk,
+        cmdline,
+        bootloader,
+    } = parts;
     for (file, package) in [(ISOLINUX_BIN, "isolinux"), (LDLINUX_C32, "syslinux-common")] {
         if !Path::new(file).exists() {
             return Err(IsoError::Missing(file, package));
@@ -182,12 +220,57 @@ pub fn build(kernel: &Path, ramdisk: &Path, cmdline: &str, out: &Path) -> Result
     std::fs::write(isolinux.join("isolinux.cfg"), config)
         .map_err(|e| IsoError::Tool(e.to_string()))?;
 
+    let efiboot = tree.join("efiboot.img");
+    match bootloader {
+        Some(esp) => signed_chain(esp, &tree, cmdline)?,
+        None => unified_image(kernel, ramdisk, cmdline, work.path(), &efiboot)?,
+    }
+    run(
+        Command::new("xorriso")
+            .args(["-as", "mkisofs", "-quiet", "-o"])
+            .arg(out)
+            .args(["-V", "DEPLOYD", "-J", "-R"])
+            .args(["-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat"])
+            .args(["-no-emul-boot", "-boot-load-size", "4", "-boot-info-table"])
+            .args(["-eltorito-alt-boot", "-e", "efiboot.img", "-no-emul-boot"])
+            .arg(&tree),
+        "xorriso (Debian's xorriso)",
+    )
+}
+
+/// The UEFI part under Secure Boot: the bootloader image as the El Torito EFI image, and
+/// on the ISO the marker and configuration its GRUB looks for, booting ISOLINUX's kernel
+/// and ramdisk.
+fn signed_chain(esp: &Path, tree: &Path, cmdline: &str) -> Result<(), IsoError> {
+    use deployd_ramdisk::secure_boot::{GRUB_CONFIG, GRUB_MARK, grub_config};
+    let write = |path: &str, text: String| {
+        let path = tree.join(path);
+        std::fs::create_dir_all(path.parent().expect("a file in a folder"))
+            .and_then(|()| std::fs::write(&path, text))
+            .map_err(|e| IsoError::Tool(format!("writing {}: {e}", path.display())))
+    };
+    std::fs::copy(esp, tree.join("efiboot.img"))
+        .map_err(|e| IsoError::Tool(format!("copying the bootloader {}: {e}", esp.display())))?;
+    write(GRUB_MARK, "deployd deploy ramdisk\n".into())?;
+    write(
+        GRUB_CONFIG,
+        grub_config("deployd", "/isolinux/vmlinuz", "/isolinux/initrd", cmdline),
+    )
+}
+
+/// The UEFI part without Secure Boot: a FAT image holding a unified kernel image.
+fn unified_image(
+    kernel: &Path,
+    ramdisk: &Path,
+    cmdline: &str,
+    work: &Path,
+    efiboot: &Path,
+) -> Result<(), IsoError> {
     let initrd = std::fs::read(ramdisk)
         .map_err(|e| IsoError::Tool(format!("reading {}: {e}", ramdisk.display())))?;
-    let uki = work.path().join("BOOTX64.EFI");
+    let uki = work.join("BOOTX64.EFI");
     deployd_ramdisk::uki::build(kernel, &initrd, cmdline, "deployd deploy ramdisk", &uki)
         .map_err(|e| IsoError::Tool(format!("{e:#}")))?;
-    let efiboot = tree.join("efiboot.img");
     let uki_kib = std::fs::metadata(&uki)
         .map_err(|e| IsoError::Tool(e.to_string()))?
         .len()
@@ -197,7 +280,7 @@ pub fn build(kernel: &Path, ramdisk: &Path, cmdline: &str, out: &Path) -> Result
     run(
         Command::new("mkfs.vfat")
             .args(["-n", "DEPLOYD_EFI", "-C"])
-            .arg(&efiboot)
+            .arg(efiboot)
             .arg(kib.to_string()),
         "mkfs.vfat (Debian's dosfstools)",
     )?;
@@ -212,17 +295,6 @@ pub fn build(kernel: &Path, ramdisk: &Path, cmdline: &str, out: &Path) -> Result
             .arg(&uki)
             .arg("::/EFI/BOOT/BOOTX64.EFI"),
         "mcopy (Debian's mtools)",
-    )?;
-    run(
-        Command::new("xorriso")
-            .args(["-as", "mkisofs", "-quiet", "-o"])
-            .arg(out)
-            .args(["-V", "DEPLOYD", "-J", "-R"])
-            .args(["-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat"])
-            .args(["-no-emul-boot", "-boot-load-size", "4", "-boot-info-table"])
-            .args(["-eltorito-alt-boot", "-e", "efiboot.img", "-no-emul-boot"])
-            .arg(&tree),
-        "xorriso (Debian's xorriso)",
     )
 }
 
@@ -230,44 +302,91 @@ pub fn build(kernel: &Path, ramdisk: &Path, cmdline: &str, out: &Path) -> Result
 mod tests {
     use super::*;
 
-    /// The ISO has both El Torito entries (read back by xorriso) and the parameters in
-    /// ISOLINUX's configuration.
-    #[test]
-    fn the_iso_boots_bios_and_uefi_with_the_parameters() {
-        let dir = tempfile::tempdir().unwrap();
-        let kernel = dir.path().join("vmlinuz");
-        let ramdisk = dir.path().join("initrd");
+    fn parts(dir: &Path, bootloader: Option<PathBuf>) -> Parts {
+        let kernel = dir.join("vmlinuz");
+        let ramdisk = dir.join("initrd");
         std::fs::write(&kernel, vec![1u8; 200_000]).unwrap();
         std::fs::write(&ramdisk, vec![2u8; 100_000]).unwrap();
-        let out = dir.path().join("boot.iso");
-        build(
-            &kernel,
-            &ramdisk,
-            "ipa-api-url=http://10.0.0.1:6385 nofb",
-            &out,
-        )
-        .unwrap();
+        Parts {
+            kernel,
+            ramdisk,
+            cmdline: "ipa-api-url=http://10.0.0.1:6385 nofb".into(),
+            bootloader,
+        }
+    }
+
+    /// The El Torito entries xorriso reads back, and the text of `file` in the ISO.
+    fn read_back(iso: &Path, file: &str) -> (String, String) {
         let report = Command::new("xorriso")
             .args(["-indev"])
-            .arg(&out)
+            .arg(iso)
             .args(["-report_el_torito", "plain"])
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&report.stdout).to_string()
+        let entries = String::from_utf8_lossy(&report.stdout).to_string()
             + &String::from_utf8_lossy(&report.stderr);
-        assert!(text.contains("BIOS") && text.contains("UEFI"), "{text}");
-        let cfg = Command::new("xorriso")
+        let to = iso.with_extension("extracted");
+        let out = Command::new("xorriso")
             .args(["-osirrox", "on", "-indev"])
-            .arg(&out)
-            .args(["-extract", "/isolinux/isolinux.cfg"])
-            .arg(dir.path().join("isolinux.cfg"))
+            .arg(iso)
+            .args(["-extract", file])
+            .arg(&to)
             .output()
             .unwrap();
-        assert!(cfg.status.success(), "{cfg:?}");
-        let cfg = std::fs::read_to_string(dir.path().join("isolinux.cfg")).unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (entries, std::fs::read_to_string(&to).unwrap())
+    }
+
+    /// The ISO has both El Torito entries and the parameters in ISOLINUX's configuration.
+    #[test]
+    fn the_iso_boots_bios_and_uefi_with_the_parameters() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("boot.iso");
+        build(&parts(dir.path(), None), &out).unwrap();
+        let (entries, cfg) = read_back(&out, "/isolinux/isolinux.cfg");
+        assert!(
+            entries.contains("BIOS") && entries.contains("UEFI"),
+            "{entries}"
+        );
         assert!(
             cfg.contains("APPEND ipa-api-url=http://10.0.0.1:6385 nofb"),
             "{cfg}"
         );
+    }
+
+    /// With a bootloader, its image is the UEFI entry and GRUB's configuration on the
+    /// ISO boots the same kernel with the same parameters.
+    #[test]
+    fn a_secure_boot_iso_carries_the_bootloader_and_grubs_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let esp = dir.path().join("bootloader.img");
+        let loaders = deployd_ramdisk::secure_boot::SignedLoaders {
+            shim: dir.path().join("loader.efi"),
+            grub: dir.path().join("loader.efi"),
+        };
+        std::fs::write(&loaders.shim, "not really shim").unwrap();
+        loaders.write_esp(&esp).unwrap();
+        let out = dir.path().join("boot.iso");
+        build(&parts(dir.path(), Some(esp.clone())), &out).unwrap();
+        let (entries, grub) = read_back(&out, "/boot/grub/grub.cfg");
+        assert!(entries.contains("UEFI"), "{entries}");
+        assert!(
+            grub.contains("linux /isolinux/vmlinuz ipa-api-url=http://10.0.0.1:6385 nofb\n")
+                && grub.contains("initrd /isolinux/initrd\n"),
+            "{grub}"
+        );
+        let (_, mark) = read_back(&out, "/.disk/info");
+        assert!(!mark.is_empty());
+        // The EFI entry is the bootloader's image, byte for byte.
+        let efi = dir.path().join("efiboot.img");
+        let got = Command::new("xorriso")
+            .args(["-osirrox", "on", "-indev"])
+            .arg(&out)
+            .args(["-extract", "/efiboot.img"])
+            .arg(&efi)
+            .output()
+            .unwrap();
+        assert!(got.status.success(), "{got:?}");
+        assert_eq!(std::fs::read(efi).unwrap(), std::fs::read(esp).unwrap());
     }
 }

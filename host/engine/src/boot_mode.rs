@@ -61,6 +61,21 @@ pub fn wanted(instance_info: &JsonMap, properties: &JsonMap, default: BootMode) 
         .unwrap_or(default)
 }
 
+/// Whether the node's instance asks for UEFI Secure Boot, as Ironic reads it
+/// (`boot_mode_utils.is_secure_boot_requested`): the `secure_boot` capability of
+/// `instance_info.capabilities`, else of `properties.capabilities`. `None` where neither
+/// says: the BMC's setting is left as it is.
+pub fn secure_boot_wanted(instance_info: &JsonMap, properties: &JsonMap) -> Option<bool> {
+    let parse = |v: &str| match v.to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    };
+    capability(instance_info, "secure_boot")
+        .and_then(parse)
+        .or_else(|| capability(properties, "secure_boot").and_then(parse))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +101,18 @@ mod tests {
         assert_eq!(mode(object, json!({}), BootMode::Uefi), BootMode::Bios);
         let unknown = json!({"capabilities": "boot_mode:dos"});
         assert_eq!(mode(unknown, json!({}), BootMode::Uefi), BootMode::Uefi);
+    }
+
+    #[test]
+    fn secure_boot_is_asked_by_the_instance_then_the_node() {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let wanted = |i: Value, p: Value| secure_boot_wanted(&map(i), &map(p));
+        assert_eq!(wanted(json!({}), json!({})), None);
+        let node_on = json!({"capabilities": "boot_mode:uefi,secure_boot:true"});
+        assert_eq!(wanted(json!({}), node_on.clone()), Some(true));
+        let instance_off = json!({"capabilities": {"secure_boot": "False"}});
+        assert_eq!(wanted(instance_off, node_on), Some(false));
+        let nonsense = json!({"capabilities": "secure_boot:maybe"});
+        assert_eq!(wanted(json!({}), nonsense), None);
     }
 }

@@ -212,6 +212,55 @@ async fn agent_redfish_deploys_through_sushy_tools() {
         "bios"
     );
 
+    // Secure Boot: a node whose capabilities ask for it has its BMC set so with the boot
+    // device, after the boot mode (uefi again); the node shows what sushy reports.
+    let secure_url = format!("{system_url}/SecureBoot");
+    assert_eq!(system_doc(&secure_url).await["SecureBootEnable"], false);
+    let capabilities = |text: &'static str| {
+        move |_: &_, b: &mut deployd_engine::node::NodeBody| {
+            b.properties.insert("capabilities".into(), json!(text));
+            Ok::<(), deployd_engine::store::StoreError>(())
+        }
+    };
+    lab.store
+        .edit_node(uuid, capabilities("secure_boot:true"))
+        .await
+        .unwrap();
+    use deployd_engine::driver_host::capability::bindings::deployd::driver::bmc::BootDevice;
+    lab.conductor
+        .set_boot_device(uuid, BootDevice::Pxe, false)
+        .await
+        .unwrap();
+    assert_eq!(system_doc(&secure_url).await["SecureBootEnable"], true);
+    let mode = system_doc(&system_url).await["Boot"]["BootSourceOverrideMode"].clone();
+    assert_eq!(mode, "UEFI");
+    let attrs = lab.store.node(uuid).await.unwrap().body.attrs;
+    assert_eq!(
+        (&attrs["boot_mode"], &attrs["secure_boot"]),
+        (&json!("uefi"), &json!(true))
+    );
+    // The operator's PUT …/states/secure_boot reaches the BMC.
+    lab.conductor.set_secure_boot(uuid, false).await.unwrap();
+    assert_eq!(system_doc(&secure_url).await["SecureBootEnable"], false);
+    let attrs = lab.store.node(uuid).await.unwrap().body.attrs;
+    assert_eq!(attrs["secure_boot"], false);
+    // Secure Boot asked in the BIOS mode is refused before the BMC is told anything.
+    lab.store
+        .edit_node(uuid, capabilities("boot_mode:bios,secure_boot:true"))
+        .await
+        .unwrap();
+    let refused = lab
+        .conductor
+        .set_boot_device(uuid, BootDevice::Pxe, false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("Secure Boot needs uefi"), "{refused}");
+    assert_eq!(system_doc(&secure_url).await["SecureBootEnable"], false);
+    let mode = system_doc(&system_url).await["Boot"]["BootSourceOverrideMode"].clone();
+    assert_eq!(mode, "UEFI");
+    lab.store.edit_node(uuid, capabilities("")).await.unwrap();
+
     // Undeploy with automated_clean off: powered off, no ramdisk, the disk left as it is.
     lab.store
         .edit_node(uuid, |_, b| {

@@ -20,6 +20,7 @@ pub mod os_image;
 pub mod postgres;
 pub mod redfish;
 pub mod redfish_hardware;
+pub mod redfish_secure_boot;
 pub mod vm;
 
 use std::collections::BTreeMap;

@@ -48,6 +48,11 @@ pub struct MachineView {
     pub boot_override: Option<&'static str>,
     /// The firmware it powers on with: `Boot.BootSourceOverrideMode`.
     pub boot_mode: Firmware,
+    /// Whether its UEFI firmware enforces Secure Boot from its next power-on
+    /// (`SecureBoot.SecureBootEnable`).
+    pub secure_boot: bool,
+    /// Whether it enforced Secure Boot at its last power-on (`SecureBootCurrentBoot`).
+    pub booted_secure: bool,
     /// The agent's process id, while one runs as a process.
     pub agent_pid: Option<u32>,
     pub agent_running: bool,
@@ -68,6 +73,8 @@ struct State {
     once: Option<bool>,
     /// A VM's firmware at its next power-on.
     boot_mode: Firmware,
+    secure_boot: bool,
+    booted_secure: bool,
     agent: Option<Running>,
     boots: u32,
     /// Bumped at every power change, so a watcher of an old agent does not act.
@@ -144,6 +151,8 @@ impl Machine {
                 boot: Boot::Hdd,
                 once: None,
                 boot_mode,
+                secure_boot: false,
+                booted_secure: false,
                 agent: None,
                 boots: 0,
                 generation: 0,
@@ -179,6 +188,8 @@ impl Machine {
             boot: s.boot,
             boot_override: s.once.map(|once| if once { "Once" } else { "Continuous" }),
             boot_mode: s.boot_mode,
+            secure_boot: s.secure_boot,
+            booted_secure: s.booted_secure,
             agent_pid: match &s.agent {
                 Some(Running::Process(c)) if running => c.id(),
                 _ => None,
@@ -201,6 +212,11 @@ impl Machine {
         self.lock().boot_mode = mode;
     }
 
+    /// Whether its UEFI firmware enforces Secure Boot, from its next power-on.
+    pub fn set_secure_boot(&self, on: bool) {
+        self.lock().secure_boot = on;
+    }
+
     /// Powers on (a no-op when on): a network or CD boot starts the agent (a simulated
     /// machine's ramdisk); a VM boots whatever it boots.
     pub fn power_on(self: &Arc<Self>) -> std::io::Result<()> {
@@ -216,10 +232,12 @@ impl Machine {
             s.once = None;
         }
         let vm = matches!(self.mode, AgentMode::Vm(_));
+        s.booted_secure = vm && s.secure_boot && s.boot_mode == Firmware::Uefi;
         if boot != Boot::Hdd || vm {
             s.boots += u32::from(boot != Boot::Hdd);
             let generation = s.generation;
-            s.agent = Some(self.start_agent(generation, boot, s.boot_mode)?);
+            let firmware = (s.boot_mode, s.booted_secure);
+            s.agent = Some(self.start_agent(generation, boot, firmware)?);
         }
         Ok(())
     }
@@ -244,25 +262,27 @@ impl Machine {
         self: &Arc<Self>,
         generation: u64,
         boot: Boot,
-        firmware: Firmware,
+        (firmware, secure_boot): (Firmware, bool),
     ) -> std::io::Result<Running> {
         match &self.mode {
             AgentMode::Vm(config) => {
                 let dir = self.disk.parent().unwrap_or(std::path::Path::new("."));
                 let sercon = crate::vm::sercon_file(dir)?;
-                firmware.prepare(&self.vars)?;
+                let vars = crate::vm::vars_file(&self.vars, secure_boot);
+                firmware.prepare(&vars, secure_boot)?;
                 let cd = self.media();
                 let vm = crate::vm::VmMachine {
                     mac: &self.mac,
                     disk: &self.disk,
                     console: &self.console,
-                    vars: &self.vars,
+                    vars: &vars,
                     nic: &self.nic,
                     serial: &self.name,
                     extra_disks: &self.extra_disks,
                     boot,
                     cd: cd.as_deref(),
                     firmware,
+                    secure_boot,
                 };
                 let log = std::fs::OpenOptions::new()
                     .create(true)

@@ -242,12 +242,17 @@ pub fn bootable_partitioned(
 /// `initrd` (see [`deployd_ramdisk::uki`]) at the removable-media path
 /// `\EFI\BOOT\BOOTX64.EFI`, which the firmware starts with no boot entry of its own; with
 /// a file of `payload` random bytes besides.
+///
+/// With `signed`, the partition holds Debian's signed shim and GRUB there instead, with
+/// the kernel, the initramfs and GRUB's configuration (see
+/// [`deployd_ramdisk::secure_boot`]): it boots with Secure Boot on, if `kernel` is signed.
 pub fn bootable_uefi(
     dir: &Path,
     kernel: &Path,
     initrd: &[u8],
     mib: u64,
     payload: u64,
+    signed: Option<&deployd_ramdisk::secure_boot::SignedLoaders>,
 ) -> anyhow::Result<PathBuf> {
     let image = empty_disk(&dir.join("os-uefi.img"), mib)?;
     // The partition leaves the last MiB to the backup GPT.
@@ -262,21 +267,21 @@ pub fn bootable_uefi(
         .args(["-n", "ESP", "--mbr=n", "--offset", "2048"])
         .arg(&image)
         .arg(((mib - 2) * 1024).to_string()))?;
-    let uki = dir.join("os-uefi.efi");
-    deployd_ramdisk::uki::build(
-        kernel,
-        initrd,
-        "console=ttyS0 panic=-1",
-        "deployd test OS",
-        &uki,
-    )?;
     let fs = format!("{}@@1M", image.display());
-    run(Command::new("mmd").args(["-i", &fs, "::/EFI", "::/EFI/BOOT"]))?;
-    run(Command::new("mcopy")
-        .args(["-i", &fs])
-        .arg(&uki)
-        .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
-    let _ = std::fs::remove_file(&uki);
+    let cmdline = "console=ttyS0 panic=-1";
+    match signed {
+        Some(loaders) => signed_esp(dir, &fs, loaders, kernel, initrd, cmdline)?,
+        None => {
+            let uki = dir.join("os-uefi.efi");
+            deployd_ramdisk::uki::build(kernel, initrd, cmdline, "deployd test OS", &uki)?;
+            run(Command::new("mmd").args(["-i", &fs, "::/EFI", "::/EFI/BOOT"]))?;
+            run(Command::new("mcopy")
+                .args(["-i", &fs])
+                .arg(&uki)
+                .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
+            let _ = std::fs::remove_file(&uki);
+        }
+    }
     if payload > 0 {
         let filler = dir.join("payload-uefi");
         crate::write_random(&filler, payload)?;
@@ -287,4 +292,43 @@ pub fn bootable_uefi(
         let _ = std::fs::remove_file(&filler);
     }
     Ok(image)
+}
+
+/// The EFI system partition `fs` booting `kernel` through Debian's signed loaders.
+fn signed_esp(
+    dir: &Path,
+    fs: &str,
+    loaders: &deployd_ramdisk::secure_boot::SignedLoaders,
+    kernel: &Path,
+    initrd: &[u8],
+    cmdline: &str,
+) -> anyhow::Result<()> {
+    use deployd_ramdisk::secure_boot::{GRUB_CONFIG, GRUB_MARK, grub_config};
+    loaders.install(fs)?;
+    let parts = dir.join("os-uefi.parts");
+    std::fs::create_dir_all(&parts)?;
+    let write = |name: &str, bytes: &[u8]| -> anyhow::Result<PathBuf> {
+        let path = parts.join(name);
+        std::fs::write(&path, bytes)?;
+        Ok(path)
+    };
+    let config = grub_config("deployd test OS", "/vmlinuz", "/initrd", cmdline);
+    let files = [
+        (write("initrd", initrd)?, "::/initrd".to_owned()),
+        (
+            write("info", b"deployd test OS\n")?,
+            format!("::/{GRUB_MARK}"),
+        ),
+        (
+            write("grub.cfg", config.as_bytes())?,
+            format!("::/{GRUB_CONFIG}"),
+        ),
+        (kernel.to_owned(), "::/vmlinuz".to_owned()),
+    ];
+    run(Command::new("mmd").args(["-i", fs, "::/.disk", "::/boot", "::/boot/grub"]))?;
+    for (from, to) in files {
+        run(Command::new("mcopy").args(["-i", fs]).arg(from).arg(to))?;
+    }
+    let _ = std::fs::remove_dir_all(&parts);
+    Ok(())
 }

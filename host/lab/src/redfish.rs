@@ -2,7 +2,8 @@
 //! Ironic's (and deployd's) `redfish` power and boot interfaces use: read the system,
 //! `ComputerSystem.Reset`, and PATCH of `Boot.BootSourceOverrideTarget` and
 //! `BootSourceOverrideMode` (UEFI or Legacy: a VM's firmware at its next power-on); what the systems
-//! report of their hardware and virtual media is in [`crate::redfish_hardware`]. Plus
+//! report of their hardware and virtual media is in [`crate::redfish_hardware`], their
+//! Secure Boot in [`crate::redfish_secure_boot`]. Plus
 //! `/lab/machines`, not Redfish, for tests and the demo to see and break machines, and
 //! `/lab/requests`: every Redfish request the BMC answered, when and from whom (its
 //! `User-Agent`: deployd's engines name themselves in theirs), so a test can tell which
@@ -88,6 +89,7 @@ pub fn router(machines: Machines) -> Router {
             post(reset),
         )
         .merge(crate::redfish_hardware::routes())
+        .merge(crate::redfish_secure_boot::routes())
         .route("/lab/machines", get(list))
         .route("/lab/machines/{id}/kill-agent", post(kill_agent))
         .with_state(machines)
@@ -185,6 +187,7 @@ async fn system(State(m): State<Machines>, Path(id): Path<String>) -> Result<Jso
         "EthernetInterfaces",
         "SimpleStorage",
         "VirtualMedia",
+        "SecureBoot",
     ] {
         doc[what] = at(what);
     }

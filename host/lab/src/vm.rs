@@ -20,6 +20,12 @@
 //! `<name>.efivars.fd`, as a real machine's NVRAM does. Under both, iPXE comes from the
 //! NIC's option ROM (Debian's `ipxe-qemu` ROMs carry its BIOS and its UEFI build).
 //!
+//! With Secure Boot on, a UEFI VM runs OVMF's Secure Boot build (a q35 PC with SMM, so
+//! the variables are out of the guest's reach) on a variable store with Microsoft's keys
+//! enrolled (`OVMF_VARS_4M.ms.fd`), kept apart as `<name>.efivars-secure.fd`: OVMF then
+//! starts only what Microsoft's UEFI CA signed, as a server as shipped does. Its option
+//! ROMs are unsigned, so such a VM boots from disks and CDs, not through iPXE.
+//!
 //! The firmware, iPXE, the kernel and the deployed OS all write to the serial console,
 //! kept per machine in `<name>.console.log` (appended across boots).
 
@@ -38,6 +44,22 @@ pub const AGENT_PORT: u16 = 9999;
 /// `ovmf` installs them (the 4 MiB builds).
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// OVMF's Secure Boot build, and a variable store with Microsoft's keys enrolled.
+pub const OVMF_CODE_SECURE: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+pub const OVMF_VARS_SECURE: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
+
+/// A machine's variable store for a boot with or without Secure Boot, beside `vars`.
+pub fn vars_file(vars: &Path, secure_boot: bool) -> PathBuf {
+    match secure_boot {
+        false => vars.to_owned(),
+        true => vars.with_file_name(
+            vars.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .replace(".efivars.fd", ".efivars-secure.fd"),
+        ),
+    }
+}
 
 /// A VM's firmware.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -52,16 +74,19 @@ pub enum Firmware {
 
 impl Firmware {
     /// Makes `vars` the machine's variable store if it has none yet (a UEFI machine's
-    /// first power-on), from OVMF's empty one.
-    pub fn prepare(self, vars: &Path) -> std::io::Result<()> {
+    /// first power-on), from OVMF's empty one, or with Secure Boot from the one with
+    /// Microsoft's keys.
+    pub fn prepare(self, vars: &Path, secure_boot: bool) -> std::io::Result<()> {
+        let from = if secure_boot {
+            OVMF_VARS_SECURE
+        } else {
+            OVMF_VARS
+        };
         if self == Firmware::Uefi && !vars.exists() {
-            std::fs::copy(OVMF_VARS, vars).map_err(|e| {
+            std::fs::copy(from, vars).map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
-                    format!(
-                        "copying {OVMF_VARS} (Debian's ovmf) to {}: {e}",
-                        vars.display()
-                    ),
+                    format!("copying {from} (Debian's ovmf) to {}: {e}", vars.display()),
                 )
             })?;
         }
@@ -133,6 +158,8 @@ pub struct VmMachine<'a> {
     pub cd: Option<&'a str>,
     /// Its firmware at this power-on (its BMC's boot mode).
     pub firmware: Firmware,
+    /// Whether its UEFI firmware enforces Secure Boot at this power-on.
+    pub secure_boot: bool,
 }
 
 impl VmConfig {
@@ -221,9 +248,20 @@ impl VmConfig {
                 args.extend(["-boot".into(), order.into()]);
             }
             Firmware::Uefi => {
+                let code = if m.secure_boot {
+                    args.extend([
+                        "-machine".into(),
+                        "q35,smm=on".into(),
+                        "-global".into(),
+                        "driver=cfi.pflash01,property=secure,value=on".into(),
+                    ]);
+                    OVMF_CODE_SECURE
+                } else {
+                    OVMF_CODE
+                };
                 args.extend([
                     "-drive".into(),
-                    format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+                    format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
                     "-drive".into(),
                     format!(
                         "if=pflash,format=raw,unit=1,file={}",
@@ -457,6 +495,7 @@ mod tests {
             boot: Boot::Pxe,
             cd: None,
             firmware,
+            secure_boot: false,
         }
     }
 
@@ -587,19 +626,55 @@ mod tests {
     fn a_uefi_machine_gets_its_variable_store_once() {
         let dir = tempfile::tempdir().unwrap();
         let vars = dir.path().join("m.efivars.fd");
-        Firmware::Bios.prepare(&vars).unwrap();
+        Firmware::Bios.prepare(&vars, false).unwrap();
         assert!(!vars.exists(), "a BIOS machine has none");
-        Firmware::Uefi.prepare(&vars).unwrap();
+        Firmware::Uefi.prepare(&vars, false).unwrap();
         assert_eq!(
             std::fs::read(&vars).unwrap(),
             std::fs::read(OVMF_VARS).unwrap()
         );
         std::fs::write(&vars, b"what the firmware wrote").unwrap();
-        Firmware::Uefi.prepare(&vars).unwrap();
+        Firmware::Uefi.prepare(&vars, false).unwrap();
         assert_eq!(
             std::fs::read(&vars).unwrap(),
             b"what the firmware wrote",
             "kept"
+        );
+        // With Secure Boot, a store of its own with Microsoft's keys.
+        let secure = vars_file(&vars, true);
+        assert_eq!(secure, dir.path().join("m.efivars-secure.fd"));
+        assert_eq!(vars_file(&vars, false), vars);
+        Firmware::Uefi.prepare(&secure, true).unwrap();
+        assert_eq!(
+            std::fs::read(&secure).unwrap(),
+            std::fs::read(OVMF_VARS_SECURE).unwrap()
+        );
+    }
+
+    /// With Secure Boot, OVMF's Secure Boot build on a q35 PC with SMM.
+    #[test]
+    fn a_secure_boot_vm_runs_ovmfs_secure_boot_build_with_smm() {
+        let config = config("/opt/deployd");
+        let m = VmMachine {
+            secure_boot: true,
+            vars: Path::new("/tmp/m.efivars-secure.fd"),
+            ..machine(Firmware::Uefi)
+        };
+        let args = config.args(&m, Path::new("/s")).join(" ");
+        for want in [
+            "-machine q35,smm=on",
+            "-global driver=cfi.pflash01,property=secure,value=on",
+            &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE_SECURE}"),
+            "if=pflash,format=raw,unit=1,file=/tmp/m.efivars-secure.fd",
+        ] {
+            assert!(args.contains(want), "{want} in {args}");
+        }
+        let plain = config
+            .args(&machine(Firmware::Uefi), Path::new("/s"))
+            .join(" ");
+        assert!(
+            !plain.contains("smm") && !plain.contains("secboot"),
+            "{plain}"
         );
     }
 }

@@ -45,34 +45,7 @@ fn versioned(package: &str) -> anyhow::Result<String> {
 /// Downloads and unpacks `package` under `cache` (once: an unpacked one is reused).
 pub fn from_package(package: &str, cache: &Path) -> anyhow::Result<Kernel> {
     let name = versioned(package)?;
-    let tree = cache.join(&name);
-    if !tree.join("boot").is_dir() {
-        std::fs::create_dir_all(cache)?;
-        let _ = std::fs::remove_dir_all(&tree);
-        run(
-            Command::new("apt-get")
-                .args(["download", "-q", &name])
-                .current_dir(cache),
-            &format!("apt-get download {name} (is `apt-get update` done?)"),
-        )?;
-        let deb = std::fs::read_dir(cache)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                let file = p.file_name().unwrap_or_default().to_string_lossy();
-                file.starts_with(&format!("{name}_")) && file.ends_with(".deb")
-            })
-            .with_context(|| {
-                format!(
-                    "apt-get download left no {name}_*.deb in {}",
-                    cache.display()
-                )
-            })?;
-        run(
-            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tree),
-            &format!("unpacking {}", deb.display()),
-        )?;
-    }
+    let tree = unpacked(&name, cache, "boot")?;
     let image = std::fs::read_dir(tree.join("boot"))?
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -93,6 +66,41 @@ pub fn from_package(package: &str, cache: &Path) -> anyhow::Result<Kernel> {
         modules: modules.is_dir().then_some(modules),
         version,
     })
+}
+
+/// Debian's package `name`, downloaded with `apt-get download` and unpacked under
+/// `cache/<name>` (once: a tree that has `probe` is reused). Nothing is installed.
+pub fn unpacked(name: &str, cache: &Path, probe: &str) -> anyhow::Result<PathBuf> {
+    let tree = cache.join(name);
+    if tree.join(probe).exists() {
+        return Ok(tree);
+    }
+    std::fs::create_dir_all(cache)?;
+    let _ = std::fs::remove_dir_all(&tree);
+    run(
+        Command::new("apt-get")
+            .args(["download", "-q", name])
+            .current_dir(cache),
+        &format!("apt-get download {name} (is `apt-get update` done?)"),
+    )?;
+    let deb = std::fs::read_dir(cache)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            let file = p.file_name().unwrap_or_default().to_string_lossy();
+            file.starts_with(&format!("{name}_")) && file.ends_with(".deb")
+        })
+        .with_context(|| {
+            format!(
+                "apt-get download left no {name}_*.deb in {}",
+                cache.display()
+            )
+        })?;
+    run(
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tree),
+        &format!("unpacking {}", deb.display()),
+    )?;
+    Ok(tree)
 }
 
 /// A kernel the operator names, with its `lib/modules/<version>` tree if it has one.

@@ -6,6 +6,8 @@
 //! - [`initramfs`]: the gzip-compressed `newc` cpio archive.
 //! - [`uki`]: a unified kernel image (kernel, initramfs and command line in one UEFI
 //!   executable).
+//! - [`secure_boot`]: Debian's signed shim and GRUB, for machines with Secure Boot on
+//!   (`--secure-boot` checks the kernel is signed and writes `bootloader.img`).
 //!
 //! The init (`init.sh`, busybox's shell) loads the drivers, brings up by DHCP the
 //! interface whose MAC is `BOOTIF`, and runs the agent with what the kernel command line
@@ -17,6 +19,7 @@
 pub mod initramfs;
 pub mod kernel;
 pub mod modules;
+pub mod secure_boot;
 pub mod uki;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +58,11 @@ pub struct BuildArgs {
     /// Where downloaded kernel packages are kept between builds (default `<out>/.cache`).
     #[arg(long)]
     pub cache: Option<PathBuf>,
+    /// For machines with UEFI Secure Boot on: refuse an unsigned kernel, and write
+    /// `bootloader.img`, an EFI system partition with Debian's signed shim and GRUB
+    /// (`driver_info.bootloader` of a virtual media node).
+    #[arg(long)]
+    pub secure_boot: bool,
 }
 
 /// What a build made.
@@ -66,6 +74,8 @@ pub struct Built {
     pub modules: Vec<String>,
     /// Wanted drivers the kernel has neither as a module nor built in.
     pub missing: Vec<String>,
+    /// With `--secure-boot`: the EFI system partition with the signed loaders.
+    pub bootloader: Option<PathBuf>,
 }
 
 fn static_binary(path: &Path, what: &str, hint: &str) -> anyhow::Result<Vec<u8>> {
@@ -87,16 +97,17 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<Built> {
         "build it with `cargo build --release --target x86_64-unknown-linux-musl -p deployd-agent`",
     )?;
     let busybox = static_binary(&args.busybox, "busybox", "install Debian's busybox-static")?;
+    let cache = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| args.out.join(".cache"));
     let kernel = match &args.kernel {
         Some(image) => kernel::given(image, args.modules.as_deref())?,
-        None => {
-            let cache = args
-                .cache
-                .clone()
-                .unwrap_or_else(|| args.out.join(".cache"));
-            kernel::from_package(&args.kernel_package, &cache)?
-        }
+        None => kernel::from_package(&args.kernel_package, &cache)?,
     };
+    if args.secure_boot {
+        secure_boot::check_kernel(&kernel.image)?;
+    }
     let (order, missing) = match &kernel.modules {
         Some(dir) => {
             let tree = modules::Tree::read(dir)
@@ -160,7 +171,18 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<Built> {
         .with_context(|| format!("writing {}", kernel_out.display()))?;
     std::fs::write(&ramdisk_out, archive)
         .with_context(|| format!("writing {}", ramdisk_out.display()))?;
+    let bootloader = match args.secure_boot {
+        true => {
+            let esp = args.out.join("bootloader.img");
+            secure_boot::SignedLoaders::from_packages(&cache)?
+                .write_esp(&esp)
+                .with_context(|| format!("writing {}", esp.display()))?;
+            Some(esp)
+        }
+        false => None,
+    };
     Ok(Built {
+        bootloader,
         kernel: kernel_out,
         ramdisk: ramdisk_out,
         kernel_version: kernel.version,

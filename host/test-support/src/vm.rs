@@ -23,6 +23,16 @@ pub fn musl_agent() -> PathBuf {
 /// `deployd ramdisk build` into `dir`: (deploy_kernel, deploy_ramdisk). The kernel package
 /// is kept in `target/ramdisk-cache` between runs.
 pub fn ramdisk(dir: &Path) -> (PathBuf, PathBuf) {
+    build_ramdisk(dir, &[])
+}
+
+/// [`ramdisk`] with `--secure-boot`: also `bootloader.img`, Debian's signed shim and GRUB.
+pub fn secure_boot_ramdisk(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (kernel, ramdisk) = build_ramdisk(dir, &["--secure-boot"]);
+    (kernel, ramdisk, dir.join("bootloader.img"))
+}
+
+fn build_ramdisk(dir: &Path, more: &[&str]) -> (PathBuf, PathBuf) {
     let out = Command::new(&*BIN)
         .args(["ramdisk", "build", "--out"])
         .arg(dir)
@@ -30,6 +40,7 @@ pub fn ramdisk(dir: &Path) -> (PathBuf, PathBuf) {
         .arg(musl_agent())
         .arg("--cache")
         .arg(repo_root().join("target/ramdisk-cache"))
+        .args(more)
         .output()
         .unwrap();
     assert!(
@@ -53,7 +64,18 @@ pub fn bootable_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> Path
 pub fn uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
     let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
         .expect("Debian's busybox-static");
-    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0).unwrap()
+    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0, None).unwrap()
+}
+
+/// [`uefi_image`] that boots with Secure Boot on: Debian's signed shim and GRUB (from
+/// [`secure_boot_ramdisk`]'s cache) boot `kernel`, which must be signed.
+pub fn signed_uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
+    let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
+        .expect("Debian's busybox-static");
+    let cache = repo_root().join("target/ramdisk-cache");
+    let loaders = deployd_ramdisk::secure_boot::SignedLoaders::from_packages(&cache)
+        .expect("Debian's shim-signed and grub-efi-amd64-signed");
+    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0, Some(&loaders)).unwrap()
 }
 
 /// A whole-disk image (an MBR, one FAT partition) of `mib` MiB that boots the kernel of

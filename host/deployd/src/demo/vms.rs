@@ -135,6 +135,7 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
         modules: None,
         busybox: "/bin/busybox".into(),
         cache: Some(cache(args)),
+        secure_boot: false,
     };
     print!("building the deploy ramdisk (a Debian kernel, its drivers, the agent)… ");
     let built = tokio::task::spawn_blocking(move || deployd_ramdisk::build(&build)).await??;
@@ -155,7 +156,9 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
             vm::Firmware::Uefi => {
                 let initrd =
                     deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), MARKER)?;
-                deployd_lab::os_image::bootable_uefi(&out, &kernel, &initrd, image_mb, payload)
+                deployd_lab::os_image::bootable_uefi(
+                    &out, &kernel, &initrd, image_mb, payload, None,
+                )
             }
         }
     })

@@ -290,7 +290,9 @@ async fn set_boot_mode(
     Ok(StatusCode::ACCEPTED)
 }
 
-/// `PUT …/states/secure_boot` with `{"target": true | false}` (UEFI only).
+/// `PUT …/states/secure_boot` with `{"target": true | false}` (UEFI only): a Redfish
+/// node's BMC is told it (the node then shows what the BMC reports); fake-hardware
+/// records it.
 async fn set_secure_boot(
     app: State,
     Path(ident): Path<String>,
@@ -302,6 +304,11 @@ async fn set_secure_boot(
             "Invalid secure boot state {target}; expected a boolean"
         ))
     })?;
+    let node = find(&app, &ident).await?;
+    if redfish_management(&node.body) {
+        app.conductor.set_secure_boot(node.uuid(), on).await?;
+        return Ok(StatusCode::ACCEPTED);
+    }
     edit(&app, &ident, |b| {
         fake_management(b, "changing secure boot")?;
         if on && b.attrs.get("boot_mode") != Some(&json!("uefi")) {

@@ -1,5 +1,5 @@
-//! What an operator sets on a node's management outside a flow: its next boot device and
-//! its boot mode, through the BMC its power interface names (a no-op for the fake one's
+//! What an operator sets on a node's management outside a flow: its next boot device, its
+//! boot mode and its Secure Boot, through the BMC its power interface names (a no-op for the fake one's
 //! device), and its console,
 //! which only fake-hardware's fake console has (it records that it is enabled).
 
@@ -54,6 +54,19 @@ impl Conductor {
         bmc::set_boot_mode(&services, node, &power, mode)
             .await
             .map_err(|e| ConductorError::Hardware(format!("Failed to set boot mode: {e}")))?;
+        Ok(())
+    }
+
+    /// Enables or disables the machine's UEFI Secure Boot through its BMC (`PUT
+    /// …/states/secure_boot`), under the node's claim; the node then shows what the BMC
+    /// reports.
+    pub async fn set_secure_boot(&self, node: Uuid, on: bool) -> Result<(), ConductorError> {
+        let _claim = self.claim_for_operator(node, "set secure boot").await?;
+        let power = self.power_backend(node).await?;
+        let services = self.registry.services().clone();
+        bmc::set_secure_boot(&services, node, &power, on)
+            .await
+            .map_err(|e| ConductorError::Hardware(format!("Failed to set secure boot: {e}")))?;
         Ok(())
     }
 

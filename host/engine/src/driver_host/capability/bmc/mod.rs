@@ -9,6 +9,7 @@
 mod ipmitool;
 mod redfish;
 mod redfish_inspect;
+mod redfish_secure_boot;
 mod redfish_vmedia;
 mod vmedia_boot;
 
@@ -253,10 +254,17 @@ pub async fn set_boot_device(
         &body.properties,
         services.bmc.default_boot_mode,
     );
-    let now = match bmc {
+    let secure_boot = boot_mode::secure_boot_wanted(&body.instance_info, &body.properties);
+    if secure_boot == Some(true) && mode != BootMode::Uefi {
+        return Err(CapabilityError::NotConfigured(format!(
+            "node {node} asks for Secure Boot in the {} boot mode: Secure Boot needs uefi",
+            mode.as_str()
+        )));
+    }
+    let now = match &bmc {
         Bmc::Fake => None,
         Bmc::Redfish(t) if vmedia_boot::boots_from_media(&record) => {
-            vmedia_boot::set_boot_device(services, &t, &record, device, persistent, mode).await?
+            vmedia_boot::set_boot_device(services, t, &record, device, persistent, mode).await?
         }
         Bmc::Redfish(t) => t
             .set_boot_device(&services.http, device, persistent, mode)
@@ -269,14 +277,63 @@ pub async fn set_boot_device(
             Some(mode)
         }
     };
-    match now {
-        Some(mode)
-            if body.attrs.get("boot_mode").and_then(Value::as_str) != Some(mode.as_str()) =>
-        {
-            record_boot_mode(services, node, mode).await
-        }
-        _ => Ok(()),
+    if let Some(mode) = now
+        && body.attrs.get("boot_mode").and_then(Value::as_str) != Some(mode.as_str())
+    {
+        record_boot_mode(services, node, mode).await?;
     }
+    match secure_boot {
+        Some(on) => secure_boot_as_wanted(services, &record, bmc, on).await,
+        None => Ok(()),
+    }
+}
+
+/// Before a boot: the BMC's Secure Boot set as the node's instance asks (see
+/// [`boot_mode::secure_boot_wanted`]), after the boot mode (Secure Boot is UEFI's: it is
+/// refused in the bios mode before the BMC is told anything), and the node's
+/// `secure_boot` showing what the BMC reports.
+async fn secure_boot_as_wanted(
+    services: &Services,
+    record: &crate::node::Node,
+    bmc: Bmc,
+    on: bool,
+) -> Result<(), CapabilityError> {
+    let now = match bmc {
+        Bmc::Fake => on,
+        Bmc::Redfish(t) => match t.get_secure_boot(&services.http).await {
+            Ok(Some(shown)) if shown == on => Ok(shown),
+            Ok(Some(_)) => t.set_secure_boot(&services.http, on).await,
+            Ok(None) if !on => return Ok(()),
+            Ok(None) => Err("the BMC's system has no SecureBoot resource".into()),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| CapabilityError::Remote(format!("Secure Boot: {e}")))?,
+        Bmc::Ipmi(_) if !on => return Ok(()),
+        Bmc::Ipmi(_) => {
+            return Err(CapabilityError::NotConfigured(format!(
+                "node {} asks for Secure Boot, which IPMI cannot set",
+                record.uuid()
+            )));
+        }
+    };
+    record_secure_boot(services, record.uuid(), now).await
+}
+
+/// Enables or disables Secure Boot through the node's Redfish BMC (`PUT
+/// …/states/secure_boot`) and records what the BMC reports afterwards.
+pub async fn set_secure_boot(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    on: bool,
+) -> Result<bool, CapabilityError> {
+    let now = redfish_only(services, node, power, "cannot set Secure Boot")
+        .await?
+        .set_secure_boot(&services.http, on)
+        .await
+        .map_err(CapabilityError::Remote)?;
+    record_secure_boot(services, node, now).await?;
+    Ok(now)
 }
 
 /// Sets the machine's boot mode through its Redfish BMC (`PUT …/states/boot_mode`) and
@@ -287,19 +344,29 @@ pub async fn set_boot_mode(
     power: &str,
     mode: BootMode,
 ) -> Result<BootMode, CapabilityError> {
-    let now = match resolve(services, node, power).await? {
-        Bmc::Redfish(t) => t
-            .set_boot_mode(&services.http, mode)
-            .await
-            .map_err(CapabilityError::Remote)?,
-        Bmc::Fake | Bmc::Ipmi(_) => {
-            return Err(CapabilityError::NotConfigured(format!(
-                "the {power} BMC backend sets a boot mode only with a boot device"
-            )));
-        }
-    };
+    let refusal = "sets a boot mode only with a boot device";
+    let now = redfish_only(services, node, power, refusal)
+        .await?
+        .set_boot_mode(&services.http, mode)
+        .await
+        .map_err(CapabilityError::Remote)?;
     record_boot_mode(services, node, now).await?;
     Ok(now)
+}
+
+/// The node's BMC, for what only Redfish sets by itself (the other backends `refusal`).
+async fn redfish_only(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+    refusal: &str,
+) -> Result<redfish::Target, CapabilityError> {
+    match resolve(services, node, power).await? {
+        Bmc::Redfish(t) => Ok(t),
+        Bmc::Fake | Bmc::Ipmi(_) => Err(CapabilityError::NotConfigured(format!(
+            "the {power} BMC backend {refusal}"
+        ))),
+    }
 }
 
 async fn record_boot_mode(
@@ -307,10 +374,28 @@ async fn record_boot_mode(
     node: Uuid,
     mode: BootMode,
 ) -> Result<(), CapabilityError> {
+    record_attr(services, node, "boot_mode", mode.as_str().into()).await
+}
+
+async fn record_secure_boot(
+    services: &Services,
+    node: Uuid,
+    on: bool,
+) -> Result<(), CapabilityError> {
+    record_attr(services, node, "secure_boot", on.into()).await
+}
+
+/// Records what the BMC reports in the node's field `key`.
+async fn record_attr(
+    services: &Services,
+    node: Uuid,
+    key: &str,
+    value: Value,
+) -> Result<(), CapabilityError> {
     services
         .store
         .update_node(node, |b| {
-            b.attrs.insert("boot_mode".into(), mode.as_str().into());
+            b.attrs.insert(key.into(), value.clone());
             Ok(())
         })
         .await?;

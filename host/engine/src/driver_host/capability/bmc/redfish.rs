@@ -77,15 +77,17 @@ impl Target {
             .await
     }
 
-    pub(super) async fn post(
+    /// Sends `body` to a BMC path or url (a POST of an action, a PATCH of a resource).
+    pub(super) async fn send_json(
         &self,
         http: &reqwest::Client,
+        method: reqwest::Method,
         url: &str,
         body: Value,
         what: &str,
     ) -> Result<(), String> {
         let url = self.at(url);
-        let r = self.request(http, reqwest::Method::POST, &url).json(&body);
+        let r = self.request(http, method, &url).json(&body);
         self.send(r, what).await.map(drop)
     }
 
@@ -222,10 +224,14 @@ impl Target {
         boot: Value,
         what: &str,
     ) -> Result<(), String> {
-        let r = self
-            .request(http, reqwest::Method::PATCH, &self.system)
-            .json(&json!({ "Boot": boot }));
-        self.send(r, what).await.map(drop)
+        self.send_json(
+            http,
+            reqwest::Method::PATCH,
+            &self.system,
+            json!({ "Boot": boot }),
+            what,
+        )
+        .await
     }
 }
 

@@ -98,12 +98,17 @@ impl Target {
             ));
         };
         for d in usable.iter().filter(|d| d.inserted()) {
-            self.post(http, &d.action("EjectMedia"), json!({}), "eject media")
-                .await?;
+            self.eject(http, d).await?;
         }
         let body = json!({"Image": image, "Inserted": true, "WriteProtected": true});
-        self.post(http, &first.action("InsertMedia"), body, "insert media")
-            .await
+        self.send_json(
+            http,
+            reqwest::Method::POST,
+            &first.action("InsertMedia"),
+            body,
+            "insert media",
+        )
+        .await
     }
 
     /// Ejects the media of these device types (all devices when `None`).
@@ -115,11 +120,22 @@ impl Target {
         for d in self.devices(http).await? {
             let chosen = devices.is_none_or(|list| list.iter().any(|t| d.serves(t)));
             if chosen && d.inserted() {
-                self.post(http, &d.action("EjectMedia"), json!({}), "eject media")
-                    .await?;
+                self.eject(http, &d).await?;
             }
         }
         Ok(())
+    }
+
+    async fn eject(&self, http: &reqwest::Client, d: &Device) -> Result<(), String> {
+        let action = d.action("EjectMedia");
+        self.send_json(
+            http,
+            reqwest::Method::POST,
+            &action,
+            json!({}),
+            "eject media",
+        )
+        .await
     }
 
     /// The devices as Ironic's `get_virtual_media` lists them.
