@@ -45,7 +45,23 @@ enum Network {
     /// The same with a NIC without iPXE in its ROM: the firmware's own PXE gets iPXE from
     /// dnsmasq by TFTP first.
     TapWithoutNicRom,
+    /// The same, the node booting by UEFI HTTP boot (`http-ipxe`): its BMC boots it
+    /// `UefiHttp`, and OVMF fetches iPXE from the engine over HTTP.
+    TapHttpBoot,
+    /// A tap with no DHCP server at all: the node boots from virtual media, its ramdisk
+    /// configured statically from the node's `network_data` (DHCP-less).
+    TapStaticVirtualMedia,
 }
+
+impl Network {
+    fn on_tap(&self) -> bool {
+        !matches!(self, Network::User | Network::UserVirtualMedia)
+    }
+}
+
+/// The address a DHCP-less node's `network_data` gives its ramdisk, on the namespace's
+/// provisioning network.
+const STATIC_ADDRESS: &str = "10.251.0.60";
 
 /// What is deployed.
 #[derive(PartialEq)]
@@ -69,7 +85,7 @@ struct VmLab {
     // Dropped in this order: the lab (its VM) before the engine, the namespace last.
     lab: Lab,
     engine: Engine,
-    _provisioning: Option<(netns::Dnsmasq, netns::Netns)>,
+    _provisioning: Option<(Option<netns::Dnsmasq>, netns::Netns)>,
     node: String,
     image: std::path::PathBuf,
     /// `bootloader.img` of a `--secure-boot` ramdisk.
@@ -120,9 +136,9 @@ impl VmLab {
         let firmware = "bios";
         let sha = sha256_of(&source);
         let port = emulators::free_tcp_port();
-        let guest_engine = match network {
-            Network::User | Network::UserVirtualMedia => "10.0.2.100",
-            Network::Tap | Network::TapWithoutNicRom => netns::PROVISIONING,
+        let guest_engine = match network.on_tap() {
+            false => "10.0.2.100",
+            true => netns::PROVISIONING,
         };
         let public = format!("http://{guest_engine}:{port}");
         let allowed = format!("--file-url-allowed-path={}", dir.path().display());
@@ -153,12 +169,16 @@ impl VmLab {
                 let lab = Lab::start_vm(&dir.path().join("lab"), &engine.url, &more);
                 (engine, lab, None)
             }
-            Network::Tap | Network::TapWithoutNicRom => {
+            Network::Tap
+            | Network::TapWithoutNicRom
+            | Network::TapHttpBoot
+            | Network::TapStaticVirtualMedia => {
                 let ns = netns::Netns::create();
-                let dnsmasq = ns.dnsmasq(&dnsmasq_config(dir.path(), &public, &ns.tap), dir.path());
+                let dnsmasq = (network != Network::TapStaticVirtualMedia)
+                    .then(|| ns.dnsmasq(&dnsmasq_config(dir.path(), &public, &ns.tap), dir.path()));
                 let engine = Engine::start_in(&ns, port, &data, &flags);
                 let more: &[&str] = match network {
-                    Network::TapWithoutNicRom => &["--no-nic-rom"],
+                    Network::TapWithoutNicRom | Network::TapHttpBoot => &["--no-nic-rom"],
                     _ => &[],
                 };
                 let lab = Lab::start_vm_in(&ns, &dir.path().join("lab"), &public, more);
@@ -174,9 +194,22 @@ impl VmLab {
             Os::Raw | Os::Qcow2ReadingItsConfigDrive => json!({"capabilities": "boot_mode:bios"}),
         };
         // On the tap, the VM's first disk is not the one the agent would pick.
-        if matches!(network, Network::Tap | Network::TapWithoutNicRom) {
+        if network.on_tap() {
             properties["root_device"] = json!({"serial": "machine-000-disk0"});
         }
+        // DHCP-less: the ramdisk's address, on the link of the VM's MAC.
+        let network_data = match network {
+            Network::TapStaticVirtualMedia => json!({
+                "links": [{"id": "port0", "type": "phy", "ethernet_mac_address": machine["mac"]}],
+                "networks": [{
+                    "id": "provisioning", "type": "ipv4", "link": "port0",
+                    "ip_address": STATIC_ADDRESS, "netmask": "255.255.255.0",
+                    "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": netns::PROVISIONING}],
+                }],
+                "services": [],
+            }),
+            _ => json!({}),
+        };
         let (status, node) = call(
             "POST",
             &format!("{}/v1/nodes", engine.url),
@@ -184,8 +217,12 @@ impl VmLab {
                 "name": "vm-1",
                 "driver": "redfish",
                 "deploy_interface": "direct",
+                "network_data": network_data,
                 "boot_interface": match network {
-                    Network::UserVirtualMedia => "redfish-virtual-media",
+                    Network::UserVirtualMedia | Network::TapStaticVirtualMedia => {
+                        "redfish-virtual-media"
+                    }
+                    Network::TapHttpBoot => "http-ipxe",
                     Network::User | Network::Tap | Network::TapWithoutNicRom => "ipxe",
                 },
                 "driver_info": {
@@ -243,6 +280,27 @@ impl VmLab {
         );
         assert_eq!(status, 202, "{body}");
         self.wait_end(&["active", "deploy failed"])
+    }
+
+    /// [`VmLab::deploy`], which must end active (else the console and dnsmasq's log are
+    /// shown); the node, the console and dnsmasq's log (empty without one).
+    fn deploy_to_active(&self) -> (Value, String, String) {
+        let active = self.deploy();
+        let console = self.console_text();
+        let log = match &self._provisioning {
+            Some((Some(dnsmasq), _)) => dnsmasq.log_text(),
+            _ => String::new(),
+        };
+        assert_eq!(
+            active["provision_state"], "active",
+            "{active}\nconsole:\n{console}\ndnsmasq:\n{log}"
+        );
+        (active, console, log)
+    }
+
+    /// Whether the VM's disk begins with the image.
+    fn holds_image(&self) -> bool {
+        head(&self.disk, 64 << 20) == std::fs::read(&self.image).unwrap()
     }
 
     fn wait_end(&self, ends: &[&str]) -> Value {
@@ -420,17 +478,8 @@ fn a_vm_network_boots_the_ramdisk_is_deployed_a_qcow2_and_config_drive_boots_the
 #[test]
 fn a_uefi_vm_network_boots_the_ramdisk_is_deployed_a_gpt_image_and_boots_it() {
     let vm = VmLab::start(120, Network::User, Os::UefiGpt);
-    let active = vm.deploy();
-    assert_eq!(
-        active["provision_state"],
-        "active",
-        "{active}\nconsole:\n{}",
-        vm.console_text()
-    );
-    assert!(
-        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
-        "the VM's disk holds the image"
-    );
+    let (active, _, _) = vm.deploy_to_active();
+    assert!(vm.holds_image(), "the VM's disk holds the image");
     let booted = vm::wait_console(&vm.console, MARKER, 180);
     assert!(
         booted.contains("deployd ramdisk: starting the agent"),
@@ -478,12 +527,7 @@ fn a_uefi_vm_network_boots_the_ramdisk_is_deployed_a_gpt_image_and_boots_it() {
 #[test]
 fn a_uefi_vm_boots_its_ramdisk_from_virtual_media_is_deployed_and_boots_its_disk() {
     let vm = VmLab::start(120, Network::UserVirtualMedia, Os::UefiGpt);
-    let active = vm.deploy();
-    let console = vm.console_text();
-    assert_eq!(
-        active["provision_state"], "active",
-        "{active}\nconsole:\n{console}"
-    );
+    let (active, console, _) = vm.deploy_to_active();
     assert!(
         !console.contains("iPXE"),
         "nothing booted from the network: {console}"
@@ -492,10 +536,7 @@ fn a_uefi_vm_boots_its_ramdisk_from_virtual_media_is_deployed_and_boots_its_disk
         console.contains("deployd ramdisk: starting the agent"),
         "{console}"
     );
-    assert!(
-        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
-        "the VM's disk holds the image"
-    );
+    assert!(vm.holds_image(), "the VM's disk holds the image");
     assert_eq!(vm.lab.machine("machine-000")["agent_boots"], json!(1));
     // The CD was ejected and the token dropped: the ISO's url is refused.
     let system = format!(
@@ -549,6 +590,15 @@ fn a_secure_boot_vm_refuses_an_unsigned_ramdisk_and_boots_the_signed_one_and_its
     let (_, secure) = call("GET", &format!("{system}/SecureBoot"), None);
     assert_eq!(secure["SecureBootEnable"], true, "{secure}");
     assert_eq!(secure["SecureBootCurrentBoot"], "Enabled", "{secure}");
+    // The failed flow's clean-up dropped the ISO's token and ejected the CD.
+    let failed = wait_node(&vm.engine.url, &vm.node, 30, |n| {
+        n["driver_internal_info"]
+            .get("deployd_boot_iso_token")
+            .is_none()
+    });
+    assert_eq!(failed["provision_state"], "deploy failed");
+    let (_, cd) = call("GET", &format!("{system}/VirtualMedia/Cd"), None);
+    assert_eq!(cd["Inserted"], false, "{cd}");
 
     let bootloader = vm.bootloader.as_ref().unwrap().display().to_string();
     let (status, body) = call(
@@ -572,10 +622,7 @@ fn a_secure_boot_vm_refuses_an_unsigned_ramdisk_and_boots_the_signed_one_and_its
     ] {
         assert!(signed.contains(line), "{line:?} on the console:\n{signed}");
     }
-    assert!(
-        head(&vm.disk, 64 << 20) == std::fs::read(&vm.image).unwrap(),
-        "the VM's disk holds the image"
-    );
+    assert!(vm.holds_image(), "the VM's disk holds the image");
     // The deployed disk boots through its own signed chain, Secure Boot still on.
     let booted = vm::wait_console(&vm.console, MARKER, 180);
     let os = &booted[booted.rfind("deployd ramdisk: starting the agent").unwrap()..];
@@ -683,7 +730,10 @@ fn the_dnsmasq_configuration_is_dnsmasqs_own() {
     let text = std::fs::read_to_string(&conf).unwrap();
     assert!(
         text.contains("dhcp-boot=tag:ipxe,http://10.20.0.1:6385/boot/ipxe\n")
-            && text.contains("dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe\n"),
+            && text.contains("dhcp-boot=tag:!ipxe,tag:!efi64,tag:!efihttp,undionly.kpxe\n")
+            && text
+                .contains("dhcp-boot=tag:!ipxe,tag:efihttp,http://10.20.0.1:6385/boot/ipxe.efi\n")
+            && text.contains("dhcp-option-force=tag:efihttp,60,HTTPClient\n"),
         "{text}"
     );
     let check = std::process::Command::new("dnsmasq")
@@ -731,7 +781,7 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
     let (status, body) = call("PATCH", &path, Some(hints(named)));
     assert_eq!(status, 200, "{body}");
     let active = vm.deploy();
-    let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
+    let dnsmasq = vm._provisioning.as_ref().unwrap().0.as_ref().unwrap();
     assert_eq!(
         active["provision_state"],
         "active",
@@ -775,15 +825,47 @@ fn a_vm_on_a_tap_boots_through_dnsmasq_is_deployed_and_boots_its_disk() {
 #[test]
 fn a_uefi_vm_without_ipxe_gets_it_by_tftp_from_dnsmasq_and_boots_its_disk() {
     let vm = VmLab::start(120, Network::TapWithoutNicRom, Os::UefiGpt);
-    let active = vm.deploy();
-    let (dnsmasq, _) = vm._provisioning.as_ref().unwrap();
-    let log = dnsmasq.log_text();
-    assert_eq!(
-        active["provision_state"],
-        "active",
-        "{active}\nconsole:\n{}\ndnsmasq:\n{log}",
-        vm.console_text()
-    );
+    let (_, _, log) = vm.deploy_to_active();
     assert!(log.contains("snponly.efi"), "iPXE went out by TFTP: {log}");
+    vm::wait_console(&vm.console, MARKER, 180);
+}
+
+/// UEFI HTTP boot (`boot_interface: http-ipxe`): the node's BMC boots the UEFI VM
+/// `UefiHttp`, its firmware (OVMF, its PXE off) asks the real dnsmasq as an HTTP client
+/// (client architecture 16), is answered `HTTPClient` with the engine's `/boot/ipxe.efi`,
+/// and loads that iPXE over HTTP: no TFTP. iPXE gets the engine's script, the ramdisk is
+/// deployed, and the disk boots.
+#[test]
+fn a_uefi_vm_boots_by_uefi_http_boot_through_dnsmasq_and_boots_its_disk() {
+    let vm = VmLab::start(120, Network::TapHttpBoot, Os::UefiGpt);
+    let (_, console, log) = vm.deploy_to_active();
+    assert!(
+        log.contains("/boot/ipxe.efi") && !log.contains("snponly.efi"),
+        "iPXE's url went out, nothing by TFTP: {log}"
+    );
+    assert!(
+        console.contains("HTTP Boot"),
+        "OVMF booted by HTTP: {console}"
+    );
+    assert_eq!(vm.lab.machine("machine-000")["boot"], "Hdd");
+    vm::wait_console(&vm.console, MARKER, 180);
+}
+
+/// DHCP-less virtual media (Ironic's, API 1.66): on a network with no DHCP server at all,
+/// the node's `network_data` becomes its ramdisk's static address (the ISO's `ip=` and
+/// `BOOTIF`), the agent reaches the engine from it, the deploy ends active and the disk
+/// boots.
+#[test]
+fn a_uefi_vm_without_dhcp_boots_virtual_media_with_its_static_address_and_is_deployed() {
+    let vm = VmLab::start(120, Network::TapStaticVirtualMedia, Os::UefiGpt);
+    let (_, console, _) = vm.deploy_to_active();
+    assert!(
+        console.contains(&format!(
+            "deployd ramdisk: static address {STATIC_ADDRESS}/255.255.255.0"
+        )),
+        "{console}"
+    );
+    assert!(!console.contains("deployd ramdisk: DHCP"), "{console}");
+    assert!(vm.holds_image(), "the VM's disk holds the image");
     vm::wait_console(&vm.console, MARKER, 180);
 }

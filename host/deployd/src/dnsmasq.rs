@@ -2,7 +2,10 @@
 //! for the operator's dnsmasq, as Ironic deployments run it. iPXE clients (they say so in
 //! DHCP's user class) get the engine's entry script over HTTP; firmware without iPXE first
 //! gets an iPXE binary by TFTP (`undionly.kpxe` for BIOS, `snponly.efi` for UEFI, from
-//! Debian's `ipxe` package), which then asks again as an iPXE client.
+//! Debian's `ipxe` package), which then asks again as an iPXE client. UEFI firmware that
+//! boots by HTTP (client architecture 16; a node with `boot_interface: http-ipxe`, which
+//! its BMC boots `UefiHttp`) is answered as an `HTTPClient` with the url of the engine's
+//! `/boot/ipxe.efi` instead, and so needs no TFTP.
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DnsmasqArgs {
@@ -21,7 +24,8 @@ pub struct DnsmasqArgs {
 }
 
 pub fn config(args: &DnsmasqArgs) -> String {
-    let boot = format!("{}/boot/ipxe", args.public_url.trim_end_matches('/'));
+    let base = args.public_url.trim_end_matches('/');
+    let boot = format!("{base}/boot/ipxe");
     format!(
         "# deployd's network boot chain, for dnsmasq (DHCP and TFTP).\n\
          port=0\n\
@@ -37,7 +41,11 @@ pub fn config(args: &DnsmasqArgs) -> String {
          dhcp-match=set:efi64,option:client-arch,7\n\
          dhcp-match=set:efi64,option:client-arch,9\n\
          dhcp-boot=tag:!ipxe,tag:efi64,snponly.efi\n\
-         dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe\n",
+         # UEFI HTTP boot (client arch 16): an HTTPClient answer, iPXE from the engine.\n\
+         dhcp-match=set:efihttp,option:client-arch,16\n\
+         dhcp-option-force=tag:efihttp,60,HTTPClient\n\
+         dhcp-boot=tag:!ipxe,tag:efihttp,{base}/boot/ipxe.efi\n\
+         dhcp-boot=tag:!ipxe,tag:!efi64,tag:!efihttp,undionly.kpxe\n",
         interface = args.interface,
         range = args.range,
         tftp_root = args.tftp_root,

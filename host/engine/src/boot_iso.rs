@@ -135,13 +135,17 @@ impl IsoMaker {
             ramdisk: self.local(node, "deploy_ramdisk")?,
             bootloader: self.optional(node, "bootloader")?,
             cmdline: format!(
-                "{} boot_method=vmedia",
+                "{} boot_method=vmedia{}",
                 crate::ramdisk_params::agent_params(
                     &self.images.base_url,
                     node,
                     None,
                     &self.kernel_append_params
-                )
+                ),
+                // DHCP-less: the address the node's network_data gives.
+                crate::ramdisk_params::static_network(node)
+                    .map(|p| format!(" {p}"))
+                    .unwrap_or_default()
             ),
         };
         let path = self.path(node.uuid(), token, &parts);

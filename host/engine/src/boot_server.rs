@@ -1,9 +1,11 @@
-//! Network boot for the `ipxe` and `pxe` boot interfaces: the iPXE scripts a machine's
-//! firmware runs, and the deploy kernel and ramdisk they load.
+//! Network boot for the `ipxe`, `pxe` and `http-ipxe` boot interfaces: the iPXE scripts a
+//! machine's firmware runs, and the deploy kernel and ramdisk they load.
 //!
 //! The chain, as with Ironic's iPXE boot:
 //! 1. the operator's DHCP server hands iPXE clients `<public url>/boot/ipxe` (firmware
-//!    without iPXE first gets the iPXE binary by TFTP: `deployd boot dnsmasq-config`);
+//!    without iPXE first gets the iPXE binary by TFTP: `deployd boot dnsmasq-config`; or,
+//!    booting by UEFI HTTP boot (`http-ipxe`, the BMC's `UefiHttp`), over HTTP from
+//!    `/boot/ipxe.efi`, `[pxe] uefi_ipxe_bootfile`);
 //! 2. that entry script chains to `/boot/ipxe/<mac>` with the MAC the machine booted from;
 //! 3. the per-MAC script looks the port up, and for a node that boots its ramdisk now
 //!    (deploy, clean, rescue, inspection, servicing) loads `driver_info.deploy_kernel` and
@@ -48,11 +50,14 @@ pub struct BootServer {
     pub kernel_append_params: String,
     /// The nodes' virtual media ISOs.
     pub isos: Arc<IsoMaker>,
+    /// iPXE for UEFI, served to firmware that boots by UEFI HTTP boot.
+    pub uefi_ipxe_bootfile: std::path::PathBuf,
 }
 
 pub fn router(server: Arc<BootServer>) -> Router {
     Router::new()
         .route("/boot/ipxe", get(entry))
+        .route("/boot/ipxe.efi", get(uefi_ipxe).head(uefi_ipxe))
         .route("/boot/ipxe/{mac}", get(per_mac))
         .route("/boot/{node}/{which}", get(file).head(file))
         .route("/boot/{node}/iso/{token}", get(iso).head(iso))
@@ -77,6 +82,21 @@ async fn entry(State(server): State<Arc<BootServer>>) -> Response {
     ))
 }
 
+/// iPXE's UEFI binary, as UEFI HTTP boot fetches it (the url the DHCP server's
+/// `HTTPClient` answer names): Debian's `snponly.efi` by default.
+async fn uefi_ipxe(State(server): State<Arc<BootServer>>, headers: HeaderMap) -> Response {
+    match tokio::fs::File::open(&server.uefi_ipxe_bootfile).await {
+        Ok(file) => send(file, &headers).await,
+        Err(e) => {
+            let file = server.uefi_ipxe_bootfile.display();
+            tracing::warn!("UEFI HTTP boot asked for {file}: {e}");
+            let why =
+                format!("{file}: {e} (install Debian's ipxe, or set [pxe] uefi_ipxe_bootfile)");
+            (StatusCode::NOT_FOUND, why).into_response()
+        }
+    }
+}
+
 /// Exits iPXE, so the firmware goes on to its next boot device.
 fn next_device(why: &str) -> String {
     format!("#!ipxe\necho deployd: {why}; booting the next device\nexit\n")
@@ -99,7 +119,7 @@ pub async fn boot_script(server: &BootServer, mac: &str) -> String {
         return next_device(&format!("the node of MAC {mac} is gone"));
     };
     let boot = node.body.interfaces.get("boot").map(String::as_str);
-    if !matches!(boot, Some("ipxe" | "pxe")) {
+    if !matches!(boot, Some("ipxe" | "pxe" | "http-ipxe")) {
         return next_device(&format!(
             "node {} does not boot from the network (boot_interface {})",
             node.uuid(),

@@ -63,6 +63,8 @@
 //! kernel_append_params = "nofb nomodeset vga=normal"   # a ramdisk's kernel parameters
 //!                                    # after ipa-api-url and BOOTIF, for nodes without
 //!                                    # driver_info.kernel_append_params (Ironic's default)
+//! uefi_ipxe_bootfile = "/usr/lib/ipxe/snponly.efi"   # iPXE for UEFI HTTP boot, served
+//!                                    # at /boot/ipxe.efi (Debian's ipxe)
 //!
 //! [plugins]
 //! dir = "deployd-data/plugins"       # *.wasm loaded at start; uploads are kept here
@@ -110,12 +112,15 @@ pub struct Deploy {
 #[serde(default, deny_unknown_fields)]
 pub struct Pxe {
     pub kernel_append_params: String,
+    /// iPXE's UEFI binary, which UEFI HTTP boot fetches from `/boot/ipxe.efi`.
+    pub uefi_ipxe_bootfile: PathBuf,
 }
 
 impl Default for Pxe {
     fn default() -> Self {
         Pxe {
             kernel_append_params: crate::boot_server::DEFAULT_APPEND.into(),
+            uefi_ipxe_bootfile: "/usr/lib/ipxe/snponly.efi".into(),
         }
     }
 }

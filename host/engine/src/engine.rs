@@ -250,6 +250,7 @@ impl Engine {
             images: images.clone(),
             kernel_append_params: config.pxe.kernel_append_params.clone(),
             isos,
+            uefi_ipxe_bootfile: config.pxe.uefi_ipxe_bootfile.clone(),
         });
         let files = crate::image_server::router(images.clone(), store.clone())
             .merge(crate::boot_server::router(boot))

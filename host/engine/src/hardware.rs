@@ -66,7 +66,10 @@ fn ironic(hw: &str, kind: &str) -> (&'static [&'static str], &'static str) {
     match kind {
         "bios" if redfish => (&["redfish", "no-bios"], "redfish"),
         "bios" => (&["no-bios"], "no-bios"),
-        "boot" if redfish => (&["ipxe", "pxe", "redfish-virtual-media"], "ipxe"),
+        "boot" if redfish => (
+            &["ipxe", "pxe", "redfish-virtual-media", "http-ipxe"],
+            "ipxe",
+        ),
         "boot" => (&["pxe", "ipxe"], "ipxe"),
         "console" => (&["no-console"], "no-console"),
         "deploy" => (&["ramdisk", "direct", "bootc", "autodetect"], "autodetect"),

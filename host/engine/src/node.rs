@@ -116,6 +116,23 @@ impl Node {
         self.body.uuid
     }
 
+    /// A node waiting for its agent's call-back (to `active`) since a fixed time: the
+    /// state tests of what a ramdisk or a view sees start from.
+    #[cfg(test)]
+    pub(crate) fn waiting_for_tests(body: NodeBody) -> Node {
+        let t = crate::clock::Timestamp::from_datetime("2026-02-03T04:05:06Z".parse().unwrap());
+        let provision = Provision {
+            state: ProvisionState::WaitCallBack,
+            target: Some(ProvisionState::Active),
+            updated_at: t,
+            deadline: None,
+            indexed: None,
+            progress_at: t,
+            progress: 0,
+        };
+        Node { body, provision }
+    }
+
     pub fn state(&self) -> ProvisionState {
         self.provision.state
     }

@@ -42,3 +42,95 @@ pub fn agent_params(base: &str, node: &Node, mac: Option<&str>, default_append: 
     }
     params
 }
+
+/// Ironic's DHCP-less deploy (API 1.66) for a ramdisk booted from virtual media: the
+/// first IPv4 network of the node's `network_data` (OpenStack's `network_data.json`
+/// shape) as the kernel's `ip=` parameter in dracut's syntax
+/// (`ip=<address>::<gateway>:<netmask>::<interface>:none[:<dns>]`), with `BOOTIF` naming
+/// the MAC of its link, so the ramdisk brings up that interface statically. `None`
+/// where the node has no such network: the ramdisk asks DHCP.
+pub fn static_network(node: &Node) -> Option<String> {
+    let data = node.body.attrs.get("network_data")?;
+    let network = data["networks"].as_array()?.iter().find(|n| {
+        matches!(n["type"].as_str(), Some("ipv4"))
+            && n["ip_address"].as_str().is_some_and(|a| !a.is_empty())
+    })?;
+    let address = network["ip_address"].as_str()?;
+    let netmask = network["netmask"].as_str().unwrap_or("255.255.255.0");
+    let gateway = network["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["network"] == "0.0.0.0")
+        .and_then(|r| r["gateway"].as_str())
+        .unwrap_or_default();
+    let mac = data["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["id"] == network["link"])
+        .and_then(|l| l["ethernet_mac_address"].as_str());
+    let dns = data["services"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["type"] == "dns")
+        .and_then(|s| s["address"].as_str());
+    let mut params = format!("ip={address}::{gateway}:{netmask}:::none");
+    if let Some(dns) = dns {
+        let _ = write!(params, ":{dns}");
+    }
+    if let Some(mac) = mac {
+        let _ = write!(params, " BOOTIF={}", bootif(&mac.to_ascii_lowercase()));
+    }
+    Some(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(network_data: Option<Value>) -> Node {
+        let attrs = match network_data {
+            Some(data) => json!({ "network_data": data }),
+            None => json!({}),
+        };
+        let body = serde_json::from_value(json!({
+            "uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "name": null, "driver": "redfish",
+            "driver_info": {}, "driver_internal_info": {}, "instance_info": {},
+            "properties": {}, "extra": {}, "last_error": null, "power_state": null,
+            "target_power_state": null, "maintenance": false, "maintenance_reason": null,
+            "reservation": null, "interfaces": {}, "attrs": attrs,
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": null
+        }))
+        .unwrap();
+        Node::waiting_for_tests(body)
+    }
+
+    #[test]
+    fn network_data_becomes_a_static_address_on_its_links_interface() {
+        let data = json!({
+            "links": [{"id": "port0", "type": "phy", "ethernet_mac_address": "52:54:00:AB:CD:01"}],
+            "networks": [
+                {"id": "v6", "type": "ipv6", "link": "port0", "ip_address": "fd00::5"},
+                {"id": "net0", "type": "ipv4", "link": "port0", "ip_address": "10.251.0.60",
+                 "netmask": "255.255.255.0",
+                 "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "10.251.0.1"}]},
+            ],
+            "services": [{"type": "dns", "address": "10.251.0.53"}],
+        });
+        assert_eq!(
+            static_network(&node(Some(data))).unwrap(),
+            "ip=10.251.0.60::10.251.0.1:255.255.255.0:::none:10.251.0.53 BOOTIF=01-52-54-00-ab-cd-01"
+        );
+        let bare = json!({"networks": [{"type": "ipv4", "ip_address": "10.0.0.9", "netmask": "255.0.0.0"}]});
+        assert_eq!(
+            static_network(&node(Some(bare))).unwrap(),
+            "ip=10.0.0.9:::255.0.0.0:::none"
+        );
+        assert_eq!(static_network(&node(None)), None);
+        let dhcp = json!({"networks": [{"type": "ipv4_dhcp", "link": "port0"}]});
+        assert_eq!(static_network(&node(Some(dhcp))), None);
+    }
+}

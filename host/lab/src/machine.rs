@@ -35,6 +35,8 @@ pub enum Boot {
     Hdd,
     /// Its virtual CD (the image a BMC's `InsertMedia` put there).
     Cd,
+    /// The network by UEFI HTTP boot (the firmware's, not PXE): under BIOS, as `Pxe`.
+    UefiHttp,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -146,6 +146,7 @@ fn system_doc(v: &MachineView) -> Value {
         Boot::Pxe => "Pxe",
         Boot::Hdd => "Hdd",
         Boot::Cd => "Cd",
+        Boot::UefiHttp => "UefiHttp",
     };
     json!({
         "@odata.id": format!("/redfish/v1/Systems/{}", v.name),
@@ -155,7 +156,7 @@ fn system_doc(v: &MachineView) -> Value {
         "Boot": {
             "BootSourceOverrideTarget": target,
             "BootSourceOverrideEnabled": v.boot_override.unwrap_or("Disabled"),
-            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd", "Cd"],
+            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd", "Cd", "UefiHttp"],
             "BootSourceOverrideMode": match v.boot_mode {
                 Firmware::Uefi => "UEFI",
                 Firmware::Bios => "Legacy",
@@ -209,10 +210,11 @@ async fn patch_system(
         Some("Pxe") => Some(Boot::Pxe),
         Some("Hdd") => Some(Boot::Hdd),
         Some("Cd") => Some(Boot::Cd),
+        Some("UefiHttp") => Some(Boot::UefiHttp),
         None => None,
         Some(other) => {
             return Err(bad_request(format!(
-                "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd, Cd"
+                "BootSourceOverrideTarget {other:?} is not one of Pxe, Hdd, Cd, UefiHttp"
             )));
         }
     };

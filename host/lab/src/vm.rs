@@ -20,6 +20,10 @@
 //! `<name>.efivars.fd`, as a real machine's NVRAM does. Under both, iPXE comes from the
 //! NIC's option ROM (Debian's `ipxe-qemu` ROMs carry its BIOS and its UEFI build).
 //!
+//! Booted `UefiHttp`, a UEFI VM's OVMF has its PXE turned off (fw_cfg's
+//! `opt/org.tianocore/IPv4PXESupport`), so its network boot option is UEFI HTTP boot:
+//! the DHCP server's `HTTPClient` answer names the url of what it loads.
+//!
 //! With Secure Boot on, a UEFI VM runs OVMF's Secure Boot build (a q35 PC with SMM, so
 //! the variables are out of the guest's reach) on a variable store with Microsoft's keys
 //! enrolled (`OVMF_VARS_4M.ms.fd`), kept apart as `<name>.efivars-secure.fd`: OVMF then
@@ -230,7 +234,7 @@ impl VmConfig {
         // SeaBIOS takes `-boot order`; OVMF a `bootindex` per device (the one to boot
         // first at 1, then the disk, then the rest).
         let (nic_index, disk_index, cd_index) = match m.boot {
-            Boot::Pxe => (1, 2, 3),
+            Boot::Pxe | Boot::UefiHttp => (1, 2, 3),
             Boot::Hdd => (2, 1, 3),
             Boot::Cd => (3, 2, 1),
         };
@@ -241,7 +245,7 @@ impl VmConfig {
         match m.firmware {
             Firmware::Bios => {
                 let order = match m.boot {
-                    Boot::Pxe => "order=n",
+                    Boot::Pxe | Boot::UefiHttp => "order=n",
                     Boot::Hdd => "order=c",
                     Boot::Cd => "order=d",
                 };
@@ -259,6 +263,15 @@ impl VmConfig {
                 } else {
                     OVMF_CODE
                 };
+                if m.boot == Boot::UefiHttp {
+                    // OVMF's network boot options without PXE: its HTTP boot comes first.
+                    for knob in ["IPv4PXESupport", "IPv6PXESupport"] {
+                        args.extend([
+                            "-fw_cfg".into(),
+                            format!("name=opt/org.tianocore/{knob},string=no"),
+                        ]);
+                    }
+                }
                 args.extend([
                     "-drive".into(),
                     format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
@@ -676,5 +689,27 @@ mod tests {
             !plain.contains("smm") && !plain.contains("secboot"),
             "{plain}"
         );
+    }
+
+    /// Booted `UefiHttp`, OVMF's PXE is off (its HTTP boot goes first) and the NIC first.
+    #[test]
+    fn a_uefi_http_boot_turns_ovmfs_pxe_off() {
+        let config = config("/opt/deployd");
+        let m = VmMachine {
+            boot: Boot::UefiHttp,
+            ..machine(Firmware::Uefi)
+        };
+        let args = config.args(&m, Path::new("/s")).join(" ");
+        for want in [
+            "-fw_cfg name=opt/org.tianocore/IPv4PXESupport,string=no",
+            "-fw_cfg name=opt/org.tianocore/IPv6PXESupport,string=no",
+            "mac=52:54:00:00:00:01,bootindex=1",
+        ] {
+            assert!(args.contains(want), "{want} in {args}");
+        }
+        let pxe = config
+            .args(&machine(Firmware::Uefi), Path::new("/s"))
+            .join(" ");
+        assert!(!pxe.contains("PXESupport"), "{pxe}");
     }
 }

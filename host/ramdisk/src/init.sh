@@ -1,7 +1,8 @@
 #!/bin/busybox sh
 # deployd's ramdisk init: the drivers, the network by DHCP on the interface the machine
-# booted from (BOOTIF; the first one when it booted from virtual media), then the agent
-# until it powers the machine off.
+# booted from (BOOTIF; the first one when it booted from virtual media), or statically
+# as `ip=` says (dracut's syntax, Ironic's DHCP-less deploy), then the agent until it
+# powers the machine off.
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -12,7 +13,7 @@ while read -r module; do
     insmod "/lib/modules/$module.ko" 2>/dev/null
 done < /etc/modules.order
 
-api="" bootif="" host="" port="" throttle=""
+api="" bootif="" host="" port="" throttle="" static=""
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         ipa-api-url=*) api="${arg#*=}" ;;
@@ -20,6 +21,7 @@ for arg in $(cat /proc/cmdline); do
         ipa-advertise-host=*) host="${arg#*=}" ;;
         ipa-advertise-port=*) port="${arg#*=}" ;;
         deployd-agent-throttle=*) throttle="${arg#*=}" ;;
+        ip=*:*) static="${arg#*=}" ;;
     esac
 done
 mac=$(echo "${bootif#01-}" | tr '-' ':' | tr 'A-F' 'a-f')
@@ -43,11 +45,22 @@ done
 # of the interface it brought up.
 [ -n "$mac" ] || [ -z "$iface" ] || mac=$(cat "/sys/class/net/$iface/address")
 ip link set lo up
-echo "deployd ramdisk: DHCP on ${iface:-no interface} ($mac)"
 ip link set "$iface" up
-until udhcpc -i "$iface" -s /etc/udhcpc.script -q -n -t 5 -T 2; do
-    sleep 1
-done
+if [ -n "$static" ]; then
+    # <address>::<gateway>:<netmask>:<hostname>:<interface>:none[:<dns>]
+    IFS=: read -r address _ gateway netmask _ _ _ dns <<STATIC
+$static
+STATIC
+    echo "deployd ramdisk: static address $address/$netmask on $iface ($mac), gateway ${gateway:-none}"
+    ifconfig "$iface" "$address" netmask "$netmask" up
+    [ -n "$gateway" ] && route add default gw "$gateway" dev "$iface"
+    [ -n "$dns" ] && echo "nameserver $dns" > /etc/resolv.conf
+else
+    echo "deployd ramdisk: DHCP on ${iface:-no interface} ($mac)"
+    until udhcpc -i "$iface" -s /etc/udhcpc.script -q -n -t 5 -T 2; do
+        sleep 1
+    done
+fi
 
 set -- --api-url "$api" --listen 0.0.0.0:9999
 [ -n "$mac" ] && set -- "$@" --mac "$mac"

@@ -305,9 +305,7 @@ mod tests {
     use super::*;
 
     use crate::agent_sessions::CallbackUrl;
-    use crate::clock::Timestamp;
-    use crate::node::{NodeBody, Provision};
-    use crate::state_machine::ProvisionState;
+    use crate::node::NodeBody;
     use serde_json::json;
 
     fn node() -> Node {
@@ -322,17 +320,7 @@ mod tests {
             "created_at": "2026-01-01T00:00:00Z", "updated_at": null
         }))
         .unwrap();
-        let t = Timestamp::from_datetime("2026-02-03T04:05:06Z".parse().unwrap());
-        let provision = Provision {
-            state: ProvisionState::WaitCallBack,
-            target: Some(ProvisionState::Active),
-            updated_at: t,
-            deadline: None,
-            indexed: None,
-            progress_at: t,
-            progress: 0,
-        };
-        Node { body, provision }
+        Node::waiting_for_tests(body)
     }
 
     fn show(node: &Node, agent: Option<&AgentSession>, v: u32, only: Option<&[&str]>) -> Value {

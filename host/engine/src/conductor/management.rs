@@ -71,7 +71,7 @@ impl Conductor {
     }
 
     /// The BMC backend the node's driver powers it through (`redfish`, `ipmitool`, `fake`).
-    async fn power_backend(&self, node: Uuid) -> Result<String, ConductorError> {
+    pub(super) async fn power_backend(&self, node: Uuid) -> Result<String, ConductorError> {
         let record = self.store.node(node).await?;
         let driver = self
             .driver_for(&record)

@@ -322,7 +322,21 @@ impl Conductor {
 
     async fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
         self.agents.forget(node);
+        self.release_boot_media(node).await;
         Ok(self.pin(node, None).await?)
+    }
+
+    /// Ejects the virtual media a failed or finished flow left in the node's BMC; a BMC
+    /// that cannot be reached now is only logged (its ISO is no longer served).
+    async fn release_boot_media(&self, node: Uuid) {
+        // A node without a driver this engine runs booted nothing through it.
+        let Ok(power) = self.power_backend(node).await else {
+            return;
+        };
+        let services = self.registry.services().clone();
+        if let Err(e) = bmc::release_boot_media(&services, node, &power).await {
+            tracing::warn!(%node, "the virtual media was not ejected: {e}");
+        }
     }
 
     /// Calls an export that returns an outcome; a driver failure is a `fail` outcome.

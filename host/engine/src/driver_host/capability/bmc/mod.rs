@@ -261,11 +261,23 @@ pub async fn set_boot_device(
             mode.as_str()
         )));
     }
+    let http_boot = record.body.interfaces.get("boot").map(String::as_str) == Some("http-ipxe");
+    if http_boot && device == BootDevice::Pxe && mode != BootMode::Uefi {
+        return Err(CapabilityError::NotConfigured(format!(
+            "node {node} boots by UEFI HTTP boot (boot_interface http-ipxe) in the {} boot mode: it needs uefi",
+            mode.as_str()
+        )));
+    }
     let now = match &bmc {
         Bmc::Fake => None,
         Bmc::Redfish(t) if vmedia_boot::boots_from_media(&record) => {
             vmedia_boot::set_boot_device(services, t, &record, device, persistent, mode).await?
         }
+        // Ironic's `http-ipxe`: the network boot is the firmware's UEFI HTTP boot.
+        Bmc::Redfish(t) if http_boot && device == BootDevice::Pxe => t
+            .set_boot_target(&services.http, "UefiHttp", persistent, mode)
+            .await
+            .map_err(CapabilityError::Remote)?,
         Bmc::Redfish(t) => t
             .set_boot_device(&services.http, device, persistent, mode)
             .await
@@ -317,6 +329,21 @@ async fn secure_boot_as_wanted(
         }
     };
     record_secure_boot(services, record.uuid(), now).await
+}
+
+/// When the node's flow ended without booting its disk: the virtual media it booted its
+/// ramdisk from is ejected (see [`vmedia_boot::release`]); nothing for other boots.
+pub async fn release_boot_media(
+    services: &Services,
+    node: Uuid,
+    power: &str,
+) -> Result<(), CapabilityError> {
+    match resolve_with_node(services, node, power).await? {
+        (Bmc::Redfish(t), record) if vmedia_boot::boots_from_media(&record) => {
+            vmedia_boot::release(services, &t, &record).await
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Enables or disables Secure Boot through the node's Redfish BMC (`PUT

@@ -57,6 +57,23 @@ pub(super) async fn set_boot_device(
     }
 }
 
+/// When a flow ends without booting the disk (a failure, a timeout, a tear-down): the
+/// CD ejected and the ISO forgotten, if the node still holds one, as Ironic's
+/// `clean_up_ramdisk` does.
+pub(super) async fn release(
+    services: &Services,
+    t: &Target,
+    node: &Node,
+) -> Result<(), CapabilityError> {
+    if !node.body.driver_internal_info.contains_key(boot_iso::TOKEN) {
+        return Ok(());
+    }
+    t.eject_media(&services.http, Some(&["cdrom".to_owned()]))
+        .await
+        .map_err(CapabilityError::Remote)?;
+    forget(services, node.uuid()).await
+}
+
 /// The node's ISO token: the one it holds, or a new one recorded in it.
 async fn token(services: &Services, node: &Node) -> Result<String, CapabilityError> {
     if let Some(held) = node
