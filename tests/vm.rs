@@ -10,6 +10,7 @@
 use std::io::Read;
 use std::path::Path;
 
+use deployd_lab::os_image::EspLoader;
 use deployd_test_support::{emulators, netns, processes as support, vm};
 use serde_json::{Value, json};
 use support::{
@@ -73,6 +74,9 @@ enum Os {
     Qcow2ReadingItsConfigDrive,
     /// The marker OS as a UEFI disk (a GPT, an EFI system partition), on a UEFI VM.
     UefiGpt,
+    /// The same with its loader only under a distribution's folder: the VM boots it
+    /// through the boot entry its agent adds.
+    UefiGptWithoutFallback,
     /// The same booting through Debian's signed shim and GRUB, on a UEFI VM whose node
     /// asks for Secure Boot; its ramdisk built with `--secure-boot` (the bootloader kept
     /// aside for the test to give).
@@ -122,8 +126,12 @@ impl VmLab {
                 support::to_qcow2(&image, &qcow2);
                 (image, qcow2)
             }
-            Os::UefiGpt => {
-                let image = vm::uefi_image(dir.path(), &kernel, MARKER, 64);
+            Os::UefiGpt | Os::UefiGptWithoutFallback => {
+                let loader = match os {
+                    Os::UefiGpt => EspLoader::Removable,
+                    _ => EspLoader::Distribution,
+                };
+                let image = vm::uefi_image(dir.path(), &kernel, MARKER, 64, loader);
                 (image.clone(), image)
             }
             Os::SignedUefiGpt => {
@@ -189,7 +197,7 @@ impl VmLab {
         // A BIOS image's node says so; a UEFI one takes the engine's default (uefi), which
         // its BMC is told with every boot device.
         let mut properties = match os {
-            Os::UefiGpt => json!({}),
+            Os::UefiGpt | Os::UefiGptWithoutFallback => json!({}),
             Os::SignedUefiGpt => json!({"capabilities": "secure_boot:true"}),
             Os::Raw | Os::Qcow2ReadingItsConfigDrive => json!({"capabilities": "boot_mode:bios"}),
         };
@@ -868,4 +876,28 @@ fn a_uefi_vm_without_dhcp_boots_virtual_media_with_its_static_address_and_is_dep
     assert!(!console.contains("deployd ramdisk: DHCP"), "{console}");
     assert!(vm.holds_image(), "the VM's disk holds the image");
     vm::wait_console(&vm.console, MARKER, 180);
+}
+
+/// An image whose loader is only under its distribution's folder (`\EFI\deployd\`, no
+/// removable-media fallback), as many distributions ship theirs: the agent adds its UEFI
+/// boot entry after writing it (to the VM's firmware variables, through efivarfs), and
+/// the VM boots its disk through that entry, which persists in its variable store.
+#[test]
+fn a_uefi_image_without_a_fallback_loader_boots_through_the_entry_its_agent_adds() {
+    let vm = VmLab::start(120, Network::User, Os::UefiGptWithoutFallback);
+    let (_, console, _) = vm.deploy_to_active();
+    assert!(
+        console.contains("UEFI boot entry added")
+            && console.contains("\"deployd image\" → \\EFI\\deployd\\deployd.efi"),
+        "{console}"
+    );
+    assert!(vm.holds_image(), "the VM's disk holds the image");
+    let booted = vm::wait_console(&vm.console, MARKER, 180);
+    let after = &booted[booted.rfind("UEFI boot entry added").unwrap()..];
+    assert!(
+        after
+            .lines()
+            .any(|l| l.contains("BdsDxe: starting Boot") && l.contains("\"deployd image\"")),
+        "OVMF started the entry: {after}"
+    );
 }

@@ -124,6 +124,9 @@ pub struct CommandApi {
     pub powered_off: watch::Sender<bool>,
     /// The running image write, stopped with the agent (see [`CommandApi::abort`]).
     write: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Where efivarfs is, when the agent adds UEFI boot entries (see
+    /// [`crate::uefi_boot`]).
+    efivars: std::sync::OnceLock<PathBuf>,
 }
 
 impl CommandApi {
@@ -147,7 +150,26 @@ impl CommandApi {
             transfer_began: Arc::default(),
             powered_off: watch::channel(false).0,
             write: Mutex::default(),
+            efivars: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Has every written image get its UEFI boot entry where its loader needs one, in
+    /// the firmware variables efivarfs shows at `efivars`.
+    pub fn manage_uefi_boot(&self, efivars: PathBuf) {
+        let _ = self.efivars.set(efivars);
+    }
+
+    /// The image's boot entry, if this agent manages them and the image needs one.
+    async fn boot_entry(&self) -> Result<Option<String>, String> {
+        let Some(efivars) = self.efivars.get().cloned() else {
+            return Ok(None);
+        };
+        let disk = self.disk.chosen()?;
+        tokio::task::spawn_blocking(move || crate::uefi_boot::after_write(&disk, &efivars))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("adding the image's UEFI boot entry: {e}"))
     }
 
     /// The token from lookup; commands are refused until there is one.
@@ -396,6 +418,17 @@ impl CommandApi {
                 }
                 (Ok(done), None) => Ok((done, None)),
                 (Err(e), _) => Err(e),
+            };
+            let outcome = match outcome {
+                Ok(done) => match me.boot_entry().await {
+                    Ok(Some(entry)) => {
+                        tracing::info!(%entry, "UEFI boot entry added");
+                        Ok(done)
+                    }
+                    Ok(None) => Ok(done),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
             };
             let outcome = outcome.map(|(done, placed)| {
                 tracing::info!(

@@ -21,6 +21,7 @@ pub mod runner;
 pub mod server;
 pub mod signal;
 pub mod tls;
+pub mod uefi_boot;
 
 pub use commands::{CommandApi, DiskTarget};
 pub use runner::{AgentArgs, TlsMode};

@@ -64,6 +64,12 @@ pub struct AgentArgs {
     /// `auto` does when the engine speaks API 1.68 or newer, as IPA does.
     #[arg(long, value_enum, default_value_t = TlsMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub tls: TlsMode,
+    /// Where efivarfs is mounted, on a UEFI machine: after writing an image whose loader
+    /// is not at the removable-media path, the agent adds its boot entry there (see
+    /// [`crate::uefi_boot`]). Only deployd's ramdisk says so: without it no firmware
+    /// variable is touched.
+    #[arg(long)]
+    pub efivars: Option<PathBuf>,
 }
 
 /// When the command API serves HTTPS.
@@ -176,6 +182,9 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
         args.throttle,
     );
     let api = CommandApi::new(disk, advertise.clone());
+    if let Some(dir) = &args.efivars {
+        api.manage_uefi_boot(dir.clone());
+    }
     let _writes = StopWrites(api.clone());
     let router = server::router(api.clone());
     let identity = match tls {
@@ -491,6 +500,7 @@ impl AgentArgs {
             throttle: None,
             heartbeat_interval: None,
             tls: TlsMode::default(),
+            efivars: None,
         }
     }
 }

@@ -243,16 +243,14 @@ pub fn bootable_partitioned(
 /// `\EFI\BOOT\BOOTX64.EFI`, which the firmware starts with no boot entry of its own; with
 /// a file of `payload` random bytes besides.
 ///
-/// With `signed`, the partition holds Debian's signed shim and GRUB there instead, with
-/// the kernel, the initramfs and GRUB's configuration (see
-/// [`deployd_ramdisk::secure_boot`]): it boots with Secure Boot on, if `kernel` is signed.
+/// [`EspLoader`] says where the loader is instead.
 pub fn bootable_uefi(
     dir: &Path,
     kernel: &Path,
     initrd: &[u8],
     mib: u64,
     payload: u64,
-    signed: Option<&deployd_ramdisk::secure_boot::SignedLoaders>,
+    loader: EspLoader,
 ) -> anyhow::Result<PathBuf> {
     let image = empty_disk(&dir.join("os-uefi.img"), mib)?;
     // The partition leaves the last MiB to the backup GPT.
@@ -269,18 +267,23 @@ pub fn bootable_uefi(
         .arg(((mib - 2) * 1024).to_string()))?;
     let fs = format!("{}@@1M", image.display());
     let cmdline = "console=ttyS0 panic=-1";
-    match signed {
-        Some(loaders) => signed_esp(dir, &fs, loaders, kernel, initrd, cmdline)?,
-        None => {
-            let uki = dir.join("os-uefi.efi");
-            deployd_ramdisk::uki::build(kernel, initrd, cmdline, "deployd test OS", &uki)?;
-            run(Command::new("mmd").args(["-i", &fs, "::/EFI", "::/EFI/BOOT"]))?;
-            run(Command::new("mcopy")
-                .args(["-i", &fs])
-                .arg(&uki)
-                .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
-            let _ = std::fs::remove_file(&uki);
+    let folder = match loader {
+        EspLoader::Signed(loaders) => {
+            signed_esp(dir, &fs, loaders, kernel, initrd, cmdline)?;
+            None
         }
+        EspLoader::Removable => Some(("::/EFI/BOOT", "BOOTX64.EFI")),
+        EspLoader::Distribution => Some(("::/EFI/deployd", "deployd.efi")),
+    };
+    if let Some((folder, file)) = folder {
+        let uki = dir.join("os-uefi.efi");
+        deployd_ramdisk::uki::build(kernel, initrd, cmdline, "deployd test OS", &uki)?;
+        run(Command::new("mmd").args(["-i", &fs, "::/EFI", folder]))?;
+        run(Command::new("mcopy")
+            .args(["-i", &fs])
+            .arg(&uki)
+            .arg(format!("{folder}/{file}")))?;
+        let _ = std::fs::remove_file(&uki);
     }
     if payload > 0 {
         let filler = dir.join("payload-uefi");
@@ -292,6 +295,20 @@ pub fn bootable_uefi(
         let _ = std::fs::remove_file(&filler);
     }
     Ok(image)
+}
+
+/// Where a UEFI image's loader is on its EFI system partition.
+pub enum EspLoader<'a> {
+    /// A unified kernel image at the removable-media path, `\EFI\BOOT\BOOTX64.EFI`,
+    /// which firmware starts with no boot entry.
+    Removable,
+    /// The same only at a distribution's path, `\EFI\deployd\deployd.efi`: the machine
+    /// boots it only through a boot entry (which the agent adds after writing it).
+    Distribution,
+    /// Debian's signed shim and GRUB at the removable-media path, with the kernel, the
+    /// initramfs and GRUB's configuration (see [`deployd_ramdisk::secure_boot`]): it
+    /// boots with Secure Boot on, if the kernel is signed.
+    Signed(&'a deployd_ramdisk::secure_boot::SignedLoaders),
 }
 
 /// The EFI system partition `fs` booting `kernel` through Debian's signed loaders.

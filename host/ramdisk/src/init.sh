@@ -63,6 +63,10 @@ else
 fi
 
 set -- --api-url "$api" --listen 0.0.0.0:9999
+# A UEFI machine: the agent adds a written image's boot entry where its loader needs one.
+if [ -d /sys/firmware/efi ] && mount -t efivarfs efivarfs /sys/firmware/efi/efivars; then
+    set -- "$@" --efivars /sys/firmware/efi/efivars
+fi
 [ -n "$mac" ] && set -- "$@" --mac "$mac"
 [ -n "$host" ] && set -- "$@" --advertise-host "$host"
 [ -n "$port" ] && set -- "$@" --advertise-port "$port"

@@ -28,6 +28,8 @@ pub const WANTED: &[&str] = &[
     "tg3",
     "r8169",
     "mlx5_core",
+    // The firmware's variables, where the agent adds an image's UEFI boot entry.
+    "efivarfs",
 ];
 
 /// `virtio-net` and `virtio_net` are one module.

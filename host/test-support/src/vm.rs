@@ -59,23 +59,28 @@ pub fn bootable_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> Path
 }
 
 /// [`deployd_lab::os_image::bootable_uefi`]: a GPT whole-disk image of `mib` MiB whose EFI
-/// system partition boots `kernel` on a UEFI PC, which prints `marker` on the serial
-/// console.
-pub fn uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
+/// system partition boots `kernel` on a UEFI PC from `loader`, which prints `marker` on
+/// the serial console.
+pub fn uefi_image(
+    dir: &Path,
+    kernel: &Path,
+    marker: &str,
+    mib: u64,
+    loader: deployd_lab::os_image::EspLoader,
+) -> PathBuf {
     let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
         .expect("Debian's busybox-static");
-    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0, None).unwrap()
+    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0, loader).unwrap()
 }
 
 /// [`uefi_image`] that boots with Secure Boot on: Debian's signed shim and GRUB (from
 /// [`secure_boot_ramdisk`]'s cache) boot `kernel`, which must be signed.
 pub fn signed_uefi_image(dir: &Path, kernel: &Path, marker: &str, mib: u64) -> PathBuf {
-    let initrd = deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), marker)
-        .expect("Debian's busybox-static");
     let cache = repo_root().join("target/ramdisk-cache");
     let loaders = deployd_ramdisk::secure_boot::SignedLoaders::from_packages(&cache)
         .expect("Debian's shim-signed and grub-efi-amd64-signed");
-    deployd_lab::os_image::bootable_uefi(dir, kernel, &initrd, mib, 0, Some(&loaders)).unwrap()
+    let signed = deployd_lab::os_image::EspLoader::Signed(&loaders);
+    uefi_image(dir, kernel, marker, mib, signed)
 }
 
 /// A whole-disk image (an MBR, one FAT partition) of `mib` MiB that boots the kernel of

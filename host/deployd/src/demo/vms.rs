@@ -157,7 +157,12 @@ pub async fn prepare(args: &VmDemoArgs, dir: &Path, image_mb: u64) -> anyhow::Re
                 let initrd =
                     deployd_lab::os_image::marker_initramfs(Path::new("/bin/busybox"), MARKER)?;
                 deployd_lab::os_image::bootable_uefi(
-                    &out, &kernel, &initrd, image_mb, payload, None,
+                    &out,
+                    &kernel,
+                    &initrd,
+                    image_mb,
+                    payload,
+                    deployd_lab::os_image::EspLoader::Removable,
                 )
             }
         }
