@@ -16,7 +16,12 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
     let bin = support::BIN.display().to_string();
     let store_url = deployd_test_support::postgres::CLUSTER.database();
     let cluster_url = deployd_test_support::postgres::CLUSTER.database();
-    let benches: [(&[&str], &str); 10] = [
+    let agent = deployd_test_support::vm::musl_agent().display().to_string();
+    let cache = deployd_test_support::emulators::repo_root()
+        .join("target/ramdisk-cache")
+        .display()
+        .to_string();
+    let benches: [(&[&str], &str); 11] = [
         (
             &[
                 "core",
@@ -109,6 +114,20 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
         (
             &["fleet", "--machines", "3", "--image-kb", "64"],
             "3 of 3 active",
+        ),
+        (
+            &[
+                "boot",
+                "--paths",
+                "bios-vmedia",
+                "--runs",
+                "1",
+                "--agent",
+                &agent,
+                "--ramdisk-cache",
+                &cache,
+            ],
+            "  BiosVmedia: ",
         ),
         (
             &[

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod boot;
 pub mod cluster;
 pub mod compare;
 pub mod core;
@@ -15,6 +16,7 @@ pub mod wrk;
 
 pub use self::agent::{AgentBench, run_agent};
 pub use self::api::{ApiBench, run_api};
+pub use self::boot::{BootBench, run_boot};
 pub use self::cluster::{ClusterBench, run_cluster};
 pub use self::compare::{CompareBench, run_compare};
 pub use self::core::{CoreBench, run_core};

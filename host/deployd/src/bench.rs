@@ -18,6 +18,9 @@ pub enum Bench {
     Agent(deployd_bench::AgentBench),
     /// A thousand simulated machines deploying at once.
     Fleet(deployd_bench::FleetBench),
+    /// Power-on to the agent's first heartbeat on a lab VM, per boot path (iPXE, virtual
+    /// media, Secure Boot; BIOS and UEFI), and the virtual media ISO's size and build time.
+    Boot(deployd_bench::BootBench),
     /// GET /v1 latency and engine memory during a flood (auth, lookup, list).
     Flood(deployd_bench::FloodBench),
     /// Named port create, get by name and list by address as the ports grow.
@@ -40,6 +43,7 @@ pub fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Api(args) => deployd_bench::run_api(&args),
         Bench::Agent(args) => deployd_bench::run_agent(&args),
         Bench::Fleet(args) => deployd_bench::run_fleet(&args),
+        Bench::Boot(args) => deployd_bench::run_boot(&args),
         Bench::Flood(args) => deployd_bench::run_flood(&args),
         Bench::Ports(args) => deployd_bench::run_ports(&args),
         Bench::SharedStore(args) => deployd_bench::run_shared_store(&args),

@@ -12,7 +12,9 @@
 //!   unified image.
 //! - BIOS: ISOLINUX (Debian's `isolinux`) loading the same kernel and ramdisk.
 //!
-//! Built with Debian's xorriso, dosfstools and mtools; nothing is mounted.
+//! The deploy kernel, ramdisk and bootloader are local files the images' allow-list
+//! admits, or http(s) urls, downloaded for each build. Built with Debian's xorriso,
+//! dosfstools and mtools; nothing is mounted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,6 +68,16 @@ pub struct IsoMaker {
     external_url: String,
     /// One build at a time: a second asker for the same ISO waits and finds it built.
     building: tokio::sync::Mutex<()>,
+    /// Downloads the parts given as urls.
+    http: reqwest::Client,
+}
+
+/// Where one of an ISO's parts comes from: a local file, or a url downloaded for each
+/// build (the ISO itself is kept for the node's token).
+#[derive(Debug)]
+enum Source {
+    Local(PathBuf),
+    Url(String),
 }
 
 impl IsoMaker {
@@ -81,6 +93,10 @@ impl IsoMaker {
             kernel_append_params,
             external_url: external_url.trim_end_matches('/').to_owned(),
             building: tokio::sync::Mutex::new(()),
+            http: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client"),
         }
     }
 
@@ -91,7 +107,7 @@ impl IsoMaker {
 
     /// Where the ISO of these parts for this token is kept: named by both, so a node
     /// whose parts changed under the same token (a new bootloader, say) gets a new one.
-    fn path(&self, node: Uuid, token: &str, parts: &Parts) -> PathBuf {
+    fn path(&self, node: Uuid, token: &str, parts: &impl std::fmt::Debug) -> PathBuf {
         let mut hash = Sha256::new();
         hash.update(token.as_bytes());
         hash.update(format!("{parts:?}").as_bytes());
@@ -99,15 +115,9 @@ impl IsoMaker {
         self.dir.join(format!("{node}-{tag}.iso"))
     }
 
-    /// The local file a node's `driver_info.<which>` names: an ISO is built from files
-    /// the images' allow-list admits (a url is not downloaded for it).
-    fn local(&self, node: &Node, which: &str) -> Result<PathBuf, String> {
-        self.optional(node, which)?
-            .ok_or_else(|| format!("node {} has no driver_info.{which}", node.uuid()))
-    }
-
-    /// [`IsoMaker::local`] for a part the node may leave out.
-    fn optional(&self, node: &Node, which: &str) -> Result<Option<PathBuf>, String> {
+    /// Where the node's `driver_info.<which>` comes from, if it names one: a local file
+    /// the images' allow-list admits, or an http(s) url.
+    fn source(&self, node: &Node, which: &str) -> Result<Option<Source>, String> {
         let Some(given) = node
             .body
             .driver_info
@@ -117,44 +127,95 @@ impl IsoMaker {
         else {
             return Ok(None);
         };
+        if given.starts_with("http://") || given.starts_with("https://") {
+            return Ok(Some(Source::Url(given.to_owned())));
+        }
         match self
             .images
             .resolve_field(&format!("driver_info.{which}"), given)
         {
-            Some(result) => result.map(Some),
+            Some(result) => result.map(|p| Some(Source::Local(p))),
             None => Err(format!(
-                "virtual media boot builds its ISO from local files: driver_info.{which} {given:?} is not a path"
+                "driver_info.{which} {given:?} is neither a local path nor an http(s) url"
             )),
         }
     }
 
+    fn required(&self, node: &Node, which: &str) -> Result<Source, String> {
+        self.source(node, which)?
+            .ok_or_else(|| format!("node {} has no driver_info.{which}", node.uuid()))
+    }
+
+    /// A part as a local file: itself, or its url downloaded into `into`.
+    async fn fetch(&self, source: Source, which: &str, into: &Path) -> Result<PathBuf, String> {
+        use tokio::io::AsyncWriteExt;
+        let url = match source {
+            Source::Local(path) => return Ok(path),
+            Source::Url(url) => url,
+        };
+        let failed = |e: String| format!("downloading driver_info.{which} {url}: {e}");
+        let mut response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| failed(e.to_string()))?;
+        let path = into.join(which);
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+        }
+        file.flush().await.map_err(|e| failed(e.to_string()))?;
+        Ok(path)
+    }
+
     /// The node's ISO for `token`, built now if this engine has not built it yet.
     pub async fn prepare(&self, node: &Node, token: &str) -> Result<PathBuf, String> {
-        let parts = Parts {
-            kernel: self.local(node, "deploy_kernel")?,
-            ramdisk: self.local(node, "deploy_ramdisk")?,
-            bootloader: self.optional(node, "bootloader")?,
-            cmdline: format!(
-                "{} boot_method=vmedia{}",
-                crate::ramdisk_params::agent_params(
-                    &self.images.base_url,
-                    node,
-                    None,
-                    &self.kernel_append_params
-                ),
-                // DHCP-less: the address the node's network_data gives.
-                crate::ramdisk_params::static_network(node)
-                    .map(|p| format!(" {p}"))
-                    .unwrap_or_default()
+        let kernel = self.required(node, "deploy_kernel")?;
+        let ramdisk = self.required(node, "deploy_ramdisk")?;
+        let bootloader = self.source(node, "bootloader")?;
+        let cmdline = format!(
+            "{} boot_method=vmedia{}",
+            crate::ramdisk_params::agent_params(
+                &self.images.base_url,
+                node,
+                None,
+                &self.kernel_append_params
             ),
-        };
-        let path = self.path(node.uuid(), token, &parts);
+            // DHCP-less: the address the node's network_data gives.
+            crate::ramdisk_params::static_network(node)
+                .map(|p| format!(" {p}"))
+                .unwrap_or_default()
+        );
+        let sources = (&kernel, &ramdisk, &bootloader, &cmdline);
+        let path = self.path(node.uuid(), token, &sources);
         let _one = self.building.lock().await;
         if path.exists() {
             return Ok(path);
         }
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("creating {}: {e}", self.dir.display()))?;
+        let downloads = tempfile::tempdir_in(&self.dir)
+            .map_err(|e| format!("a directory for the ISO's parts: {e}"))?;
+        let bootloader = match bootloader {
+            Some(source) => Some(self.fetch(source, "bootloader", downloads.path()).await?),
+            None => None,
+        };
+        let parts = Parts {
+            kernel: self
+                .fetch(kernel, "deploy_kernel", downloads.path())
+                .await?,
+            ramdisk: self
+                .fetch(ramdisk, "deploy_ramdisk", downloads.path())
+                .await?,
+            bootloader,
+            cmdline,
+        };
         let partial = path.with_extension("partial");
         let built = partial.clone();
         tokio::task::spawn_blocking(move || build(&parts, &built))
@@ -392,5 +453,66 @@ mod tests {
             .unwrap();
         assert!(got.status.success(), "{got:?}");
         assert_eq!(std::fs::read(efi).unwrap(), std::fs::read(esp).unwrap());
+    }
+
+    /// Parts given as urls are downloaded for the build; one that cannot be is named.
+    #[tokio::test]
+    async fn parts_given_as_urls_are_downloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let kernel = vec![7u8; 150_000];
+        let served = kernel.clone();
+        let app = axum::Router::new()
+            .route(
+                "/deploy.kernel",
+                axum::routing::get(move || async move { served.clone() }),
+            )
+            .route(
+                "/deploy.initrd",
+                axum::routing::get(|| async { vec![8u8; 90_000] }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let images = Images::new(dir.path().join("images"), base.clone(), &[]).unwrap();
+        let isos = IsoMaker::new(images, dir.path().join("iso"), String::new(), base.clone());
+        let node = |kernel: &str| {
+            let body = serde_json::from_value(serde_json::json!({
+                "uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "name": null,
+                "driver": "redfish", "instance_info": {}, "properties": {}, "extra": {},
+                "driver_info": {
+                    "deploy_kernel": format!("{base}{kernel}"),
+                    "deploy_ramdisk": format!("{base}/deploy.initrd"),
+                },
+                "driver_internal_info": {}, "last_error": null, "power_state": null,
+                "target_power_state": null, "maintenance": false, "maintenance_reason": null,
+                "reservation": null, "interfaces": {}, "attrs": {},
+                "created_at": "2026-01-01T00:00:00Z", "updated_at": null
+            }))
+            .unwrap();
+            Node::waiting_for_tests(body)
+        };
+        let iso = isos.prepare(&node("/deploy.kernel"), "t1").await.unwrap();
+        let out = dir.path().join("vmlinuz");
+        let got = Command::new("xorriso")
+            .args(["-osirrox", "on", "-indev"])
+            .arg(&iso)
+            .args(["-extract", "/isolinux/vmlinuz"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(got.status.success(), "{got:?}");
+        assert_eq!(std::fs::read(out).unwrap(), kernel);
+        let missing = isos.prepare(&node("/gone"), "t2").await.unwrap_err();
+        assert!(
+            missing.contains("downloading driver_info.deploy_kernel") && missing.contains("404"),
+            "{missing}"
+        );
+        // What was downloaded went with the build.
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("iso"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.iter().all(|f| f.ends_with(".iso")), "{left:?}");
     }
 }
