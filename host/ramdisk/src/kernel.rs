@@ -69,38 +69,47 @@ pub fn from_package(package: &str, cache: &Path) -> anyhow::Result<Kernel> {
 }
 
 /// Debian's package `name`, downloaded with `apt-get download` and unpacked under
-/// `cache/<name>` (once: a tree that has `probe` is reused). Nothing is installed.
+/// `cache/<name>` (once: a tree that has `probe` is reused). Nothing is installed. Builds
+/// that share the cache may run at once (the tests do): each downloads and unpacks in a
+/// directory of its own, and the first to finish moves its tree into place.
 pub fn unpacked(name: &str, cache: &Path, probe: &str) -> anyhow::Result<PathBuf> {
     let tree = cache.join(name);
     if tree.join(probe).exists() {
         return Ok(tree);
     }
     std::fs::create_dir_all(cache)?;
-    let _ = std::fs::remove_dir_all(&tree);
+    let work = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .tempdir_in(cache)
+        .with_context(|| format!("a directory to unpack {name} in"))?;
     run(
         Command::new("apt-get")
             .args(["download", "-q", name])
-            .current_dir(cache),
+            .current_dir(work.path()),
         &format!("apt-get download {name} (is `apt-get update` done?)"),
     )?;
-    let deb = std::fs::read_dir(cache)?
+    let deb = std::fs::read_dir(work.path())?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| {
             let file = p.file_name().unwrap_or_default().to_string_lossy();
             file.starts_with(&format!("{name}_")) && file.ends_with(".deb")
         })
-        .with_context(|| {
-            format!(
-                "apt-get download left no {name}_*.deb in {}",
-                cache.display()
-            )
-        })?;
+        .with_context(|| format!("apt-get download left no {name}_*.deb"))?;
+    let unpacked = work.path().join("tree");
     run(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tree),
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked),
         &format!("unpacking {}", deb.display()),
     )?;
-    Ok(tree)
+    // A tree without the probe is a broken one (an older build's, cut short).
+    if tree.exists() && !tree.join(probe).exists() {
+        let _ = std::fs::remove_dir_all(&tree);
+    }
+    match std::fs::rename(&unpacked, &tree) {
+        Ok(()) => Ok(tree),
+        Err(_) if tree.join(probe).exists() => Ok(tree), // another build was first
+        Err(e) => Err(e).with_context(|| format!("moving {name} into {}", tree.display())),
+    }
 }
 
 /// A kernel the operator names, with its `lib/modules/<version>` tree if it has one.

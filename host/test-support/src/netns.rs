@@ -20,7 +20,15 @@ pub struct Netns {
     pub name: String,
     /// The tap device inside the namespace (for `deployd lab --vm --tap`).
     pub tap: String,
+    /// One namespace at a time in a test process: every one puts the same management
+    /// addresses on the test's end of its veth pair.
+    _one: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Each namespace of a test process gets names of its own: a namespace deleted a moment
+/// ago may still hold the last one's veth pair.
+static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Runs `ip` with `args`; panics with what it said when it fails.
 fn ip(args: &[&str]) {
@@ -40,12 +48,16 @@ impl Netns {
     /// Makes the namespace, its tap (up, with [`PROVISIONING`]) and the veth pair (the
     /// test's end [`HOST_END`], the namespace's [`MANAGEMENT`]). Needs root.
     pub fn create() -> Netns {
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let pid = std::process::id();
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ns = Netns {
-            name: format!("deployd-test-{pid}"),
+            name: format!("deployd-test-{pid}-{n}"),
             tap: "prov0".into(),
+            _one: one,
         };
-        let host_end = format!("dpl{}", pid % 100_000_000);
+        // An interface name has at most 15 characters.
+        let host_end = format!("dpl{}x{}", pid % 1_000_000, n % 1000);
         ip(&["netns", "add", &ns.name]);
         let inside = |args: &[&str]| {
             let mut all = vec!["-n", ns.name.as_str()];
