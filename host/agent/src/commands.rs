@@ -122,6 +122,11 @@ pub struct CommandApi {
     /// Notified when an image transfer takes its first bytes (a heartbeat is due then).
     pub transfer_began: Arc<Notify>,
     pub powered_off: watch::Sender<bool>,
+    /// Set once `rescue.finalize_rescue` wrote the rescue password's hash: the agent stops
+    /// and its ramdisk sets up the `rescue` login (see [`crate::rescue`]).
+    pub rescued: watch::Sender<bool>,
+    /// Where `rescue.finalize_rescue` writes the hash (none: this agent does no rescue).
+    rescue_file: std::sync::OnceLock<PathBuf>,
     /// The running image write, stopped with the agent (see [`CommandApi::abort`]).
     write: Mutex<Option<tokio::task::AbortHandle>>,
     /// Where efivarfs is, when the agent adds UEFI boot entries (see
@@ -149,6 +154,8 @@ impl CommandApi {
             command_ended: watch::channel(0).0,
             transfer_began: Arc::default(),
             powered_off: watch::channel(false).0,
+            rescued: watch::channel(false).0,
+            rescue_file: std::sync::OnceLock::new(),
             write: Mutex::default(),
             efivars: std::sync::OnceLock::new(),
         })
@@ -158,6 +165,11 @@ impl CommandApi {
     /// the firmware variables efivarfs shows at `efivars`.
     pub fn manage_uefi_boot(&self, efivars: PathBuf) {
         let _ = self.efivars.set(efivars);
+    }
+
+    /// Has `rescue.finalize_rescue` write the rescue password's hash to `file`.
+    pub fn rescue_to(&self, file: PathBuf) {
+        let _ = self.rescue_file.set(file);
     }
 
     /// The image's boot entry, if this agent manages them and the image needs one.
@@ -245,7 +257,10 @@ impl CommandApi {
         let (extension, command) = name
             .split_once('.')
             .ok_or_else(|| AgentError::UnknownCommand(name.to_owned()))?;
-        if !matches!(extension, "standby" | "deploy" | "clean" | "deployd") {
+        if !matches!(
+            extension,
+            "standby" | "deploy" | "clean" | "deployd" | "rescue"
+        ) {
             return Err(AgentError::UnknownExtension(extension.to_owned()));
         }
         if self.running.swap(true, Ordering::SeqCst) {
@@ -302,6 +317,14 @@ impl CommandApi {
                 }
                 Err(e) => Err(e),
             },
+            ("rescue", "finalize_rescue") => {
+                crate::rescue::finalize(self.rescue_file.get().map(PathBuf::as_path), params).map(
+                    |()| {
+                        self.rescued.send_replace(true);
+                        None
+                    },
+                )
+            }
             ("deployd", "expose_disk") => {
                 self.exposed.store(true, Ordering::SeqCst);
                 let token = self.token().unwrap_or_default();

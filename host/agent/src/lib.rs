@@ -16,6 +16,7 @@ pub mod commands;
 pub mod config_drive;
 pub mod disk;
 pub mod inventory;
+pub mod rescue;
 pub mod root_disk;
 pub mod runner;
 pub mod server;

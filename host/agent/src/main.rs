@@ -22,5 +22,6 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    tokio::runtime::Runtime::new()?.block_on(deployd_agent::runner::run(cli.agent))
+    let ended = tokio::runtime::Runtime::new()?.block_on(deployd_agent::runner::run(cli.agent))?;
+    ended.exit()
 }

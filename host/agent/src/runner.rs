@@ -70,6 +70,34 @@ pub struct AgentArgs {
     /// variable is touched.
     #[arg(long)]
     pub efivars: Option<PathBuf>,
+    /// Where `rescue.finalize_rescue` writes the rescue password's hash, for the ramdisk
+    /// to set up the `rescue` login from when the agent exits with [`RESCUED`]. Without
+    /// it the agent refuses to rescue.
+    #[arg(long)]
+    pub rescue_password_file: Option<PathBuf>,
+}
+
+/// How the agent ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// `standby.power_off`: the machine is off (exit status 0).
+    PoweredOff,
+    /// `rescue.finalize_rescue`: the ramdisk goes on, with a login ([`RESCUED`]).
+    Rescued,
+}
+
+/// The exit status of an agent that ended in a rescue: the ramdisk's init sets up the
+/// `rescue` login (deployd's `init.sh`); the lab's machine stays on.
+pub const RESCUED: i32 = 3;
+
+impl Ended {
+    /// Exits the process with the status that says how the agent ended.
+    pub fn exit(self) -> ! {
+        std::process::exit(match self {
+            Ended::PoweredOff => 0,
+            Ended::Rescued => RESCUED,
+        })
+    }
 }
 
 /// When the command API serves HTTPS.
@@ -135,8 +163,8 @@ enum Refused {
     Lookup(String),
 }
 
-/// Runs the agent until the machine is powered off (`standby.power_off`).
-pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+/// Runs the agent until the machine is powered off (`standby.power_off`) or rescued.
+pub async fn run(args: AgentArgs) -> anyhow::Result<Ended> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -146,7 +174,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 /// [`run`] on a socket already bound. Everything the agent does lives in this future:
 /// dropping it (the lab pulling a simulated machine's power) stops the command API and
 /// any image write at once.
-pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyhow::Result<Ended> {
     if args.macs.is_empty() && args.node_uuid.is_none() {
         anyhow::bail!(
             "give at least one --mac or --node-uuid, so the engine can find this machine"
@@ -185,6 +213,9 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
     if let Some(dir) = &args.efivars {
         api.manage_uefi_boot(dir.clone());
     }
+    if let Some(file) = &args.rescue_password_file {
+        api.rescue_to(file.clone());
+    }
     let _writes = StopWrites(api.clone());
     let router = server::router(api.clone());
     let identity = match tls {
@@ -202,7 +233,7 @@ pub async fn run_on(args: AgentArgs, listener: tokio::net::TcpListener) -> anyho
     tracing::info!(%advertise, disk = %api.disk.path().display(), tls, "agent command API is up");
     let pem = identity.as_ref().map(|i| i.pem.clone());
     tokio::select! {
-        r = server => r,
+        r = server => r.map(|()| Ended::PoweredOff),
         r = live(&args, engine, &api, pem) => r,
     }
 }
@@ -261,7 +292,7 @@ async fn live(
     engine: Engine,
     api: &Arc<CommandApi>,
     verify_ca: Option<String>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Ended> {
     if engine.version.at_least(84) {
         crate::inventory::post(&engine.client, args).await;
     }
@@ -270,6 +301,7 @@ async fn live(
     choose_disk(args, api, &session);
     let mut ended = api.command_ended.subscribe();
     let mut off = api.powered_off.subscribe();
+    let mut rescued = api.rescued.subscribe();
     let mut failures = 0u32;
     loop {
         let delay = match heartbeat(&engine, &session, api, verify_ca.as_deref()).await {
@@ -296,12 +328,19 @@ async fn live(
             _ = ended.changed() => {}
             () = api.transfer_began.notified() => {}
             _ = off.changed() => {}
+            _ = rescued.changed() => {}
         }
         if *off.borrow() {
             // Give the engine a moment to read the command's result, then "power off".
             tokio::time::sleep(Duration::from_millis(500)).await;
             tracing::info!("powered off");
-            return Ok(());
+            return Ok(Ended::PoweredOff);
+        }
+        if *rescued.borrow() {
+            // As ironic-python-agent after finalize_rescue: no more API, no heartbeats.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            tracing::info!("rescue set up; the agent stops");
+            return Ok(Ended::Rescued);
         }
     }
 }
@@ -501,6 +540,7 @@ impl AgentArgs {
             heartbeat_interval: None,
             tls: TlsMode::default(),
             efivars: None,
+            rescue_password_file: None,
         }
     }
 }

@@ -170,7 +170,9 @@ fn main() -> anyhow::Result<()> {
         } => runtime()?.block_on(driver_test::run(args)),
         Command::Driver { endpoint, command } => crate::cli::driver(&endpoint, command),
         Command::Store(command) => store_cli::run(command),
-        Command::Agent(args) => runtime()?.block_on(deployd_agent::runner::run(args)),
+        Command::Agent(args) => runtime()?
+            .block_on(deployd_agent::runner::run(args))?
+            .exit(),
         Command::Demo(args) => runtime()?.block_on(crate::demo::run(args)),
         Command::Lab(args) => runtime()?.block_on(deployd_lab::run(args)),
         Command::Ramdisk(Ramdisk::Build(args)) => ramdisk_build(&args),

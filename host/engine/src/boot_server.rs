@@ -170,7 +170,8 @@ fn ramdisk_script(server: &BootServer, node: &Node, mac: &str) -> String {
             )),
         }
     };
-    let (kernel, ramdisk) = match (url("deploy_kernel"), url("deploy_ramdisk")) {
+    let (kernel_field, ramdisk_field) = ramdisk_params::ramdisk_fields(node);
+    let (kernel, ramdisk) = match (url(kernel_field), url(ramdisk_field)) {
         (Ok(k), Ok(r)) => (k, r),
         (Err(e), _) | (_, Err(e)) => return next_device(&e),
     };
@@ -202,7 +203,10 @@ async fn file(
     headers: HeaderMap,
 ) -> Response {
     let not_found = || (StatusCode::NOT_FOUND, "no such boot file").into_response();
-    if !matches!(which.as_str(), "deploy_kernel" | "deploy_ramdisk") {
+    if !matches!(
+        which.as_str(),
+        "deploy_kernel" | "deploy_ramdisk" | "rescue_kernel" | "rescue_ramdisk"
+    ) {
         return not_found();
     }
     let Ok(uuid) = Uuid::parse_str(&node) else {

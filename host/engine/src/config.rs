@@ -21,6 +21,16 @@
 //! node_locked_retry_interval = 1     # waits (attempts - 1) x interval s for it, as Ironic
 //! conductor_group = ""               # the nodes this engine runs the steps of (those of
 //!                                    # this group; "" is the default group), as Ironic's
+//! rescue_password_hash_algorithm = "sha256"   # or "sha512": how rescue passwords are
+//!                                    # hashed (crypt's $5$ / $6$), as Ironic's option
+//!
+//! [interfaces]                       # Ironic's enabled_<kind>_interfaces ([DEFAULT])
+//! enabled_rescue_interfaces = ["no-rescue"]   # add "agent": rescue through the ramdisk
+//! enabled_console_interfaces = ["no-console"] # add "ipmitool-socat": serial consoles
+//!
+//! [console]                          # Ironic's [console]
+//! port_range = "10000:20000"         # the TCP ports consoles listen on (first:last)
+//! socat_address = "127.0.0.1"        # the address they listen on
 //!
 //! [store]
 //! flush_every_ms = 500               # bound on touches lost in a crash
@@ -95,6 +105,43 @@ pub struct Config {
     pub deploy: Deploy,
     pub pxe: Pxe,
     pub plugins: Plugins,
+    pub interfaces: Interfaces,
+    pub console: Console,
+}
+
+/// The optional interfaces enabled (Ironic's `enabled_<kind>_interfaces`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Interfaces {
+    pub enabled_rescue_interfaces: Vec<String>,
+    pub enabled_console_interfaces: Vec<String>,
+}
+
+impl Default for Interfaces {
+    fn default() -> Self {
+        Interfaces {
+            enabled_rescue_interfaces: vec!["no-rescue".into()],
+            enabled_console_interfaces: vec!["no-console".into()],
+        }
+    }
+}
+
+/// Serial consoles (Ironic's `[console]`, see [`crate::console`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Console {
+    /// `first:last`, both included.
+    pub port_range: String,
+    pub socat_address: std::net::IpAddr,
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Console {
+            port_range: "10000:20000".into(),
+            socat_address: [127, 0, 0, 1].into(),
+        }
+    }
 }
 
 /// How nodes are deployed (Ironic's `[deploy]`).
@@ -241,6 +288,7 @@ pub struct Conductor {
     /// The conductor group whose nodes this engine runs the steps of (see
     /// [`crate::conductor_groups`]).
     pub conductor_group: String,
+    pub rescue_password_hash_algorithm: crate::rescue_password::Algorithm,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -269,6 +317,8 @@ impl Default for Config {
             deploy: Deploy::default(),
             pxe: Pxe::default(),
             plugins: Plugins::default(),
+            interfaces: Interfaces::default(),
+            console: Console::default(),
         }
     }
 }
@@ -289,6 +339,7 @@ impl Default for Conductor {
             node_locked_retry_attempts: 3,
             node_locked_retry_interval: 1,
             conductor_group: String::new(),
+            rescue_password_hash_algorithm: Default::default(),
         }
     }
 }
@@ -365,6 +416,19 @@ pub struct Overrides {
     /// Clean on provide and undeploy unless a node says otherwise [default: true].
     #[arg(long, env = "DEPLOYD_AUTOMATED_CLEAN")]
     pub automated_clean: Option<bool>,
+    /// Ironic's enabled rescue interfaces, comma-separated: add `agent` [default: no-rescue].
+    #[arg(long, env = "DEPLOYD_ENABLED_RESCUE_INTERFACES", value_delimiter = ',')]
+    pub enabled_rescue_interfaces: Vec<String>,
+    /// Ironic's enabled console interfaces: add `ipmitool-socat` [default: no-console].
+    #[arg(
+        long,
+        env = "DEPLOYD_ENABLED_CONSOLE_INTERFACES",
+        value_delimiter = ','
+    )]
+    pub enabled_console_interfaces: Vec<String>,
+    /// The TCP ports serial consoles listen on, `first:last` [default: 10000:20000].
+    #[arg(long, env = "DEPLOYD_CONSOLE_PORT_RANGE")]
+    pub console_port_range: Option<String>,
     /// How often sled flushes touches to disk, in ms [default: 500].
     #[arg(long, env = "DEPLOYD_FLUSH_EVERY_MS")]
     pub flush_every_ms: Option<u64>,
@@ -487,6 +551,16 @@ impl Config {
         if !o.file_url_allowed_paths.is_empty() {
             config.api.file_url_allowed_paths = o.file_url_allowed_paths.clone();
         }
+        if !o.enabled_rescue_interfaces.is_empty() {
+            config.interfaces.enabled_rescue_interfaces = o.enabled_rescue_interfaces.clone();
+        }
+        if !o.enabled_console_interfaces.is_empty() {
+            config.interfaces.enabled_console_interfaces = o.enabled_console_interfaces.clone();
+        }
+        set(&mut config.console.port_range, o.console_port_range.clone());
+        config.optional_interfaces()?;
+        crate::console::PortRange::parse(&config.console.port_range)
+            .map_err(ConfigError::Invalid)?;
         if config.api.max_connections == 0 || config.api.header_read_timeout == 0 {
             return Err(ConfigError::Invalid(
                 "api.max_connections and api.header_read_timeout must be at least 1".into(),
@@ -574,7 +648,19 @@ impl Config {
             automated_clean: c.automated_clean,
             lock_wait: Duration::from_secs(c.node_locked_retry_interval)
                 * c.node_locked_retry_attempts.saturating_sub(1),
+            optional: self.optional_interfaces().expect("checked when loaded"),
+            rescue_hash: c.rescue_password_hash_algorithm,
         }
+    }
+
+    /// The optional interfaces `[interfaces]` enables.
+    pub fn optional_interfaces(&self) -> Result<crate::hardware::Optional, ConfigError> {
+        let i = &self.interfaces;
+        crate::hardware::Optional::from_lists(
+            &i.enabled_rescue_interfaces,
+            &i.enabled_console_interfaces,
+        )
+        .map_err(ConfigError::Invalid)
     }
 
     pub fn sweeper(&self) -> SweeperConfig {

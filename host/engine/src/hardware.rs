@@ -143,14 +143,79 @@ pub enum HardwareError {
     },
 }
 
+/// The interfaces deployd performs that Ironic 39 leaves disabled by default, enabled by
+/// the engine's configuration (`[interfaces]`) as Ironic's `enabled_<kind>_interfaces`
+/// enable them. Each goes where Ironic's hardware types list it among their supported
+/// interfaces, so a type's default is the first enabled one, as in Ironic: `ipmitool-socat`
+/// before `no-console` on `ipmi`, `no-rescue` before `agent` everywhere.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Optional {
+    /// `agent` rescue (see [`crate::conductor::rescue`]) on every type but `fake-hardware`.
+    pub agent_rescue: bool,
+    /// `ipmitool-socat` consoles (see [`crate::console`]) on types whose power is ipmitool.
+    pub ipmitool_socat: bool,
+}
+
+impl Optional {
+    /// The configuration's lists (Ironic's names; the `no-…` ones are always enabled).
+    pub fn from_lists(rescue: &[String], console: &[String]) -> Result<Optional, String> {
+        let mut optional = Optional::default();
+        for (kind, names) in [("rescue", rescue), ("console", console)] {
+            for name in names {
+                match (kind, name.as_str()) {
+                    (_, n) if n == format!("no-{kind}") => {}
+                    ("rescue", "agent") => optional.agent_rescue = true,
+                    ("console", "ipmitool-socat") => optional.ipmitool_socat = true,
+                    _ => {
+                        return Err(format!(
+                            "enabled_{kind}_interfaces: deployd has no {kind} interface {name:?}"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(optional)
+    }
+
+    /// Adds the enabled ones of `kind` to a type's list, where Ironic lists them.
+    fn add(&self, kind: &str, power: Option<&str>, fake: bool, list: &mut Vec<String>) {
+        match kind {
+            "rescue" if self.agent_rescue && !fake => list.push("agent".into()),
+            "console" if self.ipmitool_socat && power == Some("ipmitool") => {
+                list.insert(0, "ipmitool-socat".into())
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The hardware types and interfaces, as the loaded components make them.
 pub struct Hardware<'a> {
     registry: &'a Registry,
+    optional: Optional,
 }
 
 impl<'a> Hardware<'a> {
+    /// Ironic 39's interfaces and deployd's own, without the optional ones.
     pub fn new(registry: &'a Registry) -> Hardware<'a> {
-        Hardware { registry }
+        Hardware {
+            registry,
+            optional: Optional::default(),
+        }
+    }
+
+    /// With the optional interfaces the configuration enables.
+    pub fn enabling(mut self, optional: &Optional) -> Hardware<'a> {
+        self.optional = optional.clone();
+        self
+    }
+
+    /// The power backend of a type: its component's, or the built-in type's.
+    fn power_of(&self, hw: &str) -> Option<String> {
+        match self.own_component(hw) {
+            Some(c) => Some(c.description.power.clone()),
+            None => ironic(hw, "power").0.first().map(|p| p.to_string()),
+        }
     }
 
     /// Every type a node may name: the built-in ones and each loaded component.
@@ -178,6 +243,15 @@ impl<'a> Hardware<'a> {
     /// The enabled interfaces of one kind of a type: Ironic 39's, then deployd's own where
     /// a component performs them (`fake` first on `fake-hardware`, as Ironic orders it).
     pub fn enabled(&self, hw: &str, kind: &str) -> Vec<String> {
+        let mut all = self.built_in(hw, kind);
+        let power = self.power_of(hw);
+        let fake = hw == "fake-hardware";
+        self.optional.add(kind, power.as_deref(), fake, &mut all);
+        all
+    }
+
+    /// [`Hardware::enabled`] before the optional interfaces.
+    fn built_in(&self, hw: &str, kind: &str) -> Vec<String> {
         if let Some(component) = self.own_component(hw) {
             return own_type(&component, kind);
         }
@@ -201,6 +275,11 @@ impl<'a> Hardware<'a> {
         }
         if hw == "fake-hardware" && self.fake_loaded(kind) {
             return Some("fake".into());
+        }
+        // An optional interface Ironic lists first is the default once enabled.
+        let enabled = self.enabled(hw, kind);
+        if enabled.first() != self.built_in(hw, kind).first() {
+            return enabled.into_iter().next();
         }
         Some(ironic(hw, kind).1.to_owned()).filter(|d| !d.is_empty())
     }

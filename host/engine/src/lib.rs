@@ -28,6 +28,8 @@
 //! - [`boot_mode`]: the mode (UEFI or BIOS) a node boots in, as Ironic decides it.
 //! - [`boot_iso`]: the bootable ISO of the `redfish-virtual-media` boot interface.
 //! - [`ramdisk_params`]: the kernel parameters a deploy ramdisk boots with.
+//! - [`rescue_password`]: a rescue's password, hashed as crypt(3) does.
+//! - [`console`]: serial consoles: the ports they listen on.
 //! - [`reservations`]: which task holds each node, and for what.
 //! - [`conductor`]: owns every node transition and every write, one task per node at a time.
 //! - [`conductor_groups`]: which engines run a node's steps, as Ironic's conductor groups.
@@ -52,6 +54,7 @@ pub mod conductor;
 pub mod conductor_groups;
 pub mod config;
 pub mod config_drive;
+pub mod console;
 pub mod deploy_image;
 pub mod disk_space;
 pub mod driver_host;
@@ -65,6 +68,7 @@ pub mod node;
 pub mod python_text;
 pub mod raid;
 pub mod ramdisk_params;
+pub mod rescue_password;
 pub mod reservations;
 pub mod state_machine;
 pub mod store;

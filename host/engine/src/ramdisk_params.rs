@@ -14,6 +14,26 @@ pub fn bootif(mac: &str) -> String {
     format!("01-{}", mac.replace(':', "-"))
 }
 
+/// The `driver_info` fields of the kernel and ramdisk a node boots now: in a rescue its
+/// `rescue_kernel` and `rescue_ramdisk` when it names both (Ironic's), else the deploy
+/// ones.
+pub fn ramdisk_fields(node: &Node) -> (&'static str, &'static str) {
+    let info = &node.body.driver_info;
+    let named = |k: &str| {
+        info.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty())
+    };
+    let rescuing = matches!(
+        node.state(),
+        ProvisionState::Rescuing | ProvisionState::RescueWait
+    );
+    match rescuing && named("rescue_kernel") && named("rescue_ramdisk") {
+        true => ("rescue_kernel", "rescue_ramdisk"),
+        false => ("deploy_kernel", "deploy_ramdisk"),
+    }
+}
+
 /// A ramdisk's kernel parameters, as Ironic's boot interfaces give them: `ipa-api-url`
 /// (the engine at `base`), `BOOTIF` when the machine booted from a known interface, the
 /// inspection collectors when it boots for in-band inspection, then the node's

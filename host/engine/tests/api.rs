@@ -915,6 +915,9 @@ mod ironic_flows;
 #[path = "api/inspection.rs"]
 mod inspection;
 
+#[path = "api/rescue.rs"]
+mod rescue;
+
 #[path = "api/ironic_latest.rs"]
 mod ironic_latest;
 

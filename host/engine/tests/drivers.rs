@@ -131,6 +131,18 @@ async fn deploy(
     (uuid, api, agent_url)
 }
 
+/// [`deploy`] with `agent_ipmitool` on pyghmi's fakebmc at `port`.
+async fn deploy_on_fakebmc(lab: &Lab, port: u16) -> (Uuid, Arc<CommandApi>, String) {
+    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
+    deploy(
+        lab,
+        "agent_ipmitool",
+        deployd_fixtures::AGENT_IPMITOOL,
+        info,
+    )
+    .await
+}
+
 /// The Redfish system at `url`, as its BMC shows it now.
 async fn system_doc(url: &str) -> Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
@@ -284,14 +296,7 @@ async fn agent_redfish_deploys_through_sushy_tools() {
 async fn agent_ipmitool_deploys_through_pyghmi_fakebmc() {
     let lab = lab(Duration::from_secs(60)).await;
     let (_bmc, port) = emulators::fakebmc().await;
-    let info = json!({"ipmi_address": "127.0.0.1", "ipmi_port": port, "ipmi_username": "admin", "ipmi_password": "password"});
-    let (uuid, api, agent_url) = deploy(
-        &lab,
-        "agent_ipmitool",
-        deployd_fixtures::AGENT_IPMITOOL,
-        info,
-    )
-    .await;
+    let (uuid, api, agent_url) = deploy_on_fakebmc(&lab, port).await;
     let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
     assert!(status.contains("is on"), "{status}");
     // Undeploy boots the ramdisk through the BMC; its agent erases the disk; then off.
@@ -387,4 +392,68 @@ async fn a_bmc_with_wrong_credentials_fails_the_deploy_with_the_bmcs_words() {
         error.contains("could not boot the node into its ramdisk") && error.contains("ipmitool"),
         "{error}"
     );
+}
+
+/// Rescue of an active node (`agent_ipmitool` on pyghmi's fakebmc, deployd's agent
+/// command API): refused while its rescue interface is `no-rescue`; with `agent`, the
+/// ramdisk boots, the agent's heartbeat in `rescue wait` gets `rescue.finalize_rescue` with
+/// the password's hash (which it writes where its ramdisk reads it), the node is in
+/// `rescue` without the hash; `unrescue` boots the disk: active, powered on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_node_is_rescued_with_its_password_hashed_and_unrescued() {
+    use deployd_engine::rescue_password::{HASHED, verify};
+    let lab = lab(Duration::from_secs(60)).await;
+    let (_bmc, port) = emulators::fakebmc().await;
+    let (uuid, api, agent_url) = deploy_on_fakebmc(&lab, port).await;
+    let refused = lab.conductor.rescue(uuid, "pw").await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("does not support rescue (disabled or not implemented)"),
+        "{refused}"
+    );
+    lab.store
+        .edit_node(uuid, |_, b| {
+            b.interfaces.insert("rescue".into(), "agent".into());
+            Ok::<(), deployd_engine::store::StoreError>(())
+        })
+        .await
+        .unwrap();
+    let file = lab.dir.path().join("rescue-password");
+    api.rescue_to(file.clone());
+
+    lab.conductor.rescue(uuid, "s3cret pass").await.unwrap();
+    let waiting = lab.settle(uuid, ProvisionState::RescueWait).await;
+    let hashed = waiting.body.instance_info[HASHED]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(hashed.starts_with("$5$") && verify("s3cret pass", &hashed));
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is on"), "the ramdisk boots: {status}");
+    let token = "x".repeat(43);
+    heartbeat_until_not(&lab, uuid, ProvisionState::RescueWait, &agent_url, &token).await;
+    let node = lab.settle(uuid, ProvisionState::Rescue).await;
+    assert_eq!(node.body.last_error, None);
+    assert!(
+        !node.body.instance_info.contains_key(HASHED),
+        "the hash leaves with the flow"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        hashed,
+        "the agent has the hash"
+    );
+    assert!(
+        *api.rescued.borrow(),
+        "the agent stops for its ramdisk's login"
+    );
+    let last = api.list().pop().unwrap();
+    assert_eq!(last.command_name, "finalize_rescue");
+
+    lab.conductor.unrescue(uuid).await.unwrap();
+    let node = lab.settle(uuid, ProvisionState::Active).await;
+    assert_eq!(node.body.power_state.as_deref(), Some("power on"));
+    let status = emulators::ipmitool(port, &["chassis", "power", "status"]).unwrap();
+    assert!(status.contains("is on"), "{status}");
 }

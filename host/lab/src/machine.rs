@@ -142,6 +142,8 @@ impl Machine {
             args: AgentArgs {
                 macs: vec![mac.clone()],
                 disk: Some(disk.clone()),
+                // A rescue's password hash goes beside the machine's disk.
+                rescue_password_file: Some(disk.with_extension("rescue-password")),
                 ..args
             },
             name,
@@ -314,6 +316,10 @@ impl Machine {
                 if let Some(i) = self.args.heartbeat_interval {
                     command.args(["--heartbeat-interval", &i.to_string()]);
                 }
+                // A rescued agent's exit status leaves the machine on (`watch_process`).
+                if let Some(file) = &self.args.rescue_password_file {
+                    command.arg("--rescue-password-file").arg(file);
+                }
                 let tls = clap::ValueEnum::to_possible_value(&self.args.tls)
                     .expect("every TLS mode has a name");
                 command.args(["--tls", tls.get_name()]);
@@ -337,7 +343,9 @@ impl Machine {
                     if let Err(e) = &ended {
                         tracing::warn!(machine = %me.name, "agent stopped: {e:#}");
                     }
-                    me.agent_exited(generation, ended.is_ok());
+                    // Rescued, the ramdisk goes on: the machine stays on.
+                    let off = matches!(ended, Ok(deployd_agent::runner::Ended::PoweredOff));
+                    me.agent_exited(generation, off);
                 })))
             }
         }

@@ -2,7 +2,7 @@
 # deployd's ramdisk init: the drivers, the network by DHCP on the interface the machine
 # booted from (BOOTIF; the first one when it booted from virtual media), or statically
 # as `ip=` says (dracut's syntax, Ironic's DHCP-less deploy), then the agent until it
-# powers the machine off.
+# powers the machine off, or until it sets up a rescue (then a login).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -62,7 +62,7 @@ else
     done
 fi
 
-set -- --api-url "$api" --listen 0.0.0.0:9999
+set -- --api-url "$api" --listen 0.0.0.0:9999 --rescue-password-file /run/rescue-password
 # A UEFI machine: the agent adds a written image's boot entry where its loader needs one.
 if [ -d /sys/firmware/efi ] && mount -t efivarfs efivarfs /sys/firmware/efi/efivars; then
     set -- "$@" --efivars /sys/firmware/efi/efivars
@@ -71,9 +71,32 @@ fi
 [ -n "$host" ] && set -- "$@" --advertise-host "$host"
 [ -n "$port" ] && set -- "$@" --advertise-port "$port"
 [ -n "$throttle" ] && set -- "$@" --throttle "$throttle"
+# Rescue (the agent's rescue.finalize_rescue wrote the password's hash): a `rescue` login
+# (root's powers: the operator repairs the disk) on the serial console and by telnet.
+rescue() {
+    mkdir -p /root
+    echo "root:x:0:0:root:/root:/bin/sh" > /etc/passwd
+    echo "rescue:x:0:0:rescue:/root:/bin/sh" >> /etc/passwd
+    echo "root:*:1:0:99999:7:::" > /etc/shadow
+    echo "rescue:$(cat /run/rescue-password):1:0:99999:7:::" >> /etc/shadow
+    chmod 600 /etc/shadow
+    rm -f /run/rescue-password
+    echo "deployd ramdisk: rescue ready; log in as rescue on this console or by telnet to $iface"
+    telnetd -l /bin/login
+    while true; do
+        getty -L 115200 ttyS0 vt100
+    done
+}
+
 echo "deployd ramdisk: starting the agent"
-# The agent exits 0 when told to power off; anything else is a crash, restarted.
-until /bin/deployd-agent "$@"; do
+# The agent exits 0 when told to power off, 3 once a rescue is set up; anything else is a
+# crash, restarted.
+while true; do
+    /bin/deployd-agent "$@"
+    case $? in
+        0) break ;;
+        3) rescue ;;
+    esac
     echo "deployd ramdisk: the agent stopped; starting it again"
     sleep 5
 done

@@ -43,7 +43,7 @@ fn this_engine(app: &App, detail: bool) -> Value {
         }),
     };
     if detail {
-        doc["drivers"] = json!(crate::hardware::Hardware::new(app.conductor.registry()).types());
+        doc["drivers"] = json!(app.conductor.hardware().types());
         doc["created_at"] = json!(app.started_at.to_datetime());
         doc["updated_at"] = json!(store.clock().now().to_datetime());
     }

@@ -29,7 +29,7 @@ use super::http::gate::{TooOld, gated};
 use super::http::version::Version;
 use super::{App, MAX_DRIVER, State, schema, view};
 use crate::driver_host::{Limits, LoadError, LoadedDriver};
-use crate::hardware::{self, Hardware};
+use crate::hardware;
 
 /// Where drivers are uploaded.
 pub const UPLOAD_PATH: &str = "/v1/deployd/drivers";
@@ -105,7 +105,7 @@ fn hardware_doc(app: &App, name: &str, detail: bool, version: Version) -> Value 
     });
     let obj = doc.as_object_mut().expect("an object");
     if detail && version.at_least(30) {
-        let hardware = Hardware::new(app.conductor.registry());
+        let hardware = app.conductor.hardware();
         for (kind, since) in hardware::KINDS {
             if !version.at_least(*since) {
                 continue;
@@ -171,7 +171,7 @@ async fn list(
             .ok_or_else(|| ApiError::bad_request(format!("Invalid value for detail: {d}")))?,
     };
     let names = match q.kind.as_deref() {
-        None | Some("dynamic") => Hardware::new(app.conductor.registry()).types(),
+        None | Some("dynamic") => app.conductor.hardware().types(),
         Some("classic") => Vec::new(),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
@@ -196,7 +196,7 @@ async fn show(
     query: Result<Query<ShowQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| super::http::error::query_refused(&e))?;
-    if !Hardware::new(app.conductor.registry()).exists(&name) {
+    if !app.conductor.hardware().exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
@@ -206,7 +206,7 @@ async fn show(
 }
 
 async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    if !Hardware::new(app.conductor.registry()).exists(&name) {
+    if !app.conductor.hardware().exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));
@@ -228,7 +228,7 @@ async fn properties(app: State, Path(name): Path<String>) -> Result<Json<Value>,
 /// The RAID logical disk properties: the descriptions in Ironic's RAID schema, which Ironic
 /// answers for every type, whatever its default RAID interface.
 async fn raid_properties(app: State, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    if !Hardware::new(app.conductor.registry()).exists(&name) {
+    if !app.conductor.hardware().exists(&name) {
         return Err(ApiError::not_found(format!(
             "Driver {name} could not be found."
         )));

@@ -28,7 +28,7 @@ use crate::conductor::{Verb, allocations};
 use crate::driver_host::capability::bmc::PowerAction;
 use crate::hardware::Hardware;
 use crate::node::{Node, NodeBody};
-use crate::state_machine::ProvisionState;
+use crate::state_machine::{Event, ProvisionState};
 use crate::store::Cascade;
 use deployd_wire::targets::{PowerTarget, ProvisionTarget};
 
@@ -55,7 +55,7 @@ async fn create(
     Extension(version): Extension<Version>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let mut new = node_doc::new_node(&body, version, &Hardware::new(app.conductor.registry()))?;
+    let mut new = node_doc::new_node(&body, version, &app.conductor.hardware())?;
     // As Ironic: a node no engine could run the steps of is not enrolled.
     let group = node_doc::conductor_group(&new.attrs);
     if !app.peers.serve(&app, group, &new.driver).await? {
@@ -282,7 +282,7 @@ async fn update(
     let reset = reset_asked(query, version, &patched)?;
     let before = find(&app, &ident).await?;
     let uuid = before.uuid();
-    let hardware = Hardware::new(app.conductor.registry());
+    let hardware = app.conductor.hardware();
     let updated = app
         .conductor
         .edit_reading(uuid, |node| {
@@ -566,7 +566,38 @@ async fn provision(
                 .map_err(|e| refused(e, &request.target))?;
             return Ok(accepted(&app, node.uuid()));
         }
-        T::Adopt | T::Rescue | T::Unrescue => {
+        T::Rescue | T::Unrescue => {
+            let event = match target {
+                T::Rescue => Event::Rescue,
+                _ => Event::Unrescue,
+            };
+            if node.state().next(event).is_err() {
+                return Err(illegal());
+            }
+            if node.body.maintenance {
+                return Err(ApiError::bad_request(format!(
+                    "The requested action \"{}\" can not be performed on node \"{}\" while it is in maintenance mode.",
+                    request.target,
+                    node.uuid()
+                )));
+            }
+            let started = match target {
+                T::Rescue => {
+                    let password = request.rescue_password.as_deref();
+                    if !crate::conductor::rescue::acceptable_password(password) {
+                        return Err(ApiError::bad_request(
+                            "A non-empty \"rescue_password\" is required when setting target provision state to rescue",
+                        ));
+                    }
+                    let password = password.unwrap_or_default();
+                    app.conductor.rescue(node.uuid(), password).await
+                }
+                _ => app.conductor.unrescue(node.uuid()).await,
+            };
+            started.map_err(|e| refused(e, &request.target))?;
+            return Ok(accepted(&app, node.uuid()));
+        }
+        T::Adopt => {
             return Err(ApiError::bad_request(format!(
                 "deployd does not support the provision target \"{target}\"."
             )));
@@ -658,7 +689,10 @@ async fn validate(app: State, Path(ident): Path<String>) -> Result<Json<Value>, 
         "console": unsupported,
         "inspect": unsupported,
         "raid": unsupported,
-        "rescue": unsupported,
+        "rescue": match node.body.interfaces.get("rescue").map(String::as_str) {
+            Some("agent") => json!({"result": true, "reason": null}),
+            _ => unsupported.clone(),
+        },
         "storage": unsupported,
         "bios": unsupported,
     })))

@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use super::http::error::ApiError;
 use super::node_access::find;
 use super::{App, State};
-use crate::hardware::Hardware;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -62,7 +61,7 @@ async fn call(
 }
 
 fn driver(app: &App, name: &str) -> Result<(), ApiError> {
-    match Hardware::new(app.conductor.registry()).exists(name) {
+    match app.conductor.hardware().exists(name) {
         true => Ok(()),
         false => Err(ApiError::not_found(format!(
             "Could not find the following driver(s) or hardware type(s): {name}."

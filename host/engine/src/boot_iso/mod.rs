@@ -141,8 +141,9 @@ impl IsoMaker {
 
     /// The node's ISO for `token`, built now if this engine has not built it yet.
     pub async fn prepare(&self, node: &Node, token: &str) -> Result<PathBuf, String> {
-        let kernel = self.required(node, "deploy_kernel")?;
-        let ramdisk = self.required(node, "deploy_ramdisk")?;
+        let (kernel_field, ramdisk_field) = crate::ramdisk_params::ramdisk_fields(node);
+        let kernel = self.required(node, kernel_field)?;
+        let ramdisk = self.required(node, ramdisk_field)?;
         let bootloader = self.source(node, "bootloader")?;
         let cmdline = format!(
             "{} boot_method=vmedia{}",
@@ -172,12 +173,8 @@ impl IsoMaker {
             None => None,
         };
         let parts = Parts {
-            kernel: self
-                .fetch(kernel, "deploy_kernel", downloads.path())
-                .await?,
-            ramdisk: self
-                .fetch(ramdisk, "deploy_ramdisk", downloads.path())
-                .await?,
+            kernel: self.fetch(kernel, kernel_field, downloads.path()).await?,
+            ramdisk: self.fetch(ramdisk, ramdisk_field, downloads.path()).await?,
             bootloader,
             cmdline,
         };

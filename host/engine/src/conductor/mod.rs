@@ -19,6 +19,7 @@ pub mod allocations;
 pub mod inspection;
 pub mod management;
 mod records;
+pub mod rescue;
 pub mod servicing;
 mod steps;
 mod virtual_media;
@@ -132,13 +133,17 @@ const RECOMPUTE: usize = 5;
 impl<E: From<StoreError> + From<ConductorError>> EditError for E {}
 
 /// What the conductor takes from the engine's configuration (`[conductor]`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// Whether provide and undeploy clean, for nodes without their own `automated_clean`.
     pub automated_clean: bool,
     /// How long an operator's call waits for a node another task holds (Ironic's lock
     /// retry: (attempts − 1) × interval).
     pub lock_wait: Duration,
+    /// The optional interfaces the configuration enables (rescue, consoles).
+    pub optional: crate::hardware::Optional,
+    /// How rescue passwords are hashed.
+    pub rescue_hash: crate::rescue_password::Algorithm,
 }
 
 impl Default for Settings {
@@ -147,6 +152,8 @@ impl Default for Settings {
         Settings {
             automated_clean: true,
             lock_wait: Duration::from_secs(2),
+            optional: Default::default(),
+            rescue_hash: Default::default(),
         }
     }
 }
@@ -207,6 +214,12 @@ impl Conductor {
             .reservations
             .claim_within(node, operation, wait)
             .await?)
+    }
+
+    /// Ironic's hardware types and interfaces, with those this engine's configuration
+    /// enables.
+    pub fn hardware(&self) -> Hardware<'_> {
+        Hardware::new(&self.registry).enabling(&self.settings.optional)
     }
 
     /// The store, for reads: every write goes through the conductor's own methods.
@@ -336,7 +349,11 @@ impl Conductor {
                     .await?
             }
             Verb::Abort => {
-                let message = format!("Deploy aborted by the operator in \"{state}\"");
+                let what = match state {
+                    ProvisionState::RescueWait => "Rescue",
+                    _ => "Deploy",
+                };
+                let message = format!("{what} aborted by the operator in \"{state}\"");
                 self.store
                     .apply_event_from(node, state, Event::Abort, Some(message.clone()))
                     .await?;
@@ -543,7 +560,7 @@ impl Conductor {
         };
         if !matches!(
             touched.provision.state,
-            ProvisionState::WaitCallBack | ProvisionState::CleanWait
+            ProvisionState::WaitCallBack | ProvisionState::CleanWait | ProvisionState::RescueWait
         ) {
             return Ok(());
         }
@@ -680,7 +697,7 @@ impl Conductor {
     /// The active version of the component that runs a node's flows, chosen by its
     /// hardware type and interfaces (see [`crate::hardware`]).
     pub fn component(&self, body: &crate::node::NodeBody) -> Option<Arc<LoadedDriver>> {
-        let name = Hardware::new(&self.registry).component(&body.driver, &body.interfaces)?;
+        let name = self.hardware().component(&body.driver, &body.interfaces)?;
         self.registry.get(&name)
     }
 

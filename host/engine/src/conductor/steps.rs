@@ -106,12 +106,13 @@ impl Conductor {
                 // the transitions below only apply from the state the driver saw.
                 let record = self.store.touched_node(&touched).await?;
                 let state = record.state();
-                if matches!(
-                    state,
-                    ProvisionState::WaitCallBack | ProvisionState::CleanWait
-                ) {
-                    let outcome = self.outcome_on(record, Export::Heartbeat).await;
-                    self.after_step(node, state, outcome).await?;
+                match state {
+                    ProvisionState::WaitCallBack | ProvisionState::CleanWait => {
+                        let outcome = self.outcome_on(record, Export::Heartbeat).await;
+                        self.after_step(node, state, outcome).await?;
+                    }
+                    ProvisionState::RescueWait => self.finalize_rescue(record).await?,
+                    _ => {}
                 }
             }
             // Undeploy (from deleting) and manual clean (from cleaning): the driver powers
@@ -136,6 +137,8 @@ impl Conductor {
                 }
             }
             Step::CleanUp(reason) => self.clean_up(node, reason).await?,
+            Step::Rescue => self.boot_rescue_ramdisk(node).await?,
+            Step::Unrescue => self.boot_instance(node).await?,
         }
         Ok(())
     }
@@ -274,11 +277,13 @@ impl Conductor {
         self.flow_ended(node).await
     }
 
-    /// Runs the driver's clean-up after a failure or timeout, then ends the flow.
-    async fn clean_up(&self, node: Uuid, reason: String) -> Result<(), ConductorError> {
+    /// Runs the driver's clean-up after a failure or timeout, then ends the flow. A failed
+    /// rescue's password hash goes with it.
+    pub(super) async fn clean_up(&self, node: Uuid, reason: String) -> Result<(), ConductorError> {
         if let Err(e) = self.call(node, Export::CleanUp(reason)).await {
             tracing::warn!(%node, "driver clean-up failed: {e}");
         }
+        self.forget_rescue_password(node).await?;
         self.flow_ended(node).await
     }
 
@@ -320,7 +325,7 @@ impl Conductor {
         });
     }
 
-    async fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
+    pub(super) async fn flow_ended(&self, node: Uuid) -> Result<(), ConductorError> {
         self.agents.forget(node);
         self.release_boot_media(node).await;
         Ok(self.pin(node, None).await?)
@@ -407,6 +412,10 @@ pub(super) enum Step {
     InspectBoot,
     /// An inspection with nothing to read (fake-hardware's fake interface): done at once.
     Inspected,
+    /// Rescue: boot the ramdisk (see `rescue`).
+    Rescue,
+    /// Unrescue: boot the disk.
+    Unrescue,
 }
 /// The sweeper's hook: a timed-out node's driver cleans up (once nothing else runs on it).
 impl TimeoutHook for Arc<Conductor> {

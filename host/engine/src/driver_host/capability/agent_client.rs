@@ -4,29 +4,52 @@
 use serde_json::Value;
 
 use super::bindings::deployd::driver::agent::Host;
-use super::{CapabilityError, HostState};
+use super::{CapabilityError, HostState, Services};
 use crate::store::progress_fingerprint;
 
 impl HostState {
     /// The agent's commands endpoint, token and client, or why the driver cannot reach it.
     fn agent_endpoint(&self) -> Result<Endpoint, CapabilityError> {
-        let session = self
-            .services
-            .agents
-            .read(self.node, |s| (s.url.clone(), s.token.clone()));
-        match session.unwrap_or_default() {
-            (Some(url), Some(token)) => {
-                let client = self
-                    .services
-                    .agent_client(self.node, url.as_str(), &self.services.http)
-                    .map_err(CapabilityError::NotReady)?;
-                Ok((url.commands(), token, client))
-            }
-            _ => Err(CapabilityError::NotReady(
-                "the node's agent has not called back yet (no agent url or token)".into(),
-            )),
-        }
+        endpoint(&self.services, self.node)
     }
+}
+
+/// The node's agent's commands endpoint, token and client, from its last heartbeat.
+fn endpoint(services: &Services, node: uuid::Uuid) -> Result<Endpoint, CapabilityError> {
+    let session = services
+        .agents
+        .read(node, |s| (s.url.clone(), s.token.clone()));
+    match session.unwrap_or_default() {
+        (Some(url), Some(token)) => {
+            let client = services
+                .agent_client(node, url.as_str(), &services.http)
+                .map_err(CapabilityError::NotReady)?;
+            Ok((url.commands(), token, client))
+        }
+        _ => Err(CapabilityError::NotReady(
+            "the node's agent has not called back yet (no agent url or token)".into(),
+        )),
+    }
+}
+
+/// Runs a command of the node's agent for the engine's own steps (rescue), waiting for
+/// its end: the agent's result object.
+pub async fn run_for_engine(
+    services: &Services,
+    node: uuid::Uuid,
+    name: &str,
+    params: Value,
+) -> Result<Value, CapabilityError> {
+    services.store.may_act(node)?;
+    let answer = run_command(
+        endpoint(services, node)?,
+        name.into(),
+        params.to_string(),
+        true,
+    )
+    .await?;
+    serde_json::from_str(&answer)
+        .map_err(|e| CapabilityError::Remote(format!("the agent's answer is not JSON: {e}")))
 }
 
 /// How long one call to an agent's command API may take.
