@@ -8,7 +8,7 @@ use std::process::Command;
 use emulators::venv_bin;
 use support::Engine;
 
-fn baremetal(engine: &Engine, args: &[&str]) -> String {
+pub(crate) fn baremetal(engine: &Engine, args: &[&str]) -> String {
     let out = Command::new(venv_bin("baremetal"))
         .args(args)
         .env("OS_ENDPOINT", &engine.url)

@@ -371,3 +371,136 @@ fn deployd_store_migrate_brings_a_shared_store_to_its_schema_and_refuses_a_newer
     let (done, text) = migrate(&format!("postgres://deployd@127.0.0.1:{port}/none"));
     assert!(!done && text.contains("the shared store"), "{text}");
 }
+
+/// Reads `from` on a thread of its own; each chunk through the channel.
+fn chunks(mut from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (30 s at most) until what `rx` gave contains `want`; all of it.
+fn until(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut String, want: &str) {
+    while !seen.contains(want) {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(chunk) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            Err(_) => panic!("no {want:?} in {seen:?}"),
+        }
+    }
+}
+
+/// A node's serial console from the terminal: the real `baremetal node console enable` and
+/// `show` as with Ironic, then `deployd node console` attached to it (stdin a pipe, not a
+/// terminal): what the machine's serial port prints comes out (through socat, ipmitool's
+/// Serial-over-LAN and the lab's pyghmi BMC), what is typed reaches it, Ctrl-] leaves.
+#[test]
+fn a_console_enabled_by_baremetal_is_attached_by_deployd_node_console() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let port = emulators::free_tcp_port();
+    let range = format!("{port}:{port}");
+    let engine = Engine::start(
+        &dir.path().join("data"),
+        &[
+            "--enabled-console-interfaces",
+            "no-console,ipmitool-socat",
+            "--console-port-range",
+            &range,
+        ],
+    );
+    let python = emulators::venv_bin("python").display().to_string();
+    let lab_dir = dir.path().join("lab");
+    let lab = support::Lab::start_with(&lab_dir, 1, &engine.url, &["--ipmi-python", &python]);
+    // The machine's serial port, played by the test (a VM's QEMU serves it so).
+    let serial =
+        std::os::unix::net::UnixListener::bind(lab_dir.join("machine-000.serial.sock")).unwrap();
+    let ipmi = &lab.machines[0]["ipmi"];
+    let info = |k: &str| format!("{k}={}", ipmi[k].to_string().trim_matches('"'));
+    let (address, bmc_port, user, password) = (
+        info("ipmi_address"),
+        info("ipmi_port"),
+        info("ipmi_username"),
+        info("ipmi_password"),
+    );
+    ok(
+        &engine,
+        &[
+            "node",
+            "create",
+            "--driver",
+            "ipmi",
+            "--name",
+            "c1",
+            "--driver-info",
+            &address,
+            "--driver-info",
+            &bmc_port,
+            "--driver-info",
+            &user,
+            "--driver-info",
+            &password,
+        ],
+    );
+    ok(&engine, &["node", "power", "c1", "power on"]);
+    support::wait_node(&engine.url, "c1", 30, |n| n["power_state"] == "power on");
+
+    crate::baremetal_cli::baremetal(&engine, &["node", "console", "enable", "c1"]);
+    let shown =
+        crate::baremetal_cli::baremetal(&engine, &["node", "console", "show", "c1", "-f", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["console_enabled"], true, "{shown}");
+    assert_eq!(
+        shown["console_info"]["url"],
+        format!("tcp://127.0.0.1:{port}")
+    );
+
+    let mut attached = Command::new(&*BIN)
+        .args(["node", "console", "c1"])
+        .env("DEPLOYD_URL", &engine.url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = chunks(attached.stdout.take().unwrap());
+    let (mut machine, _) = serial.accept().unwrap();
+    let typed = chunks(machine.try_clone().unwrap());
+    let mut seen = String::new();
+    until(&out, &mut seen, "SOL Session operational");
+    machine.write_all(b"\r\ndeployed login: ").unwrap();
+    until(&out, &mut seen, "deployed login: ");
+    let mut keys = attached.stdin.take().unwrap();
+    keys.write_all(b"root\r").unwrap();
+    let mut reached = String::new();
+    until(&typed, &mut reached, "root\r");
+    // Ctrl-] leaves; the console stays enabled.
+    keys.write_all(&[0x1d]).unwrap();
+    let status = attached.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut attached.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("Ctrl-] leaves") && err.contains("Left node c1's console"),
+        "{err}"
+    );
+    let (_, states) = support::call(
+        "GET",
+        &format!("{}/v1/nodes/c1/states/console", engine.url),
+        None,
+    );
+    assert_eq!(states["console_enabled"], true);
+    // A disabled console is not attached to.
+    crate::baremetal_cli::baremetal(&engine, &["node", "console", "disable", "c1"]);
+    let (success, text) = deployd(&engine, &["node", "console", "c1"]);
+    assert!(
+        !success && text.contains("the console of node c1 is disabled"),
+        "{text}"
+    );
+}

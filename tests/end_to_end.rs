@@ -16,3 +16,4 @@ mod serve;
 mod shared_store;
 mod storage_faults;
 mod vm;
+mod vm_console;

@@ -180,7 +180,7 @@ impl Machine {
 
     fn logs(&self) -> String {
         let mut all = String::new();
-        for n in 1..=2 {
+        for n in 1..=3 {
             all +=
                 &std::fs::read_to_string(self.dir.join(format!("ipa-{n}.log"))).unwrap_or_default();
             all +=
@@ -244,6 +244,55 @@ fn enroll(api: &str, node: Value, mac: &str) -> String {
     uuid
 }
 
+/// Where ironic-python-agent's `finalize_rescue` writes the password's hash (its own
+/// path), made writable for it (it runs as nobody).
+const IPA_RESCUE_FILE: &str = "/etc/ipa-rescue-config/ipa-rescue-password";
+
+/// Rescues the active node with the real IPA (a third boot): its `finalize_rescue` gets
+/// the password's hash, which it writes where its ramdisk's rescue service reads it; then
+/// unrescue boots the disk: active again.
+fn rescue_and_unrescue(api: &str, uuid: &str, machine: &Machine) {
+    let file = Path::new(IPA_RESCUE_FILE);
+    let folder = file.parent().unwrap();
+    std::fs::create_dir_all(folder).unwrap();
+    open_to_all(folder);
+    let _ = std::fs::remove_file(file);
+    let (status, body) = call(
+        "PUT",
+        &format!("{api}/v1/nodes/{uuid}/states/provision"),
+        Some(json!({"target": "rescue", "rescue_password": "s3cret rescue"})),
+    );
+    assert_eq!(status, 202, "{body}");
+    let _ipa = machine.boot(api, 3);
+    let node = wait_node(api, uuid, 120, |n| {
+        !matches!(
+            n["provision_state"].as_str(),
+            Some("rescuing" | "rescue wait")
+        )
+    });
+    assert_eq!(
+        node["provision_state"],
+        "rescue",
+        "last_error {}\n{}",
+        node["last_error"],
+        machine.summary()
+    );
+    let hash = std::fs::read_to_string(file).unwrap();
+    assert!(hash.starts_with("$5$"), "{hash}");
+    assert!(deployd_engine::rescue_password::verify(
+        "s3cret rescue",
+        &hash
+    ));
+    assert!(
+        machine.logs().contains("finalize_rescue"),
+        "IPA ran finalize_rescue"
+    );
+    provision(api, uuid, "unrescue");
+    let node = wait_node(api, uuid, 60, |n| n["provision_state"] != "unrescuing");
+    assert_eq!(node["provision_state"], "active", "{}", node["last_error"]);
+    let _ = std::fs::remove_file(file);
+}
+
 fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: Given) {
     let dir = tempfile::tempdir().unwrap();
     open_to_all(dir.path());
@@ -269,12 +318,14 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
             "60",
             "--ramdisk-heartbeat-timeout",
             "5",
+            "--enabled-rescue-interfaces",
+            "no-rescue,agent",
         ],
     );
     let mut info = driver_info;
     // IPA syncs slowly; leave the power-off step time within the driver's deadline.
     info["soft_power_off_timeout"] = json!(3);
-    let node = json!({"driver": driver, "driver_info": info,
+    let node = json!({"driver": driver, "driver_info": info, "rescue_interface": "agent",
                       "instance_info": {"image_source": url, "image_checksum": checksum}});
     let uuid = enroll(&engine.url, node, mac);
     make_available_without_cleaning(&engine.url, &uuid);
@@ -328,6 +379,9 @@ fn deploy_and_clean(driver: &str, driver_info: Value, mac: &'static str, given: 
     );
     assert!(logs.contains("API version is 1.68"));
     drop(ipa);
+    if given == Given::SlowRaw {
+        rescue_and_unrescue(&engine.url, &uuid, &machine);
+    }
 
     // Undeploy: the machine boots the ramdisk again; IPA cleans through its clean steps.
     provision(&engine.url, &uuid, "deleted");

@@ -13,9 +13,7 @@ use std::path::Path;
 use deployd_lab::os_image::EspLoader;
 use deployd_test_support::{emulators, netns, processes as support, vm};
 use serde_json::{Value, json};
-use support::{
-    Engine, Lab, call, make_available_without_cleaning, provision, sha256_of, wait_node,
-};
+use support::{Engine, Lab, call, provision, sha256_of, wait_node};
 
 /// What the deployed OS prints when it has booted from the VM's disk.
 const MARKER: &str = "deployd test OS: booted from its own disk";
@@ -218,45 +216,33 @@ impl VmLab {
             }),
             _ => json!({}),
         };
-        let (status, node) = call(
-            "POST",
-            &format!("{}/v1/nodes", engine.url),
-            Some(json!({
-                "name": "vm-1",
-                "driver": "redfish",
-                "deploy_interface": "direct",
-                "network_data": network_data,
-                "boot_interface": match network {
-                    Network::UserVirtualMedia | Network::TapStaticVirtualMedia => {
-                        "redfish-virtual-media"
-                    }
-                    Network::TapHttpBoot => "http-ipxe",
-                    Network::User | Network::Tap | Network::TapWithoutNicRom => "ipxe",
-                },
-                "driver_info": {
-                    "redfish_address": machine["redfish_address"],
-                    "redfish_system_id": machine["redfish_system_id"],
-                    "deploy_kernel": kernel.display().to_string(),
-                    "deploy_ramdisk": ramdisk.display().to_string(),
-                    "kernel_append_params": machine["kernel_append_params"],
-                },
-                "properties": properties,
-                "instance_info": {
-                    "image_source": source.display().to_string(),
-                    "image_os_hash_algo": "sha256",
-                    "image_os_hash_value": sha,
-                },
-            })),
-        );
-        assert_eq!(status, 201, "{node}");
-        let node = node["uuid"].as_str().unwrap().to_owned();
-        let (status, port_doc) = call(
-            "POST",
-            &format!("{}/v1/ports", engine.url),
-            Some(json!({"node_uuid": node, "address": machine["mac"]})),
-        );
-        assert_eq!(status, 201, "{port_doc}");
-        make_available_without_cleaning(&engine.url, &node);
+        let node = json!({
+            "name": "vm-1",
+            "driver": "redfish",
+            "deploy_interface": "direct",
+            "network_data": network_data,
+            "boot_interface": match network {
+                Network::UserVirtualMedia | Network::TapStaticVirtualMedia => {
+                    "redfish-virtual-media"
+                }
+                Network::TapHttpBoot => "http-ipxe",
+                Network::User | Network::Tap | Network::TapWithoutNicRom => "ipxe",
+            },
+            "driver_info": {
+                "redfish_address": machine["redfish_address"],
+                "redfish_system_id": machine["redfish_system_id"],
+                "deploy_kernel": kernel.display().to_string(),
+                "deploy_ramdisk": ramdisk.display().to_string(),
+                "kernel_append_params": machine["kernel_append_params"],
+            },
+            "properties": properties,
+            "instance_info": {
+                "image_source": source.display().to_string(),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": sha,
+            },
+        });
+        let node = support::enroll_available(&engine.url, node, &machine["mac"]);
         VmLab {
             disk: machine["disk"].as_str().unwrap().into(),
             console: machine["console"].as_str().unwrap().into(),

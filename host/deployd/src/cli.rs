@@ -81,6 +81,22 @@ pub enum NodeCommand {
     Delete { node: String },
     /// power on | power off | rebooting | soft power off | soft rebooting
     Power { node: String, target: PowerTarget },
+    /// rescue (with a password for the `rescue` login) | unrescue
+    Rescue {
+        node: String,
+        /// The `rescue` login's password; without it, `unrescue`.
+        #[arg(long, env = "DEPLOYD_RESCUE_PASSWORD")]
+        password: Option<String>,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// The terminal on the node's serial console (Ctrl-] leaves).
+    Console {
+        node: String,
+        /// Enable the console first if it is not.
+        #[arg(long)]
+        enable: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -265,6 +281,31 @@ pub fn node(endpoint: &Endpoint, command: NodeCommand) -> anyhow::Result<()> {
             c.0.power(&node, target)?;
             println!("{node}: {target} requested");
         }
+        NodeCommand::Rescue {
+            node,
+            password,
+            wait,
+        } => {
+            let (target, arguments, until) = match password {
+                Some(p) => {
+                    let mut arguments = Map::new();
+                    arguments.insert("rescue_password".into(), Value::String(p));
+                    (ProvisionTarget::Rescue, arguments, ProvisionState::Rescue)
+                }
+                None => (
+                    ProvisionTarget::Unrescue,
+                    Map::new(),
+                    ProvisionState::Active,
+                ),
+            };
+            run(
+                &c,
+                &node,
+                provision(&node, target, arguments),
+                wait.then_some(until),
+            )?
+        }
+        NodeCommand::Console { node, enable } => crate::console_cli::attach(&c.0, &node, enable)?,
     }
     Ok(())
 }

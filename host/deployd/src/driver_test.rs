@@ -64,6 +64,7 @@ pub async fn run(args: DriverTestArgs) -> anyhow::Result<()> {
             heartbeat_interval: None,
             agent_tasks: true,
             agent_tls: deployd_agent::TlsMode::Auto,
+            ipmi_python: None,
             vm: deployd_lab::VmArgs::default(),
         },
         AgentMode::Task,

@@ -3,6 +3,7 @@
 #[cfg(feature = "bench")]
 mod bench;
 mod cli;
+mod console_cli;
 mod demo;
 mod dnsmasq;
 mod driver_test;

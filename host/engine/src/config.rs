@@ -650,6 +650,12 @@ impl Config {
                 * c.node_locked_retry_attempts.saturating_sub(1),
             optional: self.optional_interfaces().expect("checked when loaded"),
             rescue_hash: c.rescue_password_hash_algorithm,
+            console: crate::console::Settings {
+                ports: crate::console::PortRange::parse(&self.console.port_range)
+                    .expect("checked when loaded"),
+                address: self.console.socat_address,
+                ..Default::default()
+            },
         }
     }
 

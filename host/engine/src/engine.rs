@@ -223,6 +223,11 @@ impl Engine {
             config.conductor(),
         );
         let drivers = tokio::spawn(follow_drivers(conductor.clone()));
+        // The consoles that were enabled run again (in the background: each asks a BMC).
+        tokio::spawn({
+            let conductor = conductor.clone();
+            async move { conductor.restore_consoles().await }
+        });
         // The busy nodes this engine fails as it takes a dead engine's over get the
         // clean-up their driver owes them, as a timeout's do.
         if let Some(mut failed) = store.takeover_failures() {
@@ -286,6 +291,8 @@ impl Engine {
         let _ = self.server.await;
         self.sweeper.shutdown().await;
         self.drivers.abort();
+        // The consoles end with the engine (a restart starts the enabled ones again).
+        self.conductor.stop_consoles().await;
         if let Err(e) = self.store.leave().await {
             tracing::warn!("could not end this engine's lease on the shared store: {e}");
         }

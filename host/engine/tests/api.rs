@@ -918,6 +918,9 @@ mod inspection;
 #[path = "api/rescue.rs"]
 mod rescue;
 
+#[path = "api/console.rs"]
+mod console;
+
 #[path = "api/ironic_latest.rs"]
 mod ironic_latest;
 

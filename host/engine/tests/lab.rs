@@ -15,6 +15,7 @@ async fn lab(dir: &tempfile::TempDir) -> (Lab, String) {
         heartbeat_interval: None,
         agent_tasks: true,
         agent_tls: deployd_lab::TlsMode::Auto,
+        ipmi_python: None,
         vm: deployd_lab::VmArgs::default(),
     };
     let lab = Lab::start(&args, AgentMode::Task).await.unwrap();

@@ -6,6 +6,8 @@
 //! - [`redfish`]: the BMC all machines share, Redfish-compatible, so the bundled
 //!   `agent_redfish` and `pxe_redfish` drivers control them as they would real ones;
 //!   [`redfish_hardware`]: what its systems report of their hardware, and their virtual CD.
+//! - [`ipmi`]: an IPMI BMC per machine too (`--ipmi-python`), on pyghmi, whose
+//!   Serial-over-LAN reaches a VM's serial port.
 //! - [`vm`]: machines as QEMU virtual machines that network-boot the engine's ramdisk and
 //!   then boot their deployed disk (`--vm`).
 //! - [`os_image`]: a tiny OS image that boots on a PC and prints a line, to deploy onto
@@ -14,6 +16,7 @@
 //! - [`operator`]: enrolling them into an engine and walking them through its states
 //!   over the HTTP API (the demo's and the fleet bench's operator).
 
+pub mod ipmi;
 pub mod machine;
 pub mod operator;
 pub mod os_image;
@@ -62,6 +65,11 @@ pub struct LabArgs {
     /// that the engine pins (`deployd agent --tls`): `auto` from API 1.68, as IPA does.
     #[arg(long, value_enum, default_value_t = deployd_agent::TlsMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub agent_tls: deployd_agent::TlsMode,
+    /// An IPMI BMC per machine as well, run by this Python (one that imports PyPI's
+    /// pyghmi, e.g. a venv's `bin/python`): power and boot through IPMI, and a VM's serial
+    /// console through Serial-over-LAN (see `ipmi`).
+    #[arg(long)]
+    pub ipmi_python: Option<PathBuf>,
     #[command(flatten)]
     pub vm: VmArgs,
 }
@@ -172,6 +180,18 @@ pub struct Enrollment {
     /// A VM's other disks (`--extra-disk-size`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_disks: Vec<PathBuf>,
+    /// Its IPMI BMC (`--ipmi-python`): the driver_info of the `ipmi` hardware type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipmi: Option<IpmiEnrollment>,
+}
+
+/// A machine's IPMI BMC, as an `ipmi` node's driver_info names it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IpmiEnrollment {
+    pub ipmi_address: String,
+    pub ipmi_port: u16,
+    pub ipmi_username: String,
+    pub ipmi_password: String,
 }
 
 pub struct Lab {
@@ -179,6 +199,8 @@ pub struct Lab {
     /// Whether the machines are VMs.
     pub vm: bool,
     pub machines: redfish::Machines,
+    /// Each machine's IPMI BMC, by name (`--ipmi-python`).
+    ipmi: BTreeMap<String, ipmi::IpmiBmc>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -248,10 +270,20 @@ impl Lab {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
+        let mut bmcs = BTreeMap::new();
+        if let Some(python) = &args.ipmi_python {
+            let script = ipmi::write_script(&args.dir)?;
+            for m in machines.values() {
+                let system = format!("http://{addr}/redfish/v1/Systems/{}", m.name);
+                let bmc = ipmi::IpmiBmc::start(python, &script, &system, &m.serial_port).await?;
+                bmcs.insert(m.name.clone(), bmc);
+            }
+        }
         Ok(Lab {
             vm,
             addr,
             machines,
+            ipmi: bmcs,
             server,
         })
     }
@@ -268,6 +300,12 @@ impl Lab {
                 kernel_append_params: m.nic.kernel_append_params(),
                 console: self.vm.then(|| m.console.clone()),
                 extra_disks: m.extra_disks.clone(),
+                ipmi: self.ipmi.get(&m.name).map(|bmc| IpmiEnrollment {
+                    ipmi_address: "127.0.0.1".into(),
+                    ipmi_port: bmc.port,
+                    ipmi_username: ipmi::USERNAME.into(),
+                    ipmi_password: ipmi::PASSWORD.into(),
+                }),
             })
             .collect()
     }

@@ -88,6 +88,8 @@ pub struct Machine {
     pub mac: String,
     pub disk: PathBuf,
     pub console: PathBuf,
+    /// A VM's serial port, a Unix socket (see [`crate::vm`]).
+    pub serial_port: PathBuf,
     /// A UEFI VM's variable store (see [`crate::vm::Firmware`]).
     pub vars: PathBuf,
     /// A VM's network link.
@@ -131,6 +133,7 @@ impl Machine {
         let disk = dir.join(format!("{name}.disk"));
         Arc::new(Machine {
             console: dir.join(format!("{name}.console.log")),
+            serial_port: dir.join(format!("{name}.serial.sock")),
             vars: dir.join(format!("{name}.efivars.fd")),
             nic,
             extra_disks: (1..=extra_disks)
@@ -279,6 +282,7 @@ impl Machine {
                     mac: &self.mac,
                     disk: &self.disk,
                     console: &self.console,
+                    serial_port: &self.serial_port,
                     vars: &vars,
                     nic: &self.nic,
                     serial: &self.name,

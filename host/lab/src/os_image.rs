@@ -43,6 +43,30 @@ pub fn marker_initramfs(busybox: &Path, marker: &str) -> anyhow::Result<Vec<u8>>
     busybox_initramfs(busybox, init, &["/bin", "/dev", "/proc"], Vec::new())
 }
 
+/// A gzip'd initramfs whose init prints `marker` and then offers a login on the serial
+/// console (`deployed login:`, busybox's getty), as an installed OS does: `root` without
+/// a password.
+pub fn login_initramfs(busybox: &Path, marker: &str) -> anyhow::Result<Vec<u8>> {
+    let init = format!(
+        "#!/bin/busybox sh
+         B=/bin/busybox
+         $B mount -t proc proc /proc
+         $B mount -t devtmpfs devtmpfs /dev
+         $B --install -s /bin
+         $B echo '{marker}'
+         $B hostname deployed
+         $B echo 'root::0:0:root:/root:/bin/sh' > /etc/passwd
+         while true; do $B getty -L 115200 ttyS0 vt100; done
+"
+    );
+    busybox_initramfs(
+        busybox,
+        init,
+        &["/bin", "/dev", "/etc", "/proc", "/root", "/tmp"],
+        Vec::new(),
+    )
+}
+
 /// A file of `mib` MiB of zeros (sparse): the disk an image is built on.
 fn empty_disk(path: &Path, mib: u64) -> anyhow::Result<PathBuf> {
     std::fs::File::create(path)
@@ -94,15 +118,24 @@ pub fn bootable(
     mib: u64,
     payload: u64,
 ) -> anyhow::Result<PathBuf> {
+    let initrd = marker_initramfs(Path::new("/bin/busybox"), marker)?;
+    bootable_with(dir, kernel, &initrd, mib, payload)
+}
+
+/// [`bootable`] with its own initramfs (e.g. [`login_initramfs`]).
+pub fn bootable_with(
+    dir: &Path,
+    kernel: &Path,
+    initrd_bytes: &[u8],
+    mib: u64,
+    payload: u64,
+) -> anyhow::Result<PathBuf> {
     let image = empty_disk(&dir.join("os.img"), mib)?;
     run(Command::new("mkfs.vfat")
         .args(["-n", "DEPLOYED"])
         .arg(&image))?;
     let initrd = dir.join("os.initrd");
-    std::fs::write(
-        &initrd,
-        marker_initramfs(Path::new("/bin/busybox"), marker)?,
-    )?;
+    std::fs::write(&initrd, initrd_bytes)?;
     let cfg = dir.join("syslinux.cfg");
     std::fs::write(
         &cfg,

@@ -31,7 +31,9 @@
 //! ROMs are unsigned, so such a VM boots from disks and CDs, not through iPXE.
 //!
 //! The firmware, iPXE, the kernel and the deployed OS all write to the serial console,
-//! kept per machine in `<name>.console.log` (appended across boots).
+//! kept per machine in `<name>.console.log` (appended across boots). The serial port is
+//! also a Unix socket QEMU serves, `<name>.serial.sock`, which the lab's IPMI BMC bridges
+//! to Serial-over-LAN (see [`crate::ipmi`]): what is typed there reaches the machine.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -152,6 +154,8 @@ pub struct VmMachine<'a> {
     /// Its other disks, after `disk`.
     pub extra_disks: &'a [PathBuf],
     pub console: &'a Path,
+    /// Its serial port's socket.
+    pub serial_port: &'a Path,
     /// Its UEFI variable store (see [`Firmware::prepare`]); unused under BIOS.
     pub vars: &'a Path,
     pub nic: &'a Nic,
@@ -213,7 +217,8 @@ impl VmConfig {
             "-nodefaults",
             "-chardev",
             &format!(
-                "file,id=console,path={},append=on",
+                "socket,id=console,path={},server=on,wait=off,logfile={},logappend=on",
+                q(&m.serial_port.display().to_string()),
                 q(&m.console.display().to_string())
             ),
             "-serial",
@@ -501,6 +506,7 @@ mod tests {
             mac: "52:54:00:00:00:01",
             disk: Path::new("/tmp/m.disk"),
             console: Path::new("/tmp/m.console.log"),
+            serial_port: Path::new("/tmp/m.serial.sock"),
             vars: Path::new("/tmp/m.efivars.fd"),
             nic: &FORWARDED,
             serial: "m",

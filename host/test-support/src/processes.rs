@@ -434,6 +434,19 @@ pub fn make_available_without_cleaning(url: &str, node: &str) {
     set(serde_json::json!([{"op": "remove", "path": "/automated_clean"}]));
 }
 
+/// Enrolls `node` (a `POST /v1/nodes` body) with a port of `mac`, and makes it available
+/// without cleaning: its uuid.
+pub fn enroll_available(url: &str, node: serde_json::Value, mac: &serde_json::Value) -> String {
+    let (status, node) = call("POST", &format!("{url}/v1/nodes"), Some(node));
+    assert_eq!(status, 201, "{node}");
+    let node = node["uuid"].as_str().unwrap().to_owned();
+    let port = serde_json::json!({"node_uuid": node, "address": mac});
+    let (status, doc) = call("POST", &format!("{url}/v1/ports"), Some(port));
+    assert_eq!(status, 201, "{doc}");
+    make_available_without_cleaning(url, &node);
+    node
+}
+
 /// Runs `command` to its end; its output. A failure stops the test with its stderr.
 pub fn run(command: &mut Command) -> std::process::Output {
     let out = command

@@ -197,7 +197,11 @@ fn clean_step() -> Result<Outcome, String> {
         return start_clean_step(&node, &steps, 0);
     };
     let name = steps.get(index).map_or("?", |s| s.1.as_str()).to_owned();
-    match agent::last("execute_clean_step")? {
+    let last = match agent::last("execute_clean_step") {
+        Ok(last) => last,
+        Err(e) => return Ok(read_failed(e)),
+    };
+    match last {
         Some(c) if c.is_running() => Ok(Outcome::Wait),
         Some(c) if c.succeeded() => start_clean_step(&node, &steps, index + 1),
         Some(c) => {
@@ -364,7 +368,11 @@ fn agent_step() -> Result<Outcome, String> {
     let node = node::get();
     let step: Option<String> = scratch::get(STEP);
     if step.as_deref() == Some("writing") {
-        match agent::last("prepare_image")? {
+        let last = match agent::last("prepare_image") {
+            Ok(last) => last,
+            Err(e) => return Ok(read_failed(e)),
+        };
+        match last {
             Some(c) if c.is_running() => return Ok(Outcome::Wait),
             Some(c) if c.succeeded() => {
                 // "… written to device /dev/sdb …", in both agents' words.
@@ -485,6 +493,17 @@ fn boot_instance() -> Result<Outcome, String> {
     bmc::set_power(PowerState::On)?;
     scratch::remove(STEP)?;
     Ok(Outcome::Done)
+}
+
+/// Reading the agent's commands failed (it reset the connection, say): not the flow's
+/// failure. The node waits for the agent's next heartbeat, which reads again; an agent
+/// that died sends none, and the engine's callback timeout fails the node, as it must.
+fn read_failed(e: deployd_driver_sdk::Error) -> Outcome {
+    log::warn(&format!(
+        "could not read the agent's commands ({}); waiting for its next heartbeat",
+        e.message()
+    ));
+    Outcome::Wait
 }
 
 fn into_outcome(step: Result<Outcome, String>) -> Outcome {

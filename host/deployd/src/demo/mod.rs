@@ -183,6 +183,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
         agent_tasks: false,
         // The agents' command APIs are HTTPS, pinned to each boot's certificate.
         agent_tls: deployd_agent::TlsMode::On,
+        ipmi_python: None,
         vm: deployd_lab::VmArgs {
             enabled: vm.is_some(),
             disk_size: if vm.is_some() { 4 << 30 } else { 0 },

@@ -106,10 +106,10 @@ fn invalid_device(device: &str) -> ApiError {
     ApiError::bad_request(format!("Invalid boot device {device} specified."))
 }
 
-/// Only the fake console exists; anything else is Ironic's refusal.
+/// fake-hardware's fake console and `ipmitool-socat`; anything else is Ironic's refusal.
 fn has_console(b: &NodeBody) -> Result<(), ApiError> {
     match b.interfaces.get("console").map(String::as_str) {
-        Some("fake") => Ok(()),
+        Some("fake" | "ipmitool-socat") => Ok(()),
         _ => Err(ApiError::bad_request(format!(
             "Driver {} does not support console (disabled or not implemented).",
             b.driver
@@ -121,8 +121,7 @@ async fn console(app: State, Path(ident): Path<String>) -> Result<Json<Value>, A
     let node = find(&app, &ident).await?;
     has_console(&node.body)?;
     let enabled = node.body.attrs.get("console_enabled") == Some(&Value::Bool(true));
-    // The fake console has nothing to connect to: its information is empty.
-    let info = enabled.then(|| json!({}));
+    let info = app.conductor.console_info(&node.body, node.uuid());
     Ok(Json(
         json!({"console_enabled": enabled, "console_info": info}),
     ))

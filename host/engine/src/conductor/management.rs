@@ -1,9 +1,8 @@
 //! What an operator sets on a node's management outside a flow: its next boot device, its
 //! boot mode and its Secure Boot, through the BMC its power interface names (a no-op for the fake one's
-//! device), and its console,
-//! which only fake-hardware's fake console has (it records that it is enabled).
+//! device). Its console is [`super::console`]'s.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::{Conductor, ConductorError};
@@ -78,20 +77,5 @@ impl Conductor {
             .await
             .map_err(|e| ConductorError::Invalid(e.to_string()))?;
         Ok(driver.description.power.clone())
-    }
-
-    /// Enables or disables the node's console, under its claim.
-    pub async fn set_console(&self, node: Uuid, enabled: bool) -> Result<(), ConductorError> {
-        let _claim = self.claim_for_operator(node, "set the console").await?;
-        self.store
-            .update_node(node, |b| {
-                match enabled {
-                    true => b.attrs.insert("console_enabled".into(), Value::Bool(true)),
-                    false => b.attrs.remove("console_enabled"),
-                };
-                Ok(())
-            })
-            .await?;
-        Ok(())
     }
 }

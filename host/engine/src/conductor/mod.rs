@@ -16,6 +16,7 @@
 //!   clean-up runs; other nodes carry on.
 
 pub mod allocations;
+mod console;
 pub mod inspection;
 pub mod management;
 mod records;
@@ -144,6 +145,8 @@ pub struct Settings {
     pub optional: crate::hardware::Optional,
     /// How rescue passwords are hashed.
     pub rescue_hash: crate::rescue_password::Algorithm,
+    /// Where serial consoles listen.
+    pub console: crate::console::Settings,
 }
 
 impl Default for Settings {
@@ -154,6 +157,7 @@ impl Default for Settings {
             lock_wait: Duration::from_secs(2),
             optional: Default::default(),
             rescue_hash: Default::default(),
+            console: Default::default(),
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct Conductor {
     keep_alive: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
     /// Allocations still looking for a node (see [`allocations`]).
     allocating: allocations::Searches,
+    /// The serial consoles this engine runs.
+    consoles: crate::console::Consoles,
     settings: Settings,
 }
 
@@ -184,6 +190,7 @@ impl Conductor {
     ) -> Arc<Conductor> {
         let reservations = Arc::new(Reservations::backed_by(store.clone()));
         Arc::new(Conductor {
+            consoles: crate::console::Consoles::new(settings.console.clone()),
             settings,
             store,
             registry,

@@ -64,6 +64,7 @@ impl Conductor {
         }
         self.store.delete_node_with(node, cascade).await?;
         self.agents.forget(node);
+        self.stop_console(node).await;
         Ok(())
     }
 

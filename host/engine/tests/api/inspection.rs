@@ -18,12 +18,27 @@ pub(super) async fn lab_machine(
     disk_size: u64,
     memory_mb: u32,
 ) -> (deployd_lab::Lab, Value) {
+    let args = lab_args(dir, api, disk_size, memory_mb);
+    let lab = deployd_lab::Lab::start(&args, deployd_lab::AgentMode::Task)
+        .await
+        .unwrap();
+    let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
+    (lab, info)
+}
+
+/// The lab of [`lab_machine`].
+pub(super) fn lab_args(
+    dir: &tempfile::TempDir,
+    api: &str,
+    disk_size: u64,
+    memory_mb: u32,
+) -> deployd_lab::LabArgs {
     let vm = deployd_lab::VmArgs {
         disk_size, // sparse
         vm_memory_mb: memory_mb,
         ..Default::default()
     };
-    let args = deployd_lab::LabArgs {
+    deployd_lab::LabArgs {
         machines: 1,
         dir: dir.path().join("lab"),
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -32,13 +47,9 @@ pub(super) async fn lab_machine(
         heartbeat_interval: Some(0.2),
         agent_tasks: true,
         agent_tls: deployd_lab::TlsMode::Auto,
+        ipmi_python: None,
         vm,
-    };
-    let lab = deployd_lab::Lab::start(&args, deployd_lab::AgentMode::Task)
-        .await
-        .unwrap();
-    let info = json!({"redfish_address": format!("http://{}", lab.addr), "redfish_system_id": "machine-000"});
-    (lab, info)
+    }
 }
 
 /// The node's stored inventory document (`inventory`, `plugin_data`).

@@ -21,9 +21,9 @@ pub struct Target {
 }
 
 impl Target {
-    async fn ipmitool(&self, args: &[&str]) -> Result<String, String> {
-        let mut cmd = Command::new(&self.binary);
-        cmd.args([
+    /// The arguments that reach the BMC (the password is `IPMI_PASSWORD`'s, see `-E`).
+    pub fn connection_args(&self) -> [&str; 12] {
+        [
             "-I",
             "lanplus",
             "-H",
@@ -36,11 +36,16 @@ impl Target {
             "-R",
             "3",
             "-N",
-            "2",
-        ])
-        .args(args)
-        .env("IPMI_PASSWORD", &self.password)
-        .kill_on_drop(true);
+        ]
+    }
+
+    async fn ipmitool(&self, args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(self.connection_args())
+            .arg("2")
+            .args(args)
+            .env("IPMI_PASSWORD", &self.password)
+            .kill_on_drop(true);
         let what = args.join(" ");
         let output = tokio::time::timeout(TIMEOUT, cmd.output())
             .await
@@ -56,6 +61,12 @@ impl Target {
             return Err(format!("ipmitool {what} failed: {}", err.trim()));
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Ends the BMC's Serial-over-LAN session, if one is open (before a console starts
+    /// one, as Ironic's socat console does: a BMC has one).
+    pub async fn deactivate_sol(&self) -> Result<(), String> {
+        self.ipmitool(&["sol", "deactivate"]).await.map(|_| ())
     }
 
     pub async fn get_power(&self) -> Result<PowerState, String> {

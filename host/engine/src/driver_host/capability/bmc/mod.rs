@@ -6,7 +6,7 @@
 //! reach no other BMC. After every power change the node's `power_state` is updated, as
 //! the API and the CLI show it.
 
-mod ipmitool;
+pub mod ipmitool;
 mod redfish;
 mod redfish_inspect;
 mod redfish_secure_boot;
@@ -83,6 +83,14 @@ impl Bmc {
             })),
             other => Err(format!("unknown power backend {other:?}")),
         }
+    }
+}
+
+/// The IPMI BMC a node's driver_info names (its serial console's), or what is missing.
+pub fn ipmi_target(services: &Services, info: &JsonMap) -> Result<ipmitool::Target, String> {
+    match Bmc::resolve("ipmitool", info, &services.bmc)? {
+        Bmc::Ipmi(target) => Ok(target),
+        _ => Err("the ipmitool backend resolved to another BMC".into()),
     }
 }
 
