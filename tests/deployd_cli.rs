@@ -398,8 +398,9 @@ fn until(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut String, want: &str)
 
 /// A node's serial console from the terminal: the real `baremetal node console enable` and
 /// `show` as with Ironic, then `deployd node console` attached to it (stdin a pipe, not a
-/// terminal): what the machine's serial port prints comes out (through socat, ipmitool's
-/// Serial-over-LAN and the lab's pyghmi BMC), what is typed reaches it, Ctrl-] leaves.
+/// terminal): what the machine's serial port printed comes out (through socat, ipmitool's
+/// Serial-over-LAN and the lab's pyghmi BMC, which keeps what was printed before the
+/// session), what is typed reaches it, Ctrl-] leaves.
 #[test]
 fn a_console_enabled_by_baremetal_is_attached_by_deployd_node_console() {
     use std::io::Write;
@@ -461,6 +462,10 @@ fn a_console_enabled_by_baremetal_is_attached_by_deployd_node_console() {
         format!("tcp://127.0.0.1:{port}")
     );
 
+    // The machine prints its prompt before anyone is attached: the BMC keeps what its
+    // serial port printed for the next session, as a console server does.
+    let (mut machine, _) = serial.accept().unwrap();
+    machine.write_all(b"\r\ndeployed login: ").unwrap();
     let mut attached = Command::new(&*BIN)
         .args(["node", "console", "c1"])
         .env("DEPLOYD_URL", &engine.url)
@@ -470,11 +475,9 @@ fn a_console_enabled_by_baremetal_is_attached_by_deployd_node_console() {
         .spawn()
         .unwrap();
     let out = chunks(attached.stdout.take().unwrap());
-    let (mut machine, _) = serial.accept().unwrap();
     let typed = chunks(machine.try_clone().unwrap());
     let mut seen = String::new();
     until(&out, &mut seen, "SOL Session operational");
-    machine.write_all(b"\r\ndeployed login: ").unwrap();
     until(&out, &mut seen, "deployed login: ");
     let mut keys = attached.stdin.take().unwrap();
     keys.write_all(b"root\r").unwrap();

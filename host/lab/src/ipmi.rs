@@ -3,7 +3,9 @@
 //! UDP port of the loopback, user `admin`, password `password`. Power and boot device go
 //! to the machine's Redfish system on the lab's BMC, so ipmitool and Redfish act on one
 //! machine; Serial-over-LAN (`ipmitool sol activate`, Ironic's `ipmitool-socat` console)
-//! reaches the machine's serial port (a VM's socket, see [`crate::vm`]).
+//! reaches the machine's serial port (a VM's socket, see [`crate::vm`]). What the port
+//! printed while no session was active (its last 4 KiB) goes to the next session first,
+//! as a console server replays recent output.
 
 use std::path::{Path, PathBuf};
 

@@ -16,6 +16,10 @@ import urllib.request
 
 import pyghmi.ipmi.bmc as bmc
 
+# What the serial port printed while no SOL session was active, kept for the next one
+# (as a console server replays recent output): at most this many bytes.
+BACKLOG = 4096
+
 # IPMI's boot devices (pyghmi's names) and the lab's Redfish targets.
 TARGETS = {"network": "Pxe", "hd": "Hdd", "optical": "Cd"}
 DEVICES = {"Pxe": "network", "UefiHttp": "network", "Hdd": "hd", "Cd": "optical"}
@@ -27,6 +31,9 @@ class LabBmc(bmc.Bmc):
         self.system = system.rstrip("/")
         self.serial = serial
         self.conn = None
+        self.backlog = bytearray()
+        # Orders the serial port's output against a session's start.
+        self.output = threading.RLock()
         threading.Thread(target=self.pump, daemon=True).start()
 
     def redfish(self, method, path="", body=None):
@@ -76,6 +83,14 @@ class LabBmc(bmc.Bmc):
             "BootSourceOverrideTarget": target,
             "BootSourceOverrideEnabled": "Once"}})
 
+    def activate_payload(self, request, session):
+        """A session starts: it gets what the serial port printed meanwhile first."""
+        with self.output:
+            super().activate_payload(request, session)
+            pending, self.backlog = bytes(self.backlog), bytearray()
+            if self.sol is not None and pending:
+                self.sol.send_data(pending)
+
     def iohandler(self, data):
         """What the operator typed, on to the serial port."""
         if isinstance(data, str):
@@ -105,9 +120,12 @@ class LabBmc(bmc.Bmc):
                     data = b""
                 if not data:
                     break
-                sol = self.sol
-                if sol is not None:
-                    sol.send_data(data)
+                with self.output:
+                    if self.sol is not None:
+                        self.sol.send_data(data)
+                    else:
+                        self.backlog += data
+                        del self.backlog[:-BACKLOG]
             self.conn = None
             conn.close()
 

@@ -305,18 +305,28 @@ async fn set_secure_boot(
         ))
     })?;
     let node = find(&app, &ident).await?;
+    let needs_uefi = |b: &crate::node::NodeBody, mode: Option<&Value>| match on
+        && mode != Some(&json!("uefi"))
+    {
+        true => Err(ApiError::bad_request(format!(
+            "Node {}: secure boot needs the uefi boot mode.",
+            b.uuid
+        ))),
+        false => Ok(()),
+    };
     if redfish_management(&node.body) {
+        // A machine its BMC shows in the bios mode is refused here, in words, before the
+        // BMC refuses it (a 400 of its own, which would surface as the engine's 500).
+        let bios = node.body.attrs.get("boot_mode") == Some(&json!("bios"));
+        if bios {
+            needs_uefi(&node.body, Some(&json!("bios")))?;
+        }
         app.conductor.set_secure_boot(node.uuid(), on).await?;
         return Ok(StatusCode::ACCEPTED);
     }
     edit(&app, &ident, |b| {
         fake_management(b, "changing secure boot")?;
-        if on && b.attrs.get("boot_mode") != Some(&json!("uefi")) {
-            return Err(ApiError::bad_request(format!(
-                "Node {}: secure boot needs the uefi boot mode.",
-                b.uuid
-            )));
-        }
+        needs_uefi(b, b.attrs.get("boot_mode"))?;
         b.attrs.insert("secure_boot".into(), json!(on));
         Ok(())
     })

@@ -433,6 +433,48 @@ async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
     );
 }
 
+/// Secure Boot asked of a Redfish machine its BMC shows in the bios mode: refused in words
+/// (400), the BMC never told; in uefi it reaches the BMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_boot_on_a_bios_machine_is_refused_before_its_bmc_is_told() {
+    let s = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, info) =
+        super::inspection::lab_machine(&dir, "http://127.0.0.1:9", 1 << 20, 512).await;
+    let machine = lab.machines["machine-000"].clone();
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": info}))
+        .await;
+    let put = |what: &str, target: Value| {
+        let path = format!("/v1/nodes/{node}/states/{what}");
+        let s = &s;
+        async move {
+            s.at(Method::PUT, &path, "1.76", Some(json!({"target": target})))
+                .await
+        }
+    };
+    assert_eq!(
+        put("boot_mode", json!("bios")).await.status,
+        StatusCode::ACCEPTED
+    );
+    let refused = put("secure_boot", json!(true)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        refused.fault(),
+        format!("Node {node}: secure boot needs the uefi boot mode.")
+    );
+    assert!(!machine.view().secure_boot, "the BMC was not told");
+    assert_eq!(
+        put("boot_mode", json!("uefi")).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        put("secure_boot", json!(true)).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert!(machine.view().secure_boot);
+}
+
 /// Protecting a node and tearing it down, asked at the same moment, many times: one wins
 /// and the other is refused, so a node is never left protected without its instance nor
 /// torn down once protected (both hold the node's claim while they check and write).
