@@ -408,6 +408,19 @@ async fn unknown_query_parameters_are_named_in_ironics_words() {
     }
 }
 
+/// `PUT /v1/nodes/{node}/states/{what}` with `{"target": target}` at 1.76 (boot mode,
+/// Secure Boot).
+pub(super) async fn put_state(
+    s: &Server,
+    node: &str,
+    what: &str,
+    target: Value,
+) -> common::server::Answer {
+    let path = format!("/v1/nodes/{node}/states/{what}");
+    s.at(Method::PUT, &path, "1.76", Some(json!({"target": target})))
+        .await
+}
+
 pub(super) async fn provision(s: &Server, node: &str, target: &str) -> common::server::Answer {
     let path = format!("/v1/nodes/{node}/states/provision");
     s.at(Method::PUT, &path, "1.115", Some(json!({"target": target})))

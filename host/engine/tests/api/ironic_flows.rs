@@ -374,18 +374,30 @@ async fn virtual_media_on_a_redfish_bmc_goes_through_its_virtual_media() {
     panic!("the failed attach was never reported");
 }
 
+/// A `redfish` node of a lab machine (its BMC the lab's): the lab, the machine, the node.
+async fn redfish_lab_node(
+    s: &common::server::Server,
+    dir: &tempfile::TempDir,
+) -> (
+    deployd_lab::Lab,
+    std::sync::Arc<deployd_lab::Machine>,
+    String,
+) {
+    let (lab, info) = super::inspection::lab_machine(dir, "http://127.0.0.1:9", 1 << 20, 512).await;
+    let machine = lab.machines["machine-000"].clone();
+    let node = s
+        .node(json!({"driver": "redfish", "driver_info": info}))
+        .await;
+    (lab, machine, node)
+}
+
 /// The same through the lab's BMC: the image lands in the machine's virtual CD, a detach
 /// takes it out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
     let s = start(|_| {}).await;
     let dir = tempfile::tempdir().unwrap();
-    let (lab, info) =
-        super::inspection::lab_machine(&dir, "http://127.0.0.1:9", 1 << 20, 512).await;
-    let machine = lab.machines["machine-000"].clone();
-    let node = s
-        .node(json!({"driver": "redfish", "driver_info": info}))
-        .await;
+    let (_lab, machine, node) = redfish_lab_node(&s, &dir).await;
     let path = format!("/v1/nodes/{node}/vmedia");
     for source in ["local", "swift"] {
         let attach = json!({"device_type": "cdrom", "image_url": "http://images.example/a.iso",
@@ -439,20 +451,9 @@ async fn virtual_media_on_a_lab_machine_lands_in_its_cd() {
 async fn secure_boot_on_a_bios_machine_is_refused_before_its_bmc_is_told() {
     let s = start(|_| {}).await;
     let dir = tempfile::tempdir().unwrap();
-    let (lab, info) =
-        super::inspection::lab_machine(&dir, "http://127.0.0.1:9", 1 << 20, 512).await;
-    let machine = lab.machines["machine-000"].clone();
-    let node = s
-        .node(json!({"driver": "redfish", "driver_info": info}))
-        .await;
-    let put = |what: &str, target: Value| {
-        let path = format!("/v1/nodes/{node}/states/{what}");
-        let s = &s;
-        async move {
-            s.at(Method::PUT, &path, "1.76", Some(json!({"target": target})))
-                .await
-        }
-    };
+    let (_lab, machine, node) = redfish_lab_node(&s, &dir).await;
+    let put =
+        |what: &'static str, target: Value| super::ironic39::put_state(&s, &node, what, target);
     assert_eq!(
         put("boot_mode", json!("bios")).await.status,
         StatusCode::ACCEPTED

@@ -539,31 +539,31 @@ async fn virtual_media_and_boot_mode_on_fake_hardware_and_a_clear_no_elsewhere()
     );
 
     // Boot mode (1.76); secure boot needs UEFI; /states shows both from 1.75.
-    let set = |node: &str, what: &str, target: Value| {
-        let path = format!("/v1/nodes/{node}/states/{what}");
-        let s = &s;
-        async move {
-            s.at(Method::PUT, &path, "1.76", Some(json!({"target": target})))
-                .await
-        }
-    };
     assert_eq!(
-        set(&fake, "secure_boot", json!(true)).await.status,
+        super::ironic39::put_state(&s, &fake, "secure_boot", json!(true))
+            .await
+            .status,
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        set(&fake, "boot_mode", json!("uefi")).await.status,
+        super::ironic39::put_state(&s, &fake, "boot_mode", json!("uefi"))
+            .await
+            .status,
         StatusCode::ACCEPTED
     );
     assert_eq!(
-        set(&fake, "secure_boot", json!(true)).await.status,
+        super::ironic39::put_state(&s, &fake, "secure_boot", json!(true))
+            .await
+            .status,
         StatusCode::ACCEPTED
     );
     assert_eq!(
-        set(&fake, "boot_mode", json!("dos")).await.status,
+        super::ironic39::put_state(&s, &fake, "boot_mode", json!("dos"))
+            .await
+            .status,
         StatusCode::BAD_REQUEST
     );
-    let refused = set(&ipmi, "boot_mode", json!("uefi")).await;
+    let refused = super::ironic39::put_state(&s, &ipmi, "boot_mode", json!("uefi")).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
     assert!(
         refused
