@@ -20,6 +20,10 @@ use support::{Engine, Lab, call, provision, sha256_of, wait_node};
 /// What the deployed OS prints when it has booted from the VM's disk.
 const MARKER: &str = "deployd test OS: booted from its own disk, login follows";
 
+/// Busybox's shell prompt and its terminal query, answered by [`Console::expect`]:
+/// typing before the answer went out would mix the two.
+const SHELL_READY: &str = "# \x1b[6n";
+
 /// An operator's connection to a node's console.
 struct Console {
     socket: TcpStream,
@@ -178,7 +182,7 @@ fn a_deployed_vms_console_shows_its_login_and_its_rescue_login_reaches_its_disk(
     let mut console = Console::connect(console_port);
     console.expect("deployed login: ", 60);
     console.type_line("root");
-    console.expect("#", 30);
+    console.expect(SHELL_READY, 30);
     console.type_line("echo typed-$((6*7)) on $(hostname)");
     console.expect("typed-42 on deployed", 30);
 
@@ -202,7 +206,7 @@ fn a_deployed_vms_console_shows_its_login_and_its_rescue_login_reaches_its_disk(
     console.type_line("rescue");
     console.expect("Password: ", 30);
     console.type_line("s3cret-Rescue");
-    console.expect("#", 30);
+    console.expect(SHELL_READY, 30);
     // The deployed disk's boot sector names what installed its loader.
     console.type_line("dd if=/dev/vda bs=1 skip=3 count=8 2>/dev/null; echo ' read-by-rescue'");
     console.expect("SYSLINUX read-by-rescue", 30);
