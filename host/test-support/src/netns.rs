@@ -12,16 +12,20 @@ use std::process::{Child, Command, Stdio};
 /// dnsmasq hands out.
 pub const PROVISIONING: &str = "10.251.0.1";
 pub const DHCP_RANGE: &str = "10.251.0.100,10.251.0.150";
-/// The management network: the test's end of the veth pair, and the namespace's.
-const HOST_END: &str = "10.250.0.1";
-pub const MANAGEMENT: &str = "10.250.0.2";
 
 pub struct Netns {
     pub name: String,
     /// The tap device inside the namespace (for `deployd lab --vm --tap`).
     pub tap: String,
-    /// One namespace at a time in a test process: every one puts the same management
-    /// addresses on the test's end of its veth pair.
+    /// The namespace's end of its management network (a /30 of `10.250.0.0/16` of its
+    /// own), over which the test calls the engine. Each namespace of a test process has
+    /// another: a namespace deleted a moment ago lives on while its last process exits,
+    /// and with it its veth pair; had it the same addresses, its host end's route would
+    /// take the new namespace's traffic to the dying one (CI: an engine in the new
+    /// namespace running, and not answering for 60 s).
+    pub management: String,
+    /// One namespace at a time in a test process: each holds a VM, and two VMs beside
+    /// the rest of the suite starve CI's two cores.
     _one: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -46,14 +50,20 @@ fn ip(args: &[&str]) {
 
 impl Netns {
     /// Makes the namespace, its tap (up, with [`PROVISIONING`]) and the veth pair (the
-    /// test's end [`HOST_END`], the namespace's [`MANAGEMENT`]). Needs root.
+    /// test's end `10.250.<x>.<y>+1`, the namespace's [`Netns::management`], `+2`). Needs
+    /// root.
     pub fn create() -> Netns {
         let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let pid = std::process::id();
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // 16384 /30 networks in 10.250.0.0/16: the n-th namespace takes the n-th.
+        let base = (n % 16384) * 4;
+        let (x, y) = (base / 256, base % 256);
+        let host_end_address = format!("10.250.{x}.{}", y + 1);
         let ns = Netns {
             name: format!("deployd-test-{pid}-{n}"),
             tap: "prov0".into(),
+            management: format!("10.250.{x}.{}", y + 2),
             _one: one,
         };
         // An interface name has at most 15 characters.
@@ -71,9 +81,21 @@ impl Netns {
         ip(&[
             "link", "add", &host_end, "type", "veth", "peer", "name", "mgmt0", "netns", &ns.name,
         ]);
-        ip(&["addr", "add", &format!("{HOST_END}/30"), "dev", &host_end]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{host_end_address}/30"),
+            "dev",
+            &host_end,
+        ]);
         ip(&["link", "set", &host_end, "up"]);
-        inside(&["addr", "add", &format!("{MANAGEMENT}/30"), "dev", "mgmt0"]);
+        inside(&[
+            "addr",
+            "add",
+            &format!("{}/30", ns.management),
+            "dev",
+            "mgmt0",
+        ]);
         inside(&["link", "set", "mgmt0", "up"]);
         ns
     }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::emulators::free_tcp_port;
-use crate::netns::{MANAGEMENT, Netns};
+use crate::netns::Netns;
 
 /// The `deployd` binary the running test binary was built with: cargo puts a package's
 /// binaries beside the folder (`deps/`) that holds its test binaries, and builds them
@@ -80,7 +80,7 @@ impl Engine {
     /// [`Engine::start_on`] inside a network namespace, listening on all its addresses;
     /// the test calls it over the namespace's management address.
     pub fn start_in(ns: &Netns, port: u16, data_dir: &Path, extra: &[&str]) -> Engine {
-        let url = format!("http://{MANAGEMENT}:{port}");
+        let url = format!("http://{}:{port}", ns.management);
         let listen = format!("0.0.0.0:{port}");
         Engine::launch(ns.command(&*BIN), &listen, url, data_dir, extra)
     }
@@ -282,7 +282,7 @@ impl Lab {
             &ns.tap,
         ];
         extra.extend(more);
-        let listen = format!("{MANAGEMENT}:0");
+        let listen = format!("{}:0", ns.management);
         Lab::launch(ns.command(&*BIN), &listen, dir, 1, api_url, &extra)
     }
 
