@@ -21,7 +21,7 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
         .join("target/ramdisk-cache")
         .display()
         .to_string();
-    let benches: [(&[&str], &str); 11] = [
+    let benches: [(&[&str], &str); 12] = [
         (
             &[
                 "core",
@@ -114,6 +114,10 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
         (
             &["fleet", "--machines", "3", "--image-kb", "64"],
             "3 of 3 active",
+        ),
+        (
+            &["dashboard", "--nodes", "300", "--runs", "1"],
+            "search \"\": 300 shown",
         ),
         (
             &[

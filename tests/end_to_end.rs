@@ -6,6 +6,7 @@ mod baremetal_cli;
 mod benches;
 mod client_suites;
 mod cluster;
+mod dashboard;
 mod deployd_cli;
 mod images;
 mod ironic_api;

@@ -95,6 +95,20 @@ pub(crate) fn enroll_with(
     uuid
 }
 
+/// An engine with `flags` and a lab of two machines, each enrolled with `agent_redfish`
+/// for an 8 MiB image its agent writes at 1 MiB/s, walked to available: (engine, lab,
+/// the two nodes, the image's sha256).
+pub(crate) fn two_machines(dir: &Path, flags: &[String]) -> (Engine, Lab, String, String, String) {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine = Engine::start(&dir.join("data"), &flags);
+    let lab = Lab::start(&dir.join("lab"), 2, &engine.url, "1M");
+    let img = dir.join("image.raw");
+    let sha = image(&img, 8 << 20);
+    let first = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
+    let second = enroll(&engine.url, &lab.machines[1], "agent_redfish", &img, &sha);
+    (engine, lab, first, second, sha)
+}
+
 /// The words of each event in a node's history, oldest first.
 pub(crate) fn history_events(api: &str, node: &str) -> Vec<String> {
     let url = format!("{api}/v1/nodes/{node}/history?detail=true");

@@ -16,7 +16,9 @@ use serde_json::Value;
 use support::{Engine, Lab, call, image, provision, sha256_of, wait_node};
 
 use crate::deployd_cli::ok;
-use crate::seed_end_to_end::{enroll, flags, mid_deploy, state, wait_active, written};
+use crate::seed_end_to_end::{
+    enroll, flags, mid_deploy, state, two_machines, wait_active, written,
+};
 
 /// The seed flags with the store on a fresh database of the test cluster.
 fn shared_flags(dir: &Path, timeout: u64, url: &str) -> Vec<String> {
@@ -28,15 +30,9 @@ fn shared_flags(dir: &Path, timeout: u64, url: &str) -> Vec<String> {
 #[test]
 fn on_the_shared_store_a_long_write_ends_active_and_a_killed_agent_times_out() {
     let dir = tempfile::tempdir().unwrap();
-    let flags = shared_flags(dir.path(), 2, &CLUSTER.database());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let engine = Engine::start(&dir.path().join("data"), &flags);
-    let lab = Lab::start(&dir.path().join("lab"), 2, &engine.url, "1M");
     // 8 MiB at 1 MiB/s: four times the 2 s timeout.
-    let img = dir.path().join("image.raw");
-    let sha = image(&img, 8 << 20);
-    let live = enroll(&engine.url, &lab.machines[0], "agent_redfish", &img, &sha);
-    let dead = enroll(&engine.url, &lab.machines[1], "agent_redfish", &img, &sha);
+    let flags = shared_flags(dir.path(), 2, &CLUSTER.database());
+    let (engine, lab, live, dead, sha) = two_machines(dir.path(), &flags);
     let started = Instant::now();
     provision(&engine.url, &live, "active");
     provision(&engine.url, &dead, "active");

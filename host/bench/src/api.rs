@@ -41,23 +41,30 @@ pub struct ApiBench {
     pub store_url: Option<String>,
 }
 
-pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
-    let runtime = super::runtime()?;
-    let bench_dir = super::core::BenchDir::new(None)?;
-    let dir = bench_dir.path().to_path_buf();
-    let mut config = Config {
+/// An engine's configuration in `dir` on loopback (port 0), with the test driver among
+/// its plugins (read from the build tree: run from a source checkout).
+pub fn test_driver_config(dir: &std::path::Path) -> anyhow::Result<Config> {
+    let config = Config {
         data_dir: dir.join("data"),
         listen: "127.0.0.1:0".parse()?,
         ..Config::default()
     };
-    config.conductor.check_provision_state_interval = 1;
-    config.store.url = args.store_url.clone();
     std::fs::create_dir_all(config.plugins_dir())?;
     std::fs::copy(
         deployd_fixtures::TEST_DRIVER,
         config.plugins_dir().join("test_driver.wasm"),
     )
     .context("the test driver (run from a source checkout)")?;
+    Ok(config)
+}
+
+pub fn run_api(args: &ApiBench) -> anyhow::Result<()> {
+    let runtime = super::runtime()?;
+    let bench_dir = super::core::BenchDir::new(None)?;
+    let dir = bench_dir.path().to_path_buf();
+    let mut config = test_driver_config(&dir)?;
+    config.conductor.check_provision_state_interval = 1;
+    config.store.url = args.store_url.clone();
     let engine = runtime.block_on(Engine::start(&config, Clock::new()))?;
     let store = engine.store.clone();
 

@@ -31,6 +31,9 @@ pub enum Bench {
     /// Engines serving one shared store (PostgreSQL) under heartbeats, beside one on
     /// sled; the takeover of a killed engine.
     Cluster(deployd_bench::ClusterBench),
+    /// The web console at fleet scale in headless chromium: the fleet's first event, the
+    /// fleet view's first paint, a filter change.
+    Dashboard(deployd_bench::DashboardBench),
     /// One bench by this build and a previous one (`--engine-bin`), alternated: medians
     /// and ratios.
     Compare(deployd_bench::CompareBench),
@@ -49,5 +52,6 @@ pub fn run(which: Bench) -> anyhow::Result<()> {
         Bench::SharedStore(args) => deployd_bench::run_shared_store(&args),
         Bench::Cluster(args) => deployd_bench::run_cluster(&args),
         Bench::Compare(args) => deployd_bench::run_compare(&args),
+        Bench::Dashboard(args) => deployd_bench::run_dashboard(&args),
     }
 }

@@ -61,6 +61,8 @@
 //! file_url_allowed_paths = []        # directories local image_source files may be in
 //!                                    # (besides the images directory)
 //! allow_md5_checksum = false         # accept MD5 image checksums (Ironic's default: no)
+//! dashboard_open_to_remote = false   # with noauth, the dashboard (/dashboard) answers
+//!                                    # loopback clients only, unless this is true
 //!
 //! [deploy]
 //! default_boot_mode = "uefi"         # or "bios": the mode a node boots in when neither its
@@ -199,6 +201,9 @@ pub struct Api {
     pub file_url_allowed_paths: Vec<PathBuf>,
     /// Whether an image's checksum may be MD5 (Ironic's `[agent]allow_md5_checksum`).
     pub allow_md5_checksum: bool,
+    /// With `noauth`, whether the dashboard answers clients not on loopback (an API
+    /// client must know the API; a browser finds a page by accident).
+    pub dashboard_open_to_remote: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -242,6 +247,7 @@ impl Default for Api {
             header_read_timeout: 30,
             file_url_allowed_paths: Vec::new(),
             allow_md5_checksum: false,
+            dashboard_open_to_remote: false,
         }
     }
 }

@@ -246,6 +246,7 @@ impl Engine {
             Some(config.plugins_dir()),
             public_url,
             config.api.public_url.is_some(),
+            config.api.dashboard_open_to_remote,
         ));
         let (stop, mut stopped) = watch::channel(false);
         // Outside the API's layers: downloads are long and need no API version or auth

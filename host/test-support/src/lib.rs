@@ -11,9 +11,11 @@
 //! | [`netns`] | a network namespace with a tap for a VM and a veth pair to it, the real dnsmasq in it | end-to-end tests |
 //! | [`postgres`] | a real PostgreSQL cluster on loopback, a database per test | engine tests |
 //! | [`balancer`] | Debian's haproxy in front of several engines | end-to-end tests |
+//! | [`browser`] | headless chromium driven by WebDriver | end-to-end tests, the dashboard bench |
 //! | [`processes`] | the real `deployd` binary as `serve` and `lab` processes, and calls to them | end-to-end tests |
 
 pub mod balancer;
+pub mod browser;
 pub mod emulators;
 pub mod lab;
 pub mod netns;

@@ -219,6 +219,7 @@ async fn story(args: &DemoArgs, plan: &Plan, dir: &Path) -> anyhow::Result<bool>
             "machines"
         }
     );
+    println!("the fleet live in a browser: {api_url}/dashboard");
     println!(
         "each write takes ~{write_secs:.0} s at {} MiB/s; deploy_callback_timeout is {} s\n",
         plan.throttle as f64 / (1 << 20) as f64,

@@ -43,6 +43,7 @@
 //! | [`steps`] | the steps deploy templates and runbooks carry |
 //! | [`metrics`] | `GET /metrics` (Prometheus) |
 //! | [`store_backup`] | `GET /store/backup` (an online backup of the store) |
+//! | [`dashboard`] | the web console at `/dashboard`: the page, its assets, the fleet's event stream |
 //!
 //! Every answer carries the microversion headers ([`http::version`]) and an
 //! `openstack-request-id`; errors are in Ironic's shape ([`http::error`]); operator routes
@@ -52,6 +53,7 @@ mod allocations;
 mod chassis;
 mod conductors;
 mod continue_inspection;
+pub mod dashboard;
 mod deploy_templates;
 pub mod drivers;
 pub mod forward;
@@ -119,6 +121,8 @@ pub struct App {
     pub started_at: crate::clock::Timestamp,
     /// The other engines, which the calls for their conductor groups' nodes are sent to.
     pub peers: forward::Peers,
+    /// The web console's fleet scanner and access (see [`dashboard`]).
+    pub dashboard: dashboard::Dashboard,
 }
 
 impl App {
@@ -129,8 +133,16 @@ impl App {
         plugins_dir: Option<std::path::PathBuf>,
         public_url: String,
         public_url_fixed: bool,
+        dashboard_open_to_remote: bool,
     ) -> App {
         App {
+            dashboard: dashboard::Dashboard {
+                fleet: dashboard::fleet::Fleet::new(
+                    Arc::clone(conductor.store()),
+                    Arc::clone(conductor.agents()),
+                ),
+                open_to_remote: dashboard_open_to_remote,
+            },
             started_at: conductor.store().clock().now(),
             conductor,
             auth,
@@ -193,6 +205,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(node_history::routes())
         .merge(metrics::routes())
         .merge(store_backup::routes())
+        .merge(dashboard::routes(app.clone()))
         .fallback(plumbing::unrouted)
         .method_not_allowed_fallback(plumbing::not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), forward::calls))

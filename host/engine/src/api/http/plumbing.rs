@@ -41,8 +41,9 @@ pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Resp
 const JSON_SUFFIX_REFUSED: Version = Version(91);
 
 /// The first path segments deployd serves outside `/v1` besides the root document: its
-/// metrics, its store's backup, the image and boot file servers. Never rewritten.
-const OWN_ROOTS: &[&str] = &["metrics", "store", "images", "boot"];
+/// metrics, its store's backup, the image and boot file servers, the dashboard. Never
+/// rewritten.
+const OWN_ROOTS: &[&str] = &["metrics", "store", "images", "boot", "dashboard"];
 
 /// Rewrites a path as Ironic routes it, before routing, so every resource sees it so:
 /// - a path without the version (`/nodes/{id}`: what every `bookmark` link names) is
