@@ -16,7 +16,7 @@ use deployd_test_support::browser::Browser;
 use deployd_test_support::emulators::free_tcp_port;
 use deployd_test_support::processes::{self as support, Engine, call, provision, wait_node};
 
-use crate::seed_end_to_end::{flags, two_machines, written};
+use crate::seed_end_to_end::{flags, htpasswd, two_machines, written};
 
 /// Where the screenshots are kept: `target/test-artifacts/dashboard/`.
 fn artifacts() -> PathBuf {
@@ -171,13 +171,7 @@ fn the_fleet_view_shows_a_deploy_move_a_dead_agent_fail_and_an_action_land() {
 #[test]
 fn with_http_basic_the_dashboard_asks_for_credentials_and_shows_the_apis_refusals() {
     let dir = tempfile::tempdir().unwrap();
-    let htpasswd = dir.path().join("htpasswd");
-    std::fs::write(
-        &htpasswd,
-        format!("admin:{}\n", bcrypt::hash("s3cret", 4).unwrap()),
-    )
-    .unwrap();
-    let htpasswd = htpasswd.display().to_string();
+    let htpasswd = htpasswd(dir.path(), &[("admin", "s3cret")], 4);
     let engine = Engine::start(
         &dir.path().join("data"),
         &[
@@ -313,4 +307,104 @@ fn without_authentication_the_dashboard_answers_only_on_loopback_unless_opened()
     assert_eq!(page.status(), 200);
     assert!(page.text().unwrap().contains("/dashboard/assets/app.js"));
     engine.stop();
+}
+
+/// A node's serial console in the browser (xterm.js over the engine's websocket, bridged
+/// to the console's socat, ipmitool's Serial-over-LAN and the lab's pyghmi BMC): enabled
+/// from the node's page, it shows what the machine printed, and what a writer types
+/// reaches the machine; a user `dashboard_console_writers` does not name watches it
+/// read-only.
+#[test]
+fn a_serial_console_in_the_browser_is_typed_into_by_a_writer_and_watched_by_others() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let htpasswd = htpasswd(dir.path(), &[("admin", "s3cret"), ("viewer", "v1ew")], 4);
+    let config = dir.path().join("deployd.toml");
+    std::fs::write(&config, "[api]\ndashboard_console_writers = [\"admin\"]\n").unwrap();
+    let config = config.display().to_string();
+    let (engine, lab, serial, _) = crate::deployd_cli::console_lab(
+        dir.path(),
+        &[
+            "--auth-strategy",
+            "http_basic",
+            "--http-basic-auth-user-file",
+            &htpasswd,
+            "--config",
+            &config,
+        ],
+    );
+    support::authenticate_as("admin", "s3cret");
+    let (status, node) = call(
+        "POST",
+        &format!("{}/v1/nodes", engine.url),
+        Some(json!({"name": "c1", "driver": "ipmi", "driver_info": lab.machines[0]["ipmi"]})),
+    );
+    assert_eq!(status, 201, "{node}");
+    let uuid = node["uuid"].as_str().unwrap().to_owned();
+    let power = format!("{}/v1/nodes/{uuid}/states/power", engine.url);
+    let (status, body) = call("PUT", &power, Some(json!({"target": "power on"})));
+    assert_eq!(status, 202, "{body}");
+    wait_node(&engine.url, &uuid, 30, |n| n["power_state"] == "power on");
+
+    let authority = engine.url.trim_start_matches("http://").to_owned();
+    let login = |user: &str, password: &str| {
+        let browser = Browser::start();
+        browser.goto(&format!("http://{user}:{password}@{authority}/dashboard"));
+        browser.goto(&format!("http://{authority}/dashboard#/nodes/{uuid}"));
+        browser.wait_for(
+            "the node's page",
+            20,
+            "return document.querySelector('.node');",
+        );
+        browser
+    };
+    let admin = login("admin", "s3cret");
+    admin.click("button[data-action=\"console on\"]");
+    admin.click(".confirm .yes");
+    wait_node(&engine.url, &uuid, 30, |n| n["console_enabled"] == true);
+    // The machine prints its prompt before anyone is attached (the BMC keeps it).
+    let (mut machine, _) = serial.accept().unwrap();
+    machine.write_all(b"\r\ndeployed login: ").unwrap();
+    admin.click("button[data-action=attach]");
+    let screen = "const r = document.querySelector('.xterm-rows'); return r && r.textContent;";
+    admin.wait_for(
+        "the machine's prompt in the terminal",
+        30,
+        &format!(
+            "const t = (() => {{ {screen} }})(); return t && t.includes('deployed login:') && t;"
+        ),
+    );
+    assert_eq!(
+        admin.eval("return document.querySelector('.console-status').textContent;"),
+        "attached"
+    );
+    let typed = crate::deployd_cli::chunks(machine.try_clone().unwrap());
+    admin.type_into(".xterm-helper-textarea", "root\u{E007}");
+    let mut reached = String::new();
+    crate::deployd_cli::until(&typed, &mut reached, "root\r");
+    admin.screenshot(&artifacts().join("console.png"));
+    admin.click("button[data-action=attach]");
+    drop(admin);
+
+    // socat serves one session at a time: the viewer's starts once the admin's ended.
+    let viewer = login("viewer", "v1ew");
+    viewer.click("button[data-action=attach]");
+    viewer.wait_for(
+        "the read-only console",
+        30,
+        "const s = document.querySelector('.console-status'); return s && s.textContent === 'attached, read-only';",
+    );
+    viewer.type_into(".xterm-helper-textarea", "reboot\u{E007}");
+    machine.write_all(b"\r\nstill here\r\n").unwrap();
+    viewer.wait_for(
+        "what the machine printed since",
+        30,
+        &format!("const t = (() => {{ {screen} }})(); return t && t.includes('still here');"),
+    );
+    // What the viewer typed went nowhere: the machine got nothing more than the admin's.
+    std::thread::sleep(Duration::from_millis(500));
+    while let Ok(chunk) = typed.try_recv() {
+        reached.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(!reached.contains("reboot"), "{reached:?}");
 }

@@ -373,7 +373,9 @@ fn deployd_store_migrate_brings_a_shared_store_to_its_schema_and_refuses_a_newer
 }
 
 /// Reads `from` on a thread of its own; each chunk through the channel.
-fn chunks(mut from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+pub(crate) fn chunks(
+    mut from: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -387,13 +389,39 @@ fn chunks(mut from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Rec
 }
 
 /// Waits (30 s at most) until what `rx` gave contains `want`; all of it.
-fn until(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut String, want: &str) {
+pub(crate) fn until(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut String, want: &str) {
     while !seen.contains(want) {
         match rx.recv_timeout(std::time::Duration::from_secs(30)) {
             Ok(chunk) => seen.push_str(&String::from_utf8_lossy(&chunk)),
             Err(_) => panic!("no {want:?} in {seen:?}"),
         }
     }
+}
+
+/// An engine with the `ipmitool-socat` console enabled on one free port and `more`
+/// flags, a lab machine behind the lab's pyghmi IPMI BMC, and the machine's serial port,
+/// played by the test (a VM's QEMU serves it so): (engine, lab, the serial port, the
+/// console's TCP port).
+pub(crate) fn console_lab(
+    dir: &std::path::Path,
+    more: &[&str],
+) -> (Engine, support::Lab, std::os::unix::net::UnixListener, u16) {
+    let port = emulators::free_tcp_port();
+    let range = format!("{port}:{port}");
+    let mut flags = vec![
+        "--enabled-console-interfaces",
+        "no-console,ipmitool-socat",
+        "--console-port-range",
+        &range,
+    ];
+    flags.extend_from_slice(more);
+    let engine = Engine::start(&dir.join("data"), &flags);
+    let python = emulators::venv_bin("python").display().to_string();
+    let lab_dir = dir.join("lab");
+    let lab = support::Lab::start_with(&lab_dir, 1, &engine.url, &["--ipmi-python", &python]);
+    let serial =
+        std::os::unix::net::UnixListener::bind(lab_dir.join("machine-000.serial.sock")).unwrap();
+    (engine, lab, serial, port)
 }
 
 /// A node's serial console from the terminal: the real `baremetal node console enable` and
@@ -405,23 +433,7 @@ fn until(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut String, want: &str)
 fn a_console_enabled_by_baremetal_is_attached_by_deployd_node_console() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let port = emulators::free_tcp_port();
-    let range = format!("{port}:{port}");
-    let engine = Engine::start(
-        &dir.path().join("data"),
-        &[
-            "--enabled-console-interfaces",
-            "no-console,ipmitool-socat",
-            "--console-port-range",
-            &range,
-        ],
-    );
-    let python = emulators::venv_bin("python").display().to_string();
-    let lab_dir = dir.path().join("lab");
-    let lab = support::Lab::start_with(&lab_dir, 1, &engine.url, &["--ipmi-python", &python]);
-    // The machine's serial port, played by the test (a VM's QEMU serves it so).
-    let serial =
-        std::os::unix::net::UnixListener::bind(lab_dir.join("machine-000.serial.sock")).unwrap();
+    let (engine, lab, serial, port) = console_lab(dir.path(), &[]);
     let ipmi = &lab.machines[0]["ipmi"];
     let info = |k: &str| format!("{k}={}", ipmi[k].to_string().trim_matches('"'));
     let (address, bmc_port, user, password) = (

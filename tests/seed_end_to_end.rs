@@ -228,6 +228,17 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
     }
 }
 
+/// An htpasswd file in `dir` with these users and passwords, bcrypt at `cost`; its path.
+pub(crate) fn htpasswd(dir: &Path, users: &[(&str, &str)], cost: u32) -> String {
+    let path = dir.join("htpasswd");
+    let lines: String = users
+        .iter()
+        .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, cost).unwrap()))
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    path.display().to_string()
+}
+
 /// The hardening issue's stall: with `http_basic` at bcrypt cost 12, eight clients
 /// sending wrong passwords made `GET /v1` take 5 s and all three healthy lab deploys time
 /// out (5 s timeout). Now bcrypt runs on its own thread behind a queue per client, so the
@@ -237,16 +248,11 @@ fn a_write_five_times_longer_than_the_timeout_ends_active_for_both_families() {
 #[test]
 fn a_wrong_password_flood_during_deploys_times_nothing_out_nor_locks_an_operator_out() {
     let dir = tempfile::tempdir().unwrap();
-    let htpasswd = dir.path().join("htpasswd");
-    std::fs::write(
-        &htpasswd,
-        format!(
-            "admin:{}\noperator:{}\n",
-            bcrypt::hash("s3cret", 12).unwrap(),
-            bcrypt::hash("0perator", 12).unwrap()
-        ),
-    )
-    .unwrap();
+    let htpasswd = htpasswd(
+        dir.path(),
+        &[("admin", "s3cret"), ("operator", "0perator")],
+        12,
+    );
     let mut flags = flags(dir.path(), 5);
     // Ironic's spelling of the strategy, which the flag now takes too.
     flags.extend(
@@ -257,7 +263,7 @@ fn a_wrong_password_flood_during_deploys_times_nothing_out_nor_locks_an_operator
         ]
         .map(str::to_owned),
     );
-    flags.push(htpasswd.display().to_string());
+    flags.push(htpasswd);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let engine = Engine::start(&dir.path().join("data"), &flags);
     support::authenticate_as("admin", "s3cret");

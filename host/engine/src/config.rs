@@ -63,6 +63,10 @@
 //! allow_md5_checksum = false         # accept MD5 image checksums (Ironic's default: no)
 //! dashboard_open_to_remote = false   # with noauth, the dashboard (/dashboard) answers
 //!                                    # loopback clients only, unless this is true
+//! dashboard_console_writers = ["*"]  # who may type into a serial console in the
+//!                                    # dashboard ("*": whoever may use the API, as the
+//!                                    # console's own url allows; [] : nobody, read-only);
+//!                                    # others watch it read-only
 //!
 //! [deploy]
 //! default_boot_mode = "uefi"         # or "bios": the mode a node boots in when neither its
@@ -204,6 +208,9 @@ pub struct Api {
     /// With `noauth`, whether the dashboard answers clients not on loopback (an API
     /// client must know the API; a browser finds a page by accident).
     pub dashboard_open_to_remote: bool,
+    /// The `http_basic` users who may type into a node's serial console in the dashboard
+    /// (`*`: every user, and anyone under `noauth`); the others see it read-only.
+    pub dashboard_console_writers: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -248,6 +255,7 @@ impl Default for Api {
             file_url_allowed_paths: Vec::new(),
             allow_md5_checksum: false,
             dashboard_open_to_remote: false,
+            dashboard_console_writers: vec!["*".into()],
         }
     }
 }
@@ -660,6 +668,7 @@ impl Config {
                 ports: crate::console::PortRange::parse(&self.console.port_range)
                     .expect("checked when loaded"),
                 address: self.console.socat_address,
+                script_dir: self.data_dir.clone(),
                 ..Default::default()
             },
         }

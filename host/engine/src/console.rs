@@ -1,8 +1,9 @@
 //! Serial consoles, as Ironic's `ipmitool-socat` console interface gives them: a node's
 //! console enabled is a `socat` process (Debian's) listening on a TCP port of the engine,
 //! from `[console] port_range`, that runs `ipmitool … sol activate` for each connection
-//! (one at a time), so whoever connects types into the machine's serial port through its
-//! BMC's Serial-over-LAN. The node then shows `console_info`
+//! (one at a time, each ending the session the last one may have left: [`SOL_SCRIPT`]),
+//! so whoever connects types into the machine's serial port through its BMC's
+//! Serial-over-LAN. The node then shows `console_info`
 //! `{"type": "socat", "url": "tcp://<address>:<port>"}`.
 //!
 //! A console lives as long as the engine that started it: it stops when disabled, when
@@ -51,6 +52,40 @@ pub struct Settings {
     /// `terminal_timeout`).
     pub idle_timeout: u64,
     pub socat: PathBuf,
+    /// Where the per-connection script ([`SOL_SCRIPT`]) is written: the engine's data
+    /// directory, not a directory others may write to.
+    pub script_dir: PathBuf,
+}
+
+/// What socat runs for each connection, with ipmitool's path and its arguments: it ends
+/// the Serial-over-LAN session the BMC may still hold, then activates one. A session's
+/// ipmitool, ended by socat when its client left, does not deactivate it, and the BMC
+/// refused the next connection's ("SOL payload already active on another session") until
+/// it timed the old one out. socat serves one connection at a time, so the session ended
+/// is never a live one of this console. A script because socat's `EXEC` has no shell, and
+/// its quoting cannot carry a shell command's own quotes.
+pub const SOL_SCRIPT: &str = "#!/bin/sh
+# Written by deployd (its console module): one Serial-over-LAN session per connection.
+ipmitool=$1
+shift
+\"$ipmitool\" \"$@\" sol deactivate >/dev/null 2>&1
+exec \"$ipmitool\" \"$@\" sol activate
+";
+
+/// [`SOL_SCRIPT`] in `dir`, written (through a rename, so a running socat never reads it
+/// half written) unless it is there already; its path.
+fn sol_script(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("console-sol.sh");
+    if std::fs::read(&path).is_ok_and(|held| held == SOL_SCRIPT.as_bytes()) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir)?;
+    let fresh = dir.join(format!("console-sol.sh.{}", std::process::id()));
+    std::fs::write(&fresh, SOL_SCRIPT)?;
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o700))?;
+    std::fs::rename(&fresh, &path)?;
+    Ok(path)
 }
 
 impl Default for Settings {
@@ -63,6 +98,8 @@ impl Default for Settings {
             address: [127, 0, 0, 1].into(),
             idle_timeout: 600,
             socat: "socat".into(),
+            // The default data directory (`Config::data_dir`), which sets it.
+            script_dir: "deployd-data".into(),
         }
     }
 }
@@ -138,8 +175,11 @@ impl Consoles {
         let failed = |reason: String| ConsoleError::Start { node, reason };
         let port = self.free_port(node)?;
         let s = &self.settings;
+        let script = sol_script(&s.script_dir)
+            .map_err(|e| failed(format!("cannot write its script: {e}")))?;
         let exec = format!(
-            "EXEC:\"{} {} 2 sol activate\",pty,stderr",
+            "EXEC:\"{} {} {} 2\",pty,stderr",
+            script.display(),
             bmc.binary.display(),
             bmc.connection_args().join(" ")
         );

@@ -246,7 +246,10 @@ impl Engine {
             Some(config.plugins_dir()),
             public_url,
             config.api.public_url.is_some(),
-            config.api.dashboard_open_to_remote,
+            api::dashboard::Access {
+                open_to_remote: config.api.dashboard_open_to_remote,
+                console_writers: config.api.dashboard_console_writers.clone(),
+            },
         ));
         let (stop, mut stopped) = watch::channel(false);
         // Outside the API's layers: downloads are long and need no API version or auth

@@ -133,7 +133,7 @@ impl App {
         plugins_dir: Option<std::path::PathBuf>,
         public_url: String,
         public_url_fixed: bool,
-        dashboard_open_to_remote: bool,
+        dashboard: dashboard::Access,
     ) -> App {
         App {
             dashboard: dashboard::Dashboard {
@@ -141,7 +141,8 @@ impl App {
                     Arc::clone(conductor.store()),
                     Arc::clone(conductor.agents()),
                 ),
-                open_to_remote: dashboard_open_to_remote,
+                access: dashboard,
+                consoles: Arc::new(tokio::sync::Semaphore::new(dashboard::console::MAX_OPEN)),
             },
             started_at: conductor.store().clock().now(),
             conductor,

@@ -37,11 +37,22 @@ const ASSETS: &[Asset] = &[
     asset!("widgets.js", JS),
     asset!("node.js", JS),
     asset!("engines.js", JS),
+    asset!("console.js", JS),
     asset!("style.css", "text/css; charset=utf-8"),
     Asset {
         name: "preact-htm.js",
         content_type: JS,
         body: include_bytes!("web/vendor/preact-htm.js"),
+    },
+    Asset {
+        name: "xterm.js",
+        content_type: JS,
+        body: include_bytes!("web/vendor/xterm.js"),
+    },
+    Asset {
+        name: "xterm.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("web/vendor/xterm.css"),
     },
 ];
 
@@ -101,7 +112,7 @@ mod tests {
     fn every_file_the_page_and_its_scripts_name_is_embedded() {
         let ours = ASSETS
             .iter()
-            .filter(|a| a.name != "preact-htm.js" && a.name != "style.css")
+            .filter(|a| !["preact-htm.js", "xterm.js", "xterm.css"].contains(&a.name))
             .map(|a| std::str::from_utf8(a.body).unwrap());
         for named in ours.flat_map(|text| text.split("/dashboard/assets/").skip(1)) {
             let name: String = named

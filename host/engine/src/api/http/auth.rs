@@ -55,6 +55,11 @@ const REMEMBERED: usize = 4096;
 /// unknown users when the htpasswd file has none to borrow.
 const STAND_IN: &str = "$2b$12$Mc4JMPDqGJ4Kb2kS6mAjG.oHCtSUC.06gkC6DXIgHKuVu/zlQYoea";
 
+/// Who a request passed authentication as: the `http_basic` user, none under `noauth`.
+/// Put in each operator request's extensions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User(pub Option<String>);
+
 pub enum Auth {
     NoAuth,
     HttpBasic(Box<Basic>),
@@ -139,15 +144,16 @@ impl Auth {
         })))
     }
 
-    /// Whether a request with this `Authorization` header, from `client`, may pass.
+    /// Whether a request with this `Authorization` header, from `client`, may pass; as
+    /// whom (none under `noauth`).
     pub async fn check(
         &self,
         authorization: Option<&HeaderValue>,
         client: Option<IpAddr>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<User, Refusal> {
         match self {
-            Auth::NoAuth => Ok(()),
-            Auth::HttpBasic(basic) => basic.check(authorization, client).await,
+            Auth::NoAuth => Ok(User(None)),
+            Auth::HttpBasic(basic) => basic.check(authorization, client).await.map(Some).map(User),
         }
     }
 }
@@ -165,7 +171,7 @@ impl Basic {
         &self,
         authorization: Option<&HeaderValue>,
         client: Option<IpAddr>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<String, Refusal> {
         // RFC 7235: the scheme is case-insensitive, and any amount of space follows it.
         let credentials = authorization
             .and_then(|h| h.to_str().ok())
@@ -174,13 +180,6 @@ impl Basic {
             .map(|(_, c)| c.trim())
             .ok_or(Refusal::Unauthorized)?;
         let key: [u8; 32] = Sha256::digest(credentials.as_bytes()).into();
-        let now = Instant::now();
-        if self.verified.holds(&key, now) {
-            return Ok(());
-        }
-        if self.refused.holds(&key, now) {
-            return Err(Refusal::Unauthorized);
-        }
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(credentials)
             .map_err(|_| Refusal::Unauthorized)?;
@@ -188,6 +187,13 @@ impl Basic {
             .ok()
             .and_then(|s| s.split_once(':'))
             .ok_or(Refusal::Unauthorized)?;
+        let now = Instant::now();
+        if self.verified.holds(&key, now) {
+            return Ok(user.to_owned());
+        }
+        if self.refused.holds(&key, now) {
+            return Err(Refusal::Unauthorized);
+        }
         let (known, hash) = match self.users.get(user) {
             Some(hash) => (true, hash.clone()),
             None => (false, self.stand_in.clone()),
@@ -203,7 +209,7 @@ impl Basic {
             return Err(Refusal::Unauthorized);
         }
         self.verified.insert(key, now + REMEMBER, now);
-        Ok(())
+        Ok(user.to_owned())
     }
 }
 
@@ -346,7 +352,7 @@ fn public(path: &str) -> bool {
     ) || path.starts_with("/v1/heartbeat/")
 }
 
-pub async fn check(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+pub async fn check(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
     if public(request.uri().path()) {
         return next.run(request).await;
     }
@@ -359,7 +365,10 @@ pub async fn check(State(app): State<Arc<App>>, request: Request, next: Next) ->
         .check(request.headers().get(header::AUTHORIZATION), client)
         .await
     {
-        Ok(()) => next.run(request).await,
+        Ok(user) => {
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
         Err(Refusal::Unauthorized) => {
             let mut response =
                 ApiError::unauthorized("The request you have made requires authentication.")
@@ -406,7 +415,8 @@ mod tests {
         let auth = Auth::http_basic(&htpasswd(dir.path(), 4)).unwrap();
         for scheme in ["Basic", "basic", "BASIC", "bAsIc "] {
             let h = header(scheme, "admin:secret");
-            assert_eq!(auth.check(Some(&h), None).await, Ok(()), "{scheme}");
+            let user = User(Some("admin".into()));
+            assert_eq!(auth.check(Some(&h), None).await, Ok(user), "{scheme}");
         }
         for (scheme, creds) in [
             ("Basic", "admin:wrong"),
@@ -449,7 +459,7 @@ mod tests {
             users: HashMap::new(),
             ..*basic
         };
-        assert_eq!(basic.check(Some(&h), None).await, Ok(()));
+        assert_eq!(basic.check(Some(&h), None).await, Ok("admin".into()));
         let other = header("Basic", "admin:secret2");
         assert_eq!(
             basic.check(Some(&other), None).await,

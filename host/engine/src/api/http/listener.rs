@@ -114,7 +114,12 @@ pub async fn serve(
             };
             let connection = Arc::new(admission.registry.open(peer.ip()));
             let service = service(router, connection.clone(), peer);
-            let serving = http.serve_connection(TokioIo::new(stream), service);
+            // With upgrades: the dashboard's consoles are websockets. An upgraded
+            // connection leaves this count (its permit is dropped when hyper hands it
+            // over); the consoles bound their own number (`dashboard::console`).
+            let serving = http
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::pin!(serving);
             // Closed for a new client, or at shutdown, once nothing is in flight. Only the
             // connection's own signal is polled with it (a channel shared by every

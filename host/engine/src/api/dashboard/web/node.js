@@ -3,6 +3,7 @@
 import { html, useState, useEffect } from '/dashboard/assets/preact-htm.js';
 import { api, fleet } from '/dashboard/assets/api.js';
 import { useFleet, Clock, Progress, seconds } from '/dashboard/assets/widgets.js';
+import { Console } from '/dashboard/assets/console.js';
 
 // Each action: what the button says, when it is offered, and the API calls it makes.
 const ACTIONS = [
@@ -19,7 +20,12 @@ const ACTIONS = [
   { name: 'maintenance on', when: (n) => !n.maintenance, form: 'reason',
     run: (u, f) => api('PUT', `/v1/nodes/${u}/maintenance`, f.reason ? { reason: f.reason } : {}) },
   { name: 'maintenance off', when: (n) => n.maintenance, run: (u) => api('DELETE', `/v1/nodes/${u}/maintenance`) },
+  { name: 'console on', when: (n) => !n.console_enabled && hasConsole(n), run: (u) => setConsole(u, true) },
+  { name: 'console off', when: (n) => n.console_enabled, run: (u) => setConsole(u, false) },
 ];
+
+const hasConsole = (n) => n.console_interface && n.console_interface !== 'no-console';
+const setConsole = (uuid, enabled) => api('PUT', `/v1/nodes/${uuid}/states/console`, { enabled });
 
 const provision = (uuid, body) => api('PUT', `/v1/nodes/${uuid}/states/provision`, body);
 const power = (uuid, target) => api('PUT', `/v1/nodes/${uuid}/states/power`, { target });
@@ -86,6 +92,7 @@ export function NodePage({ uuid }) {
   const [history, setHistory] = useState(null);
   const [inventory, setInventory] = useState(null);
   const [asked, setAsked] = useState(null);
+  const [attached, setAttached] = useState(false);
   const load = () => {
     api('GET', `/v1/nodes/${uuid}`).then(setNode, (e) => setError(e.message));
     api('GET', `/v1/nodes/${uuid}/ports?detail=true`).then((p) => setPorts(p.ports), () => {});
@@ -109,6 +116,10 @@ export function NodePage({ uuid }) {
     <div class="actions">${ACTIONS.filter((a) => a.when(node)).map((a) => html`
       <button data-action=${a.name} onClick=${() => setAsked(a)}>${a.name}</button>`)}</div>
     ${asked ? html`<${Confirm} action=${asked} node=${node} onDone=${() => { setAsked(null); load(); }} />` : ''}
+    ${node.console_enabled ? html`<div class="console-box">
+      ${attached ? html`<${Console} uuid=${uuid} />` : ''}
+      <button data-action="attach" onClick=${() => setAttached(!attached)}>${attached ? 'close the console' : 'open the console'}</button>
+    </div>` : ''}
     <div class="columns">
       <div><h2>fields</h2><${Fields} node=${node} /></div>
       <div>
