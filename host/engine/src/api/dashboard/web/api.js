@@ -3,13 +3,16 @@
 
 const VERSION = 'latest';
 
-// An API call: its JSON, or an Error whose message is the API's own words.
+// An API call: its JSON, or an Error whose message is the API's own words. `body` is
+// sent as JSON, or as it is when it is a file.
 export async function api(method, path, body) {
   const headers = { 'X-OpenStack-Ironic-API-Version': VERSION, Accept: 'application/json' };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  // A file (a driver component) is sent as it is; anything else as JSON.
+  const raw = body instanceof Blob;
+  if (body !== undefined) headers['Content-Type'] = raw ? 'application/wasm' : 'application/json';
   const response = await fetch(path, {
     method, headers, credentials: 'same-origin',
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: body === undefined || raw ? body : JSON.stringify(body),
   });
   const text = await response.text();
   if (!response.ok) throw new Error(refusal(response.status, text));

@@ -34,12 +34,12 @@ export function EnginesPage() {
     const file = e.target.elements.component.files[0];
     if (!file) return;
     setNote('loading…');
-    const response = await fetch('/v1/deployd/drivers', {
-      method: 'POST', credentials: 'same-origin', body: file,
-      headers: { 'Content-Type': 'application/wasm', 'X-OpenStack-Ironic-API-Version': 'latest' },
-    });
-    const text = await response.text();
-    setNote(response.ok ? `loaded ${file.name}` : `refused: ${text}`);
+    try {
+      const driver = await api('POST', '/v1/deployd/drivers', file);
+      setNote(`loaded ${driver.name} ${(driver.deployd || {}).version || ''}`);
+    } catch (refused) {
+      setNote(`refused: ${refused.message}`);
+    }
     load();
   };
   return html`<section class="engines">
