@@ -221,8 +221,9 @@ fn the_fleet_view_shows_a_deploy_move_a_dead_agent_fail_and_an_action_land() {
 }
 
 /// With `http_basic`, nothing of the dashboard answers without credentials; logged in,
-/// the browser sees the fleet, and an action the API refuses (undeploying a protected
-/// node) is refused in the page in the API's own words.
+/// the browser deploys a node from its page (a config drive its driver cannot write is
+/// refused first, in the API's own words), an action the API refuses (undeploying a
+/// protected node) is refused in the page in its words, and the fleet streams.
 #[test]
 fn with_http_basic_the_dashboard_asks_for_credentials_and_shows_the_apis_refusals() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,15 +268,6 @@ fn with_http_basic_the_dashboard_asks_for_credentials_and_shows_the_apis_refusal
     assert_eq!(status, 201, "{node}");
     let uuid = node["uuid"].as_str().unwrap().to_owned();
     support::make_available(&engine.url, &uuid);
-    provision(&engine.url, &uuid, "active");
-    wait_node(&engine.url, &uuid, 30, |n| n["provision_state"] == "active");
-    let patch = json!([{"op": "replace", "path": "/protected", "value": true}]);
-    let (status, body) = call(
-        "PATCH",
-        &format!("{}/v1/nodes/{uuid}", engine.url),
-        Some(patch),
-    );
-    assert_eq!(status, 200, "{body}");
 
     let browser = Browser::start();
     let authority = engine.url.trim_start_matches("http://");
@@ -286,24 +278,73 @@ fn with_http_basic_the_dashboard_asks_for_credentials_and_shows_the_apis_refusal
     browser.wait_for(
         "the node's page",
         20,
+        "return document.querySelector('.node[data-state=available]');",
+    );
+    // Deployed from the page with an image and a config drive: the fake driver writes no
+    // config drive, which the API refuses in words, and the page shows them; without the
+    // drive the deploy goes through.
+    let refusal = |browser: &Browser| {
+        browser.wait_for(
+            "the refusal",
+            10,
+            "const e = document.querySelector('.confirm .refused'); return e && e.textContent;",
+        )
+    };
+    let faultstring = |body: &Value| -> Value {
+        serde_json::from_str::<Value>(body["error_message"].as_str().unwrap()).unwrap()
+            ["faultstring"]
+            .clone()
+    };
+    browser.click("button[data-action=deploy]");
+    browser.type_into(
+        ".confirm input[name=image_source]",
+        "http://images.invalid/os.img",
+    );
+    browser.type_into(
+        ".confirm textarea[name=configdrive]",
+        r#"{"meta_data": {"hostname": "kept"}}"#,
+    );
+    browser.click(".confirm .yes");
+    let refused = refusal(&browser);
+    let provision_url = format!("{}/v1/nodes/{uuid}/states/provision", engine.url);
+    let drive = json!({"target": "active", "configdrive": {"meta_data": {"hostname": "kept"}}});
+    let (status, body) = call("PUT", &provision_url, Some(drive));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        refused,
+        faultstring(&body),
+        "the page says what the API says"
+    );
+    let (_, node) = call("GET", &format!("{}/v1/nodes/{uuid}", engine.url), None);
+    assert_eq!(node["provision_state"], "available", "nothing changed");
+    browser.replace_text(".confirm textarea[name=configdrive]", "");
+    browser.click(".confirm .yes");
+    let node = wait_node(&engine.url, &uuid, 30, |n| n["provision_state"] == "active");
+    assert_eq!(
+        node["instance_info"]["image_source"],
+        "http://images.invalid/os.img"
+    );
+
+    let patch = json!([{"op": "replace", "path": "/protected", "value": true}]);
+    let (status, body) = call(
+        "PATCH",
+        &format!("{}/v1/nodes/{uuid}", engine.url),
+        Some(patch),
+    );
+    assert_eq!(status, 200, "{body}");
+    browser.wait_for(
+        "the node active on its page",
+        20,
         "return document.querySelector('.node[data-state=active]');",
     );
     browser.click("button[data-action=undeploy]");
     browser.click(".confirm .yes");
-    let refused = browser.wait_for(
-        "the refusal",
-        10,
-        "const e = document.querySelector('.confirm .refused'); return e && e.textContent;",
-    );
-    let (status, body) = call(
-        "PUT",
-        &format!("{}/v1/nodes/{uuid}/states/provision", engine.url),
-        Some(json!({"target": "deleted"})),
-    );
+    let refused = refusal(&browser);
+    let (status, body) = call("PUT", &provision_url, Some(json!({"target": "deleted"})));
     assert_eq!(status, 403, "{body}");
-    let words: Value = serde_json::from_str(body["error_message"].as_str().unwrap()).unwrap();
     assert_eq!(
-        refused, words["faultstring"],
+        refused,
+        faultstring(&body),
         "the page says what the API says"
     );
     let (_, node) = call("GET", &format!("{}/v1/nodes/{uuid}", engine.url), None);

@@ -247,12 +247,14 @@ impl Consoles {
 
     /// The node's `console_info` while its console runs.
     pub fn info(&self, node: Uuid) -> Option<Value> {
+        let endpoint = self.endpoint(node)?;
+        Some(json!({"type": "socat", "url": format!("tcp://{endpoint}")}))
+    }
+
+    /// Where the node's console listens, while it runs.
+    pub fn endpoint(&self, node: Uuid) -> Option<std::net::SocketAddr> {
         let port = self.running.lock().unwrap().get(&node)?.port;
-        let host = match self.settings.address {
-            IpAddr::V6(a) => format!("[{a}]"),
-            IpAddr::V4(a) => a.to_string(),
-        };
-        Some(json!({"type": "socat", "url": format!("tcp://{host}:{port}")}))
+        Some((self.settings.address, port).into())
     }
 
     /// A port of the range no console of this engine holds and nothing else listens on.

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -122,6 +123,19 @@ impl Browser {
                 element.send_keys(text).await
             })
             .unwrap_or_else(|e| panic!("typing into {css}: {e}"));
+    }
+
+    /// Replaces the text of a field as a user does, by keys (select all, delete, type), so
+    /// the page's input events fire: setting `value` from a script leaves a controlled
+    /// field's state as it was, and the next render writes the old text back.
+    pub fn replace_text(&self, css: &str, text: &str) {
+        let keys = format!(
+            "{}a{}{}{text}",
+            char::from(Key::Control),
+            char::from(Key::Null),
+            char::from(Key::Backspace)
+        );
+        self.type_into(css, &keys);
     }
 
     /// Saves a screenshot of the window (a PNG) at `path`.

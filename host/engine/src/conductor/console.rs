@@ -85,6 +85,18 @@ impl Conductor {
         }
     }
 
+    /// Where the node's console listens, while it is enabled and runs on this engine (the
+    /// `ipmitool-socat` console: the fake one has nowhere to connect).
+    pub fn console_endpoint(&self, body: &NodeBody, node: Uuid) -> Option<std::net::SocketAddr> {
+        if body.attrs.get(ENABLED) != Some(&Value::Bool(true)) {
+            return None;
+        }
+        match interface(body)? {
+            "ipmitool-socat" => self.consoles.endpoint(node),
+            _ => None,
+        }
+    }
+
     /// At start: the consoles of this engine's nodes that were enabled run again. One that
     /// cannot start is logged and left disabled in the node, as Ironic's conductor does.
     pub async fn restore_consoles(&self) {

@@ -41,11 +41,7 @@ pub async fn attach(
         Ok(node) => node,
         Err(e) => return e.into_response(),
     };
-    let Some(endpoint) = app
-        .conductor
-        .console_info(&node.body, node.uuid())
-        .and_then(|info| info["url"].as_str().and_then(tcp_endpoint))
-    else {
+    let Some(endpoint) = app.conductor.console_endpoint(&node.body, node.uuid()) else {
         return ApiError::bad_request(format!(
             "The console of node {} is not enabled, or has no endpoint to connect to.",
             node.uuid()
@@ -64,11 +60,6 @@ pub async fn attach(
         bridge(socket, endpoint, writable).await;
         drop(slot);
     })
-}
-
-/// `tcp://host:port` as a socket address.
-fn tcp_endpoint(url: &str) -> Option<SocketAddr> {
-    url.strip_prefix("tcp://")?.parse().ok()
 }
 
 async fn bridge(socket: WebSocket, endpoint: SocketAddr, writable: bool) {
@@ -122,24 +113,5 @@ async fn bridge(socket: WebSocket, endpoint: SocketAddr, writable: bool) {
     tokio::select! {
         () = printed => {}
         () = typed => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_console_url_is_a_tcp_socket_address_or_nothing() {
-        assert_eq!(
-            tcp_endpoint("tcp://127.0.0.1:10000"),
-            Some("127.0.0.1:10000".parse().unwrap())
-        );
-        assert_eq!(
-            tcp_endpoint("tcp://[::1]:10000"),
-            Some("[::1]:10000".parse().unwrap())
-        );
-        assert_eq!(tcp_endpoint("http://127.0.0.1:1"), None);
-        assert_eq!(tcp_endpoint("tcp://console.example:1"), None);
     }
 }
