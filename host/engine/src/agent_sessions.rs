@@ -168,6 +168,53 @@ impl AgentReport {
     }
 }
 
+/// What a node's agent last said of its work: this engine's memory of its heartbeats
+/// (newer: a heartbeat does not rewrite the stored node), else what the node's
+/// `driver_internal_info` kept (`agent_last_heartbeat`, `agent_status_message`) from an
+/// earlier engine or a heartbeat another engine took.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LastReport {
+    pub at: Option<Timestamp>,
+    pub message: Option<String>,
+    pub progress: Option<Progress>,
+}
+
+impl LastReport {
+    /// This engine's memory of the session.
+    pub fn heard(session: &AgentSession) -> LastReport {
+        LastReport {
+            at: session.last_heartbeat,
+            message: session.status_message.clone(),
+            progress: session.progress.clone(),
+        }
+    }
+
+    /// What is missing from memory, taken from the stored `driver_internal_info`.
+    pub fn or_stored(self, internal: &serde_json::Map<String, serde_json::Value>) -> LastReport {
+        let message = self.message.or_else(|| {
+            internal
+                .get("agent_status_message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+        });
+        let progress = self
+            .progress
+            .or_else(|| message.as_deref().and_then(|m| m.parse::<Progress>().ok()));
+        let at = self.at.or_else(|| {
+            internal
+                .get("agent_last_heartbeat")
+                .and_then(|t| t.as_str())
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| Timestamp::from_micros(t.timestamp_micros()))
+        });
+        LastReport {
+            at,
+            message,
+            progress,
+        }
+    }
+}
+
 /// Why a heartbeat's TLS details are refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TlsRefused {
@@ -229,6 +276,16 @@ impl AgentSessions {
             Some(url) => Ok(url),
             None => CallbackUrl::parse(given),
         }
+    }
+
+    /// What each node's agent last said, in this engine's memory, under one lock for the
+    /// batch (the lock every heartbeat takes: a reader of many nodes takes it once).
+    pub fn last_reports(&self, nodes: impl IntoIterator<Item = Uuid>) -> Vec<LastReport> {
+        let sessions = self.lock();
+        nodes
+            .into_iter()
+            .map(|n| sessions.get(&n).map(LastReport::heard).unwrap_or_default())
+            .collect()
     }
 
     /// Whether the node's agent reports its progress in its heartbeats (a status message).
@@ -384,6 +441,42 @@ impl AgentSessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dashboard's line of a node: this engine's memory of its agent where it has one,
+    /// else what the node stored (an earlier engine's heartbeats), the bytes read from the
+    /// message either way.
+    #[test]
+    fn the_last_report_is_the_memorys_else_the_stored_one() {
+        let sessions = AgentSessions::default();
+        let (heard, silent) = (Uuid::new_v4(), Uuid::new_v4());
+        let url = CallbackUrl::parse("http://10.0.0.5:9999").unwrap();
+        let report = AgentReport {
+            status: None,
+            message: Some("prepare_image: running, 3 of 8 bytes written".into()),
+        };
+        let at = Timestamp::from_micros(7_000_000);
+        sessions.heartbeat(heard, "t", &url, "1", None, report, at);
+        let stored: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_value(serde_json::json!({
+                "agent_status_message": "prepare_image: running, 1 of 8 bytes written",
+                "agent_last_heartbeat": "1970-01-01T00:00:02+00:00",
+            }))
+            .unwrap();
+        let [memory, none] = sessions.last_reports([heard, silent]).try_into().unwrap();
+        let memory = memory.or_stored(&stored);
+        assert_eq!((memory.at, memory.progress.unwrap().written), (Some(at), 3));
+        assert_eq!(none, LastReport::default());
+        let none = none.or_stored(&stored);
+        assert_eq!(none.at, Some(Timestamp::from_micros(2_000_000)));
+        assert_eq!(
+            none.progress.map(|p| (p.written, p.total)),
+            Some((1, Some(8)))
+        );
+        assert_eq!(
+            LastReport::default().or_stored(&Default::default()),
+            LastReport::default()
+        );
+    }
 
     /// With heartbeats far apart, the command list may tell of the image's end first: its
     /// milestone is recorded once, from whichever source comes first, and only after the

@@ -741,6 +741,45 @@ async fn a_pass_over_the_fleet_reads_every_node_once_in_order<F: Fixture>() {
     assert!(store.size_on_disk().await.unwrap() > 0);
 }
 
+/// A rescue's password hash lives only while the rescue runs: the write that ends it
+/// (its timeout, its end) drops the hash, so no reader sees it on a node no longer rescued.
+async fn a_rescue_s_password_hash_goes_with_the_write_that_ends_the_rescue<F: Fixture>() {
+    use deployd_engine::rescue_password::HASHED;
+    let f = F::open(Timeouts::uniform(CALLBACK)).await;
+    let store = f.store();
+    let mut to_active = TO_WAIT_CALL_BACK.to_vec();
+    to_active.extend([Event::Resume, Event::Done]);
+    let node = walked(store, &to_active).await;
+    let hashed = |n: &deployd_engine::node::Node| n.body.instance_info.contains_key(HASHED);
+    let rescue = async |events: &[Event]| {
+        store
+            .update_node(node, |b| {
+                b.instance_info.insert(HASHED.into(), "$5$salt$hash".into());
+                Ok(())
+            })
+            .await
+            .unwrap();
+        for &event in events {
+            let n = store.apply_event(node, event, None).await.unwrap();
+            assert!(hashed(&n), "kept in {}", n.provision.state.as_str());
+        }
+    };
+    rescue(&[Event::Rescue, Event::Wait]).await;
+    f.age(&[node], CALLBACK + Duration::from_secs(1));
+    let failed = store.sweep(100, &|_| None).await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let n = store.node(node).await.unwrap();
+    assert_eq!(n.provision.state, ProvisionState::RescueFailed);
+    assert!(!hashed(&n), "dropped by the timeout's write");
+    assert!(n.body.last_error.is_some());
+
+    rescue(&[Event::Rescue, Event::Wait, Event::Resume]).await;
+    let n = store.apply_event(node, Event::Done, None).await.unwrap();
+    assert_eq!(n.provision.state, ProvisionState::Rescue);
+    assert!(!hashed(&n), "dropped by the rescue's end");
+    assert!(!hashed(&store.node(node).await.unwrap()), "as stored");
+}
+
 macro_rules! on_both_backends {
     ($($contract:ident),* $(,)?) => {$(
         mod $contract {
@@ -770,6 +809,7 @@ on_both_backends!(
     a_node_s_history_tells_each_change_in_ironic_s_words,
     batches_answer_for_each_item_and_the_index_holds_each_deadline,
     a_pass_over_the_fleet_reads_every_node_once_in_order,
+    a_rescue_s_password_hash_goes_with_the_write_that_ends_the_rescue,
 );
 
 mod backups;

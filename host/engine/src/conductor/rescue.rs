@@ -109,7 +109,7 @@ impl Conductor {
         self.store
             .apply_event_from(node, ProvisionState::RescueWait, Event::Resume, None)
             .await?;
-        self.forget_rescue_password(node).await?;
+        // `rescue`: the transition drops the password's hash (`settle_body`).
         self.store
             .apply_event_from(node, ProvisionState::Rescuing, Event::Done, None)
             .await?;
@@ -163,21 +163,6 @@ impl Conductor {
         boot.map_err(|e| e.to_string())?;
         let on = bmc::set_power(&services, node, &power, PowerState::On).await;
         on.map_err(|e| e.to_string())
-    }
-
-    /// Drops a rescue's password hash, when its node has one (the rescue ended, or failed).
-    pub(super) async fn forget_rescue_password(&self, node: Uuid) -> Result<(), StoreError> {
-        let has = |n: &Node| n.body.instance_info.contains_key(HASHED);
-        if !has(&self.store.node(node).await?) {
-            return Ok(());
-        }
-        self.store
-            .update_node(node, |b| {
-                b.instance_info.remove(HASHED);
-                Ok(())
-            })
-            .await?;
-        Ok(())
     }
 }
 

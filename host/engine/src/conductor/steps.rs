@@ -277,13 +277,12 @@ impl Conductor {
         self.flow_ended(node).await
     }
 
-    /// Runs the driver's clean-up after a failure or timeout, then ends the flow. A failed
-    /// rescue's password hash goes with it.
+    /// Runs the driver's clean-up after a failure or timeout, then ends the flow (a failed
+    /// rescue's password hash went with the failure's own write).
     pub(super) async fn clean_up(&self, node: Uuid, reason: String) -> Result<(), ConductorError> {
         if let Err(e) = self.call(node, Export::CleanUp(reason)).await {
             tracing::warn!(%node, "driver clean-up failed: {e}");
         }
-        self.forget_rescue_password(node).await?;
         self.flow_ended(node).await
     }
 

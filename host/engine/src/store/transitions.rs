@@ -2,7 +2,7 @@
 //! stamps `provision_updated_at` and derives the new deadline. Every backend applies it.
 
 use crate::clock::Timestamp;
-use crate::node::Provision;
+use crate::node::{NodeBody, Provision};
 use crate::state_machine::{Event, IllegalTransition, ProvisionState, Timeouts};
 
 /// The record after `event` at `now`: the new state and target, the clock stamped, the
@@ -26,6 +26,19 @@ pub(crate) fn advanced(
         progress_at: now,
         progress: 0,
     })
+}
+
+/// What a transition into `to` drops from the node's body, in the transition's own
+/// write: a rescue's password hash lives only while the rescue runs (`rescuing`,
+/// `rescue wait`), so the rescue's end, its failure or its timeout drops it and no reader
+/// sees a hash on a node that is no longer being rescued. Whether the body changed.
+pub(crate) fn settle_body(body: &mut NodeBody, to: ProvisionState) -> bool {
+    let rescuing = matches!(to, ProvisionState::Rescuing | ProvisionState::RescueWait);
+    !rescuing
+        && body
+            .instance_info
+            .remove(crate::rescue_password::HASHED)
+            .is_some()
 }
 
 /// Where the flow is heading after `old --event--> to`. Mostly the state's own target (a

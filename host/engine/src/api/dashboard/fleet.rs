@@ -19,9 +19,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use deployd_wire::agent::Progress;
-
-use crate::agent_sessions::AgentSessions;
+use crate::agent_sessions::{AgentSessions, LastReport};
 use crate::clock::Timestamp;
 use crate::node::Node;
 use crate::state_machine::Timeouts;
@@ -30,8 +28,9 @@ use crate::store::Store;
 /// How often the scanner reads the fleet while anyone watches.
 pub const TICK: Duration = Duration::from_secs(1);
 
-/// Nodes read between two yields of the scanner (sled reads are synchronous).
-const YIELD_EVERY: usize = 256;
+/// Nodes the scanner reads between two yields (sled reads are synchronous), and whose
+/// agents' reports it reads under one lock.
+const BATCH: usize = 256;
 
 /// One node's line in the fleet view. Times are milliseconds since the Unix epoch, as a
 /// browser counts them.
@@ -65,49 +64,11 @@ fn millis(t: Timestamp) -> i64 {
     t.as_micros() / 1000
 }
 
-/// What the node's agent last said, kept in memory by this engine (see
-/// [`crate::agent_sessions`]): it is newer than what is stored, which a heartbeat does not
-/// rewrite.
-#[derive(Default)]
-pub struct Heard {
-    pub at: Option<Timestamp>,
-    pub status: Option<String>,
-    pub progress: Option<Progress>,
-}
-
-impl Heard {
-    pub fn of(agents: &AgentSessions, node: Uuid) -> Heard {
-        agents
-            .read(node, |a| Heard {
-                at: a.last_heartbeat,
-                status: a.status_message.clone(),
-                progress: a.progress.clone(),
-            })
-            .unwrap_or_default()
-    }
-}
-
 impl Summary {
     /// The node's line: its stored fields, with what its agent said over the stored.
-    pub fn of(node: &Node, timeouts: &Timeouts, heard: Heard) -> Summary {
-        let internal = &node.body.driver_internal_info;
-        let status = heard.status.or_else(|| {
-            internal
-                .get("agent_status_message")
-                .and_then(|m| m.as_str())
-                .map(str::to_owned)
-        });
-        let progress = heard
-            .progress
-            .or_else(|| status.as_deref().and_then(|m| m.parse::<Progress>().ok()))
-            .unwrap_or_default();
-        let heartbeat_at = heard.at.map(millis).or_else(|| {
-            internal
-                .get("agent_last_heartbeat")
-                .and_then(|t| t.as_str())
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.timestamp_millis())
-        });
+    pub fn of(node: &Node, timeouts: &Timeouts, heard: LastReport) -> Summary {
+        let heard = heard.or_stored(&node.body.driver_internal_info);
+        let progress = heard.progress.unwrap_or_default();
         let state = node.state();
         Summary {
             uuid: node.uuid(),
@@ -128,10 +89,10 @@ impl Summary {
             updated_at: millis(node.provision.updated_at),
             timeout: timeouts.for_state(state).map(|d| d.as_secs()),
             deadline: node.provision.deadline.map(millis),
-            heartbeat_at,
+            heartbeat_at: heard.at.map(millis),
             written: progress.written,
             total: progress.total,
-            status,
+            status: heard.message,
         }
     }
 }
@@ -267,19 +228,28 @@ impl Fleet {
         let at = millis(self.store.clock().now());
         let mut nodes = BTreeMap::new();
         let mut pages = self.store.nodes_after(None);
-        let mut read = 0;
-        while let Some(node) = pages.next().await {
-            let node = node?;
-            let summary = Summary::of(&node, &timeouts, Heard::of(&self.agents, node.uuid()));
-            let summary = match previous.nodes.get(&summary.uuid) {
-                Some(kept) if **kept == summary => kept.clone(),
-                _ => Arc::new(summary),
-            };
-            nodes.insert(summary.uuid, summary);
-            read += 1;
-            if read % YIELD_EVERY == 0 {
-                tokio::task::yield_now().await;
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            let node = pages.next().await.transpose()?;
+            let end = node.is_none();
+            batch.extend(node);
+            if batch.len() < BATCH && !end {
+                continue;
             }
+            let heard = self.agents.last_reports(batch.iter().map(Node::uuid));
+            for (node, heard) in batch.drain(..).zip(heard) {
+                let summary = Summary::of(&node, &timeouts, heard);
+                let summary = match previous.nodes.get(&summary.uuid) {
+                    Some(kept) if **kept == summary => kept.clone(),
+                    _ => Arc::new(summary),
+                };
+                nodes.insert(summary.uuid, summary);
+            }
+            if end {
+                break;
+            }
+            // sled reads are synchronous: let the runtime's other tasks run.
+            tokio::task::yield_now().await;
         }
         Ok(Frame {
             fresh: true,

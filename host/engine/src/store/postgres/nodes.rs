@@ -15,7 +15,7 @@ use super::{Lease, SharedStore, db_error};
 use crate::clock::Timestamp;
 use crate::node::{NewNode, Node, NodeBody, Provision};
 use crate::state_machine::{Event, ProvisionState};
-use crate::store::transitions::advanced;
+use crate::store::transitions::{advanced, settle_body};
 use crate::store::{StoreError, enrolled, parse_body};
 
 /// A node's claim as its row holds it, read under the row's lock.
@@ -143,7 +143,8 @@ impl SharedStore {
         } = locked;
         let new = advanced(old, event, now, &self.timeouts)
             .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
-        if body.last_error != last_error {
+        let settled = settle_body(&mut body, new.state);
+        if body.last_error != last_error || settled {
             body.last_error = last_error;
             body.updated_at = Some(now);
         }

@@ -15,7 +15,7 @@ use crate::clock::Timestamp;
 use crate::node::{Node, Provision};
 use crate::state_machine::{Event, ProvisionState};
 use crate::store::StoreError;
-use crate::store::transitions::advanced;
+use crate::store::transitions::{advanced, settle_body};
 
 impl SledStore {
     /// Applies `event` to a node, flushed to disk before it returns. `last_error` replaces
@@ -117,7 +117,8 @@ impl SledStore {
             .map_err(|source| StoreError::IllegalTransition { node: uuid, source })?;
         let to = new.state;
         let mut body = parse_body(uuid, json)?;
-        if body.last_error == last_error {
+        let settled = settle_body(&mut body, to);
+        if body.last_error == last_error && !settled {
             self.write_node(uuid, &old, &new, json)?;
         } else {
             body.last_error = last_error;
