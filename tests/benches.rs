@@ -44,7 +44,7 @@ fn every_bench_runs_to_its_report_at_a_small_size() {
                 "--connections",
                 "4",
             ],
-            "GET /v1/nodes/{uuid}: Requests/sec:",
+            "of the ceiling (medians): GET ",
         ),
         (
             &[

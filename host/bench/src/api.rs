@@ -36,6 +36,10 @@ pub struct ApiBench {
     pub seconds: u64,
     #[arg(long, default_value_t = 64)]
     pub connections: u32,
+    /// Rounds of the three loads (the ceiling, node reads, heartbeats), alternated; with
+    /// more than one, each figure's median is printed after them.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
     /// Run the engine on this shared store (an empty PostgreSQL database) instead of sled.
     #[arg(long, env = "DEPLOYD_STORE_URL")]
     pub store_url: Option<String>,
@@ -139,31 +143,49 @@ end
     )?;
     let url = format!("http://{}", engine.addr);
     println!("{} nodes in wait call-back on {url}", args.nodes);
-    for (what, script) in [
-        ("heartbeats (touch + WASM driver call)", &heartbeat),
-        ("GET /v1/nodes/{uuid}", &get),
-    ] {
-        let (cpu_before, wall) = (super::cpu_seconds_of("self"), Instant::now());
-        let report =
-            super::wrk::Load::start(script, &url, args.connections, args.seconds)?.report()?;
-        let cpu = super::cpu_seconds_of("self") - cpu_before;
-        println!(
-            "{what}: {} | p50 {} | p99 {} | {}",
-            report.line("Requests/sec:"),
-            report.line("50%"),
-            report.line("99%"),
-            report
-                .line("Non-2xx")
-                .replace("Non-2xx or 3xx responses:", "non-2xx:")
-        );
-        println!(
-            "{what}, engine CPU: {:.1} µs per request ({:.2} of 2 cores busy); load average {}",
-            cpu * 1e6 / report.requests().max(1.0),
-            cpu / wall.elapsed().as_secs_f64(),
-            super::load_average()
-        );
-        std::thread::sleep(Duration::from_millis(500));
+    let body = runtime.block_on(node_body(&url, uuids[0]))?;
+    let ceiling = format!("http://{}", runtime.block_on(ceiling(body.clone()))?);
+    println!(
+        "the ceiling: axum on this runtime answering every request with the {} bytes of a node's GET, on {ceiling}",
+        body.len()
+    );
+    let loads = [
+        (CEILING, &get, &ceiling),
+        (GET, &get, &url),
+        (HEARTBEATS, &heartbeat, &url),
+    ];
+    let mut figures: Vec<Vec<(f64, f64)>> = vec![Vec::new(); loads.len()];
+    for run in 0..args.runs.max(1) {
+        // Each round starts with another load, so none always runs on a cooler machine.
+        for i in (0..loads.len()).map(|i| (i + run) % loads.len()) {
+            let (what, script, url) = loads[i];
+            let report = measure(what, script, url, args)?;
+            figures[i].push((report.rate(), report.latency_ms("99%")));
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
+    let median = |i: usize, of: fn(&(f64, f64)) -> f64| {
+        let mut v: Vec<f64> = figures[i].iter().map(of).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    if args.runs > 1 {
+        for (i, (what, _, _)) in loads.iter().enumerate() {
+            println!(
+                "{what}, median of {} runs: {:.0} requests/s, p99 {:.2} ms",
+                args.runs,
+                median(i, |f| f.0),
+                median(i, |f| f.1)
+            );
+        }
+    }
+    let top = median(0, |f| f.0);
+    println!(
+        "of the ceiling (medians): GET {:.2}, heartbeats {:.2}; load average {}",
+        median(1, |f| f.0) / top,
+        median(2, |f| f.0) / top,
+        super::load_average()
+    );
     let mut moved = 0;
     for uuid in &uuids {
         if runtime.block_on(store.node(*uuid))?.state() != ProvisionState::WaitCallBack {
@@ -175,4 +197,74 @@ end
     println!("engine RSS after the run: {:.1} MiB", super::mib(rss));
     runtime.block_on(engine.shutdown())?;
     Ok(())
+}
+
+const CEILING: &str = "ceiling (a static body, no work)";
+const GET: &str = "GET /v1/nodes/{uuid}";
+const HEARTBEATS: &str = "heartbeats (touch + WASM driver call)";
+
+/// One `wrk` run of `script` against `url`, its figures printed with the CPU this process
+/// spent (the engine's, or the ceiling's) per request.
+fn measure(
+    what: &str,
+    script: &std::path::Path,
+    url: &str,
+    args: &ApiBench,
+) -> anyhow::Result<super::wrk::Report> {
+    let (cpu_before, wall) = (super::cpu_seconds_of("self"), Instant::now());
+    let report = super::wrk::Load::start(script, url, args.connections, args.seconds)?.report()?;
+    let cpu = super::cpu_seconds_of("self") - cpu_before;
+    println!(
+        "{what}: {} | p50 {} | p99 {} | {}",
+        report.line("Requests/sec:"),
+        report.line("50%"),
+        report.line("99%"),
+        report
+            .line("Non-2xx")
+            .replace("Non-2xx or 3xx responses:", "non-2xx:")
+    );
+    println!(
+        "{what}, engine CPU: {:.1} µs per request ({:.2} of 2 cores busy); load average {}",
+        cpu * 1e6 / report.requests().max(1.0),
+        cpu / wall.elapsed().as_secs_f64(),
+        super::load_average()
+    );
+    Ok(report)
+}
+
+/// The bytes the engine answers a GET of `node` with, at the newest API version.
+async fn node_body(url: &str, node: uuid::Uuid) -> anyhow::Result<bytes::Bytes> {
+    let answer = reqwest::Client::new()
+        .get(format!("{url}/v1/nodes/{node}"))
+        .header(
+            "X-OpenStack-Ironic-API-Version",
+            deployd_wire::version::MAX.to_string(),
+        )
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(answer.bytes().await?)
+}
+
+/// The HTTP stack's own rate, the bar the API's figures are held to: axum on hyper, on
+/// the engine's runtime, answering every request with `body` (the bytes of a real node's
+/// GET) and doing nothing else. Serves until the process ends.
+async fn ceiling(body: bytes::Bytes) -> anyhow::Result<std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let router = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(addr)
 }

@@ -35,6 +35,13 @@ pub struct FleetBench {
     /// ramdisk_heartbeat_timeout, seconds (agents heartbeat every 30–60 % of it).
     #[arg(long, default_value_t = 10)]
     pub heartbeat_timeout: u64,
+    /// The lab agents' TLS (`auto`, as ironic-python-agent; `off` shows what the engine's
+    /// pinned HTTPS clients to the agents hold).
+    #[arg(long, default_value = "auto")]
+    pub agent_tls: String,
+    /// The engine's `store.cache_capacity_mb` (sled's page cache); the default's if unset.
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
 }
 
 pub fn run_fleet(args: &FleetBench) -> anyhow::Result<()> {
@@ -56,11 +63,15 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
     config.conductor.deploy_callback_timeout = args.timeout;
     config.conductor.check_provision_state_interval = 1;
     config.api.ramdisk_heartbeat_timeout = args.heartbeat_timeout;
+    if let Some(mb) = args.cache_mb {
+        config.store.cache_capacity_mb = mb;
+    }
     let engine = Engine::start(&config, Clock::new()).await?;
     let api_url = format!("http://{}", engine.addr);
 
     let mut lab = Command::new(std::env::current_exe()?)
         .args(["lab", "--agent-tasks", "--listen", "127.0.0.1:0"])
+        .args(["--agent-tls", &args.agent_tls])
         .args([
             "--machines",
             &args.machines.to_string(),
@@ -111,7 +122,14 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
         .await?;
+    // Where the memory is when the engine holds the most: the mappings at the highest
+    // resident set sampled.
+    let mut highest = (0, String::new());
     let (active, failed) = loop {
+        let rss = super::rss_bytes();
+        if rss > highest.0 + (highest.0 >> 4) {
+            highest = (rss, super::resident_mappings(8));
+        }
         let (active, failed) = count(&engine).await?;
         if active + failed == uuids.len() || started.elapsed() > Duration::from_secs(600) {
             break (active, failed);
@@ -126,12 +144,15 @@ async fn fleet(args: &FleetBench, dir: &std::path::Path) -> anyhow::Result<()> {
         .load(std::sync::atomic::Ordering::Relaxed)
         - heartbeats_before;
     println!(
-        "{active} of {} active in {took:.1} s; {failed} failed (false timeouts); {heartbeats} heartbeats, {:.0}/s; engine RSS {:.0} MiB, lab RSS {:.0} MiB",
+        "{active} of {} active in {took:.1} s; {failed} failed (false timeouts); {heartbeats} heartbeats, {:.0}/s; engine RSS {:.0} MiB (peak {:.0} MiB), lab RSS {:.0} MiB",
         uuids.len(),
         heartbeats as f64 / took,
         super::mib(super::rss_bytes()),
+        super::mib(super::peak_rss_bytes()),
         super::mib(super::rss_of(lab.id())),
     );
+    println!("at the highest sample, {}", highest.1);
+    println!("engine threads at the end: {}", super::threads());
     let _ = Command::new("kill")
         .args(["-TERM", &lab.id().to_string()])
         .status();

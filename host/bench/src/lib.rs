@@ -99,6 +99,72 @@ pub fn rss_of(pid: impl std::fmt::Display) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// This process's threads (`/proc/self/status`), 0 if unknown.
+pub fn threads() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The peak resident set of this process so far (`VmHWM`), 0 if unknown.
+pub fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Where this process's resident memory is: the `n` mappings holding the most
+/// (`/proc/self/smaps`), each as its resident and mapped size and its name (a file, a
+/// `[stack]`, or anonymous: the allocator's segments, wasmtime's instance pool).
+pub fn resident_mappings(n: usize) -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut maps: Vec<(u64, u64, String)> = Vec::new();
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            let mut fields = line.split_whitespace();
+            let range = fields.next().unwrap_or("");
+            let name = fields.nth(4).unwrap_or("[anonymous]").to_owned();
+            let size = range
+                .split_once('-')
+                .and_then(|(a, b)| {
+                    Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+                })
+                .unwrap_or(0);
+            maps.push((0, size, name));
+        } else if let (Some(rss), Some(last)) = (line.strip_prefix("Rss:"), maps.last_mut()) {
+            last.0 = rss
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                * 1024;
+        }
+    }
+    maps.sort_by_key(|m| std::cmp::Reverse(m.0));
+    let total: u64 = maps.iter().map(|m| m.0).sum();
+    let mut out = format!(
+        "{:.1} MiB resident in {} mappings; the largest:",
+        mib(total),
+        maps.len()
+    );
+    for (rss, size, name) in maps.iter().take(n) {
+        out += &format!(
+            "\n  {:8.1} MiB of {:10.1} MiB  {name}",
+            mib(*rss),
+            mib(*size)
+        );
+    }
+    out
+}
+
 pub fn dir_size(path: &std::path::Path) -> anyhow::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(path)? {

@@ -135,6 +135,23 @@ impl Report {
             .unwrap_or(0)
     }
 
+    /// A latency percentile in milliseconds ("99%" → 6.3 for "6.30ms"); NaN if absent.
+    pub fn latency_ms(&self, percentile: &str) -> f64 {
+        let text = self.latency(percentile);
+        let split = text
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let scale = match unit {
+            "us" => 1e-3,
+            "ms" => 1.0,
+            "s" => 1e3,
+            "m" => 60e3,
+            _ => f64::NAN,
+        };
+        number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
+    }
+
     /// A latency percentile's line value ("50%" → "1.23ms").
     pub fn latency(&self, percentile: &str) -> String {
         self.line(percentile)

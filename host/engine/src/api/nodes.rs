@@ -72,14 +72,14 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(NodeView {
+        NodeView {
             base,
             conductor: conductors.of(&node),
             node: &node,
             agent: None,
             version,
             only: None,
-        }),
+        },
     )
         .into_response())
 }
@@ -98,14 +98,14 @@ async fn show(
         .map(|f| node_doc::NODE.fields(f, version))
         .transpose()?;
     let conductors = app.peers.conductors(&app).await;
-    Ok(Json(NodeView {
+    Ok(NodeView {
         base: &app.base(),
         conductor: conductors.of(&node),
         node: &node,
         agent: agent.as_ref(),
         version,
         only: only.as_deref(),
-    })
+    }
     .into_response())
 }
 
@@ -321,14 +321,14 @@ async fn update(
     }
     let agent = app.conductor.agent_view(updated.uuid()).await;
     let conductors = app.peers.conductors(&app).await;
-    Ok(Json(NodeView {
+    Ok(NodeView {
         base: &app.base(),
         conductor: conductors.of(&updated),
         node: &updated,
         agent: agent.as_ref(),
         version,
         only: None,
-    })
+    }
     .into_response())
 }
 

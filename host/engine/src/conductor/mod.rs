@@ -253,7 +253,16 @@ impl Conductor {
     /// engine heard.
     pub async fn agent_view(&self, node: Uuid) -> Option<crate::agent_sessions::AgentSession> {
         if !self.store.records_agents() {
-            return self.agents.get(node);
+            // What a node's document shows, not the session's token and certificate.
+            return self
+                .agents
+                .read(node, |s| crate::agent_sessions::AgentSession {
+                    url: s.url.clone(),
+                    version: s.version.clone(),
+                    last_heartbeat: s.last_heartbeat,
+                    status_message: s.status_message.clone(),
+                    ..Default::default()
+                });
         }
         let heard = self.store.agents_heard(&[node]).await.ok()?.remove(&node)?;
         Some(crate::agent_sessions::AgentSession {
