@@ -96,7 +96,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use tower_http::trace::TraceLayer;
 
-use http::{auth, plumbing, version};
+use http::{auth, plumbing};
 
 use crate::conductor::Conductor;
 
@@ -217,15 +217,8 @@ pub fn router(app: Arc<App>) -> Router {
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(|request, next| {
-            plumbing::json_bodies(request, next, drivers::UPLOAD_PATH)
+            plumbing::envelope(request, next, drivers::UPLOAD_PATH)
         }))
-        .layer(middleware::from_fn(version::negotiate))
-        .layer(middleware::from_fn(plumbing::request_id))
-        .layer(middleware::from_fn(|request, next| {
-            plumbing::request_timeout(request, next, drivers::UPLOAD_PATH)
-        }))
-        .layer(middleware::from_fn(plumbing::close_after_refused_body))
-        .layer(middleware::from_fn(plumbing::json_errors))
         .layer(TraceLayer::new_for_http().on_failure(plumbing::log_failure))
         .with_state(app)
     // Ironic's paths are rewritten before routing, by the listener

@@ -1,7 +1,7 @@
-//! What every request passes through besides authentication and version negotiation:
-//! Ironic's paths (without `/v1`, with `.json`) rewritten before routing,
-//! its id, its time limit, Ironic's error shape for unrouted paths and methods, and the
-//! connection a refused body closes.
+//! What every request passes through besides authentication: Ironic's paths (without
+//! `/v1`, with `.json`) rewritten before routing, then one layer ([`envelope`]) for its
+//! id, its time limit, its version, its body's type, Ironic's error shape for every
+//! refusal, and the connection a refused body closes.
 
 use std::time::Duration;
 
@@ -16,15 +16,35 @@ use super::version::Version;
 /// How long a request may take, but a driver upload.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What every request of the API passes through but the parts that need the engine's
+/// state (its base, authentication, forwarding), in one layer: from the outside in,
+/// Ironic's error shape for every refusal, `Connection: close` after a refused body, the
+/// request's id, its time limit, its version (406 outside the range, the bounds on every
+/// answer), and a body that says it is not JSON refused. One layer, not six: each
+/// `from_fn` layer clones the router's boxed service and boxes a future per request (a
+/// sixth of a node GET's CPU in perf).
+pub async fn envelope(request: Request, next: Next, upload: &str) -> Response {
+    let id = format!("req-{}", uuid::Uuid::new_v4());
+    let is_upload = request.method() == axum::http::Method::POST && request.uri().path() == upload;
+    let answer = negotiated(request, next, upload);
+    let mut response = match is_upload {
+        true => answer.await,
+        false => within_time_limit(answer).await,
+    };
+    let value = HeaderValue::from_str(&id).expect("a uuid is a valid header");
+    let headers = response.headers_mut();
+    headers.insert("openstack-request-id", value.clone());
+    headers.insert("x-openstack-request-id", value);
+    close_after_refused_body(&mut response);
+    shaped(response).await
+}
+
 /// Every request must be answered within [`REQUEST_TIMEOUT`], but a driver upload: a large
 /// component (a Python runtime is tens of MiB) over a slow link, then its compile, can
 /// take longer while making progress all along. An upload is bounded by progress instead
 /// ([`crate::api::drivers::UPLOAD_IDLE`] between bytes) and compiles one at a time.
-pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Response {
-    if request.method() == axum::http::Method::POST && request.uri().path() == upload {
-        return next.run(request).await;
-    }
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+async fn within_time_limit(answer: impl Future<Output = Response>) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -35,6 +55,27 @@ pub async fn request_timeout(request: Request, next: Next, upload: &str) -> Resp
         )
         .into_response(),
     }
+}
+
+/// The request at its negotiated version ([`super::version`]), its body's type checked.
+async fn negotiated(mut request: Request, next: Next, raw: &str) -> Response {
+    let version = match super::version::requested(request.headers()) {
+        Ok(version) => version,
+        Err(refused) => {
+            let mut response = refused.into_response();
+            super::version::bounds(response.headers_mut(), super::version::MIN);
+            return response;
+        }
+    };
+    let mut response = match not_json(&request, raw) {
+        Some(refused) => refused.into_response(),
+        None => {
+            request.extensions_mut().insert(version);
+            next.run(request).await
+        }
+    };
+    super::version::bounds(response.headers_mut(), version);
+    response
 }
 
 /// The first microversion at which a `.json` suffix is part of the identifier it ends.
@@ -93,7 +134,7 @@ fn rewritten(uri: &axum::http::Uri, headers: &axum::http::HeaderMap) -> Option<S
 /// A request body that says it is not JSON is refused (415), as Ironic refuses it, but
 /// where a resource takes other bytes (a driver upload, at `raw`): a JSON body sent as
 /// `text/plain` is a client's mistake to hear about, not a guess to make.
-pub async fn json_bodies(request: Request, next: Next, raw: &str) -> Response {
+fn not_json(request: &Request, raw: &str) -> Option<ApiError> {
     let m = request.method();
     let has_body = m == axum::http::Method::POST
         || m == axum::http::Method::PUT
@@ -103,21 +144,19 @@ pub async fn json_bodies(request: Request, next: Next, raw: &str) -> Response {
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim())
-        .filter(|_| has_body && request.uri().path() != raw);
+        .filter(|_| has_body && request.uri().path() != raw)?;
     // Compared without a copy: every heartbeat passes here.
     let json = |t: &str| {
         let suffix = t.len().checked_sub(5).and_then(|at| t.get(at..));
         t.eq_ignore_ascii_case("application/json")
             || suffix.is_some_and(|s| s.eq_ignore_ascii_case("+json"))
     };
-    match declared {
-        Some(t) if !json(t) => ApiError::new(
+    (!json(declared)).then(|| {
+        ApiError::new(
             axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Unknown mimetype: {t}; send the body as application/json."),
+            format!("Unknown mimetype: {declared}; send the body as application/json."),
         )
-        .into_response(),
-        _ => next.run(request).await,
-    }
+    })
 }
 
 /// A path no route serves: 404 in Ironic's error shape (clients parse every 4xx body).
@@ -137,29 +176,13 @@ pub async fn not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Ap
 /// the connection rather than read the rest. The answer says so (`Connection: close`):
 /// otherwise a client that had written the whole body into its socket pools the
 /// connection, and its next request there is cut off (seen as an incomplete message).
-pub async fn close_after_refused_body(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
+fn close_after_refused_body(response: &mut Response) {
     if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         let close = HeaderValue::from_static("close");
         response
             .headers_mut()
             .insert(axum::http::header::CONNECTION, close);
     }
-    response
-}
-
-/// Every answer names its request, as Ironic's `openstack-request-id`.
-pub async fn request_id(request: Request, next: Next) -> Response {
-    let id = format!("req-{}", uuid::Uuid::new_v4());
-    let mut response = next.run(request).await;
-    let value = HeaderValue::from_str(&id).expect("a uuid is a valid header");
-    response
-        .headers_mut()
-        .insert("openstack-request-id", value.clone());
-    response
-        .headers_mut()
-        .insert("x-openstack-request-id", value);
-    response
 }
 
 /// How a failed answer (a 5xx, or an error mid-response) is logged. A 503 is the engine
@@ -186,8 +209,12 @@ pub fn log_failure(
 /// headers (`Retry-After`, `Allow`, `WWW-Authenticate`, `Connection`…) are kept; the text
 /// becomes the `faultstring`.
 pub async fn json_errors(request: Request, next: Next) -> Response {
+    shaped(next.run(request).await).await
+}
+
+/// `response`, in Ironic's error shape if it is a refusal in another ([`json_errors`]).
+async fn shaped(response: Response) -> Response {
     use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-    let response = next.run(request).await;
     let status = response.status();
     let json = response
         .headers()

@@ -4,10 +4,9 @@
 //! `baremetal` CLI asks for its latest (1.115), gets 406 with these bounds, and retries at
 //! the maximum.
 
-use axum::extract::Request;
+use std::sync::LazyLock;
+
 use axum::http::{HeaderMap, HeaderValue};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 
@@ -23,7 +22,7 @@ pub fn named(headers: &HeaderMap) -> Option<Version> {
 }
 
 /// The version a request asked for: no header means the minimum, as in Ironic.
-fn requested(headers: &HeaderMap) -> Result<Version, ApiError> {
+pub(super) fn requested(headers: &HeaderMap) -> Result<Version, ApiError> {
     let legacy = headers
         .get("x-openstack-ironic-api-version")
         .and_then(|v| v.to_str().ok());
@@ -61,32 +60,41 @@ fn requested(headers: &HeaderMap) -> Result<Version, ApiError> {
     Ok(v)
 }
 
-fn bounds(headers: &mut HeaderMap, served: Version) {
-    let v = |s: String| HeaderValue::from_str(&s).expect("a version is a valid header");
-    headers.insert("x-openstack-ironic-api-minimum-version", v(MIN.to_string()));
-    headers.insert("x-openstack-ironic-api-maximum-version", v(MAX.to_string()));
-    headers.insert("x-openstack-ironic-api-version", v(served.to_string()));
-    headers.insert("openstack-api-version", v(format!("baremetal {served}")));
+/// The headers that name a version served, per minor version from [`MIN`] to [`MAX`]
+/// (`X-OpenStack-Ironic-API-Version`, `OpenStack-API-Version`), made once: every answer
+/// carries them.
+static SERVED: LazyLock<Vec<[HeaderValue; 2]>> = LazyLock::new(|| {
+    (MIN.0..=MAX.0)
+        .map(|minor| {
+            let v = Version(minor);
+            [value(v.to_string()), value(format!("baremetal {v}"))]
+        })
+        .collect()
+});
+
+static RANGE: LazyLock<[HeaderValue; 2]> =
+    LazyLock::new(|| [value(MIN.to_string()), value(MAX.to_string())]);
+
+fn value(text: String) -> HeaderValue {
+    HeaderValue::from_str(&text).expect("a version is a valid header")
+}
+
+pub(super) fn bounds(headers: &mut HeaderMap, served: Version) {
+    let [min, max] = RANGE.clone();
+    headers.insert("x-openstack-ironic-api-minimum-version", min);
+    headers.insert("x-openstack-ironic-api-maximum-version", max);
+    if let Some([legacy, modern]) = served
+        .0
+        .checked_sub(MIN.0)
+        .and_then(|i| SERVED.get(i as usize))
+    {
+        headers.insert("x-openstack-ironic-api-version", legacy.clone());
+        headers.insert("openstack-api-version", modern.clone());
+    }
     headers.insert(
         "vary",
         HeaderValue::from_static("X-OpenStack-Ironic-API-Version, OpenStack-API-Version"),
     );
-}
-
-/// Middleware: negotiates the version (406 outside the range) and stamps the headers on
-/// every answer, errors included.
-pub async fn negotiate(mut request: Request, next: Next) -> Response {
-    let mut response = match requested(request.headers()) {
-        Ok(version) => {
-            request.extensions_mut().insert(version);
-            let mut r = next.run(request).await;
-            bounds(r.headers_mut(), version);
-            return r;
-        }
-        Err(e) => e.into_response(),
-    };
-    bounds(response.headers_mut(), MIN);
-    response
 }
 
 #[cfg(test)]
@@ -117,6 +125,28 @@ mod tests {
             requested(&with("X-OpenStack-Ironic-API-Version", "latest")).unwrap(),
             MAX
         );
+    }
+
+    #[test]
+    fn every_answer_names_the_range_and_the_version_served() {
+        for served in [MIN, Version(31), MAX] {
+            let mut h = HeaderMap::new();
+            bounds(&mut h, served);
+            let named = |n: &str| h[n].to_str().unwrap().to_owned();
+            assert_eq!(
+                named("x-openstack-ironic-api-minimum-version"),
+                MIN.to_string()
+            );
+            assert_eq!(
+                named("x-openstack-ironic-api-maximum-version"),
+                MAX.to_string()
+            );
+            assert_eq!(named("x-openstack-ironic-api-version"), served.to_string());
+            assert_eq!(
+                named("openstack-api-version"),
+                format!("baremetal {served}")
+            );
+        }
     }
 
     #[test]
