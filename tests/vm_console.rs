@@ -60,12 +60,16 @@ impl Console {
     /// over Serial-over-LAN can reach the machine garbled when the lab's BMC (pyghmi)
     /// mishandles a packet ipmitool sent again under load ("/de/vvda" for "/dev/vda"), as
     /// an operator would type it again.
+    ///
+    /// A garbled line can leave the shell waiting for its end (an unclosed `$(` gives the
+    /// continuation prompt `> `): Ctrl-C drops it and the shell prompts again.
     fn run(&mut self, line: &str, want: &str) {
         for _ in 0..2 {
             self.type_line(line);
             if self.expect_within(want, 15).is_some() {
                 return;
             }
+            self.socket.write_all(b"\x03").unwrap();
             self.expect(SHELL_READY, 15);
         }
         self.type_line(line);
